@@ -1,0 +1,52 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, extending or releasing a lock.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a
+/// wildcard arm for the rest.
+///
+/// ```
+/// use relaylock::Error;
+///
+/// fn describe(e: &Error) -> &'static str {
+///     match e {
+///         Error::Timeout => "busy, try later",
+///         Error::LockLost => "someone else may have run the critical section",
+///         Error::InvalidArgument(_) => "bug in the caller",
+///         _ => "infrastructure problem",
+///     }
+/// }
+/// assert_eq!(describe(&Error::Timeout), "busy, try later");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The caller's wait deadline passed before the lock could be taken.
+    #[error("timed out waiting for the lock")]
+    Timeout,
+    /// The lock is no longer held by this guard: its lease expired (and another
+    /// owner may have taken it), or the key was deleted or overwritten.
+    #[error("the lock is no longer held by this guard (lease expired or key replaced)")]
+    LockLost,
+    /// An argument was rejected before anything was sent to Redis: an empty or
+    /// over-long key, a zero or over-long lease, a malformed URL or prefix.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The first connection to Redis did not succeed within the configured
+    /// connect timeout.
+    #[error("could not connect to Redis within {0:?}")]
+    ConnectTimeout(Duration),
+    /// Redis answered something the scripts never return: a sign that the key
+    /// is used by something other than relaylock, or of a version mismatch.
+    #[error("unexpected reply from Redis: {0}")]
+    UnexpectedReply(String),
+    /// An error reported by the Redis client (`fred`): connection loss, command
+    /// timeout, a server error reply.
+    #[error("redis: {0}")]
+    Redis(#[from] fred::error::Error),
+}
+
+/// Shorthand for `Result<T, relaylock::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,227 @@
+//! Per-call options, the wait strategy, and the limits every argument is
+//! checked against before anything is sent to Redis.
+
+use std::time::Duration;
+
+use metrics::SharedString;
+
+use crate::error::{Error, Result};
+
+/// Longest accepted lock key, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+/// Longest accepted lease (one day). A longer lease is almost always a unit
+/// mistake, and a crashed holder would block everyone that long.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+/// Longest accepted prefix, in bytes.
+pub const MAX_PREFIX_LEN: usize = 128;
+
+/// How a waiting task learns that a lock may be free.
+///
+/// ```
+/// use std::time::Duration;
+/// use relaylock::WaitStrategy;
+///
+/// assert_eq!(WaitStrategy::default(), WaitStrategy::PubSub);
+/// let baseline = WaitStrategy::Poll(Duration::from_millis(10));
+/// assert_ne!(baseline, WaitStrategy::PubSub);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WaitStrategy {
+    /// Sleep until a release message arrives on the lock's channel, the
+    /// holder's remaining lease runs out, or the subscriber reconnects. One
+    /// retry per release per process. The default.
+    #[default]
+    PubSub,
+    /// Retry every interval (spin polling). The baseline the load test
+    /// compares against; every waiter costs Redis one script call per interval.
+    Poll(Duration),
+}
+
+/// Options of one lock call.
+///
+/// ```
+/// use std::time::Duration;
+/// use relaylock::LockOptions;
+///
+/// let opts = LockOptions::default()
+///     .wait(Duration::from_secs(2))      // give up with Error::Timeout after 2 s
+///     .lease(Duration::from_secs(10))    // the key expires 10 s after acquisition
+///     .name("orders");                   // bounded metrics label
+/// assert_eq!(opts.wait_limit(), Some(Duration::from_secs(2)));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct LockOptions {
+    pub(crate) wait: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) name: Option<SharedString>,
+}
+
+impl LockOptions {
+    /// Give up with [`Error::Timeout`] when the lock is not acquired within
+    /// `wait`. `Duration::ZERO` means a single try. Without it, a lock call
+    /// waits as long as it takes. A wait too long to represent as a deadline
+    /// is treated as no deadline.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The lease: how long the key lives if the holder never releases it.
+    /// Defaults to the client's [`default_lease`](crate::LockClientBuilder::default_lease).
+    /// Must be at least 1 ms and at most [`MAX_LEASE`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// A bounded name for this kind of lock, attached as the `name` label of
+    /// every metric this call records. Never pass the raw key when keys are
+    /// unbounded (per-user, per-order).
+    pub fn name(mut self, name: impl Into<SharedString>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The wait limit set with [`wait`](Self::wait), if any.
+    pub fn wait_limit(&self) -> Option<Duration> {
+        self.wait
+    }
+}
+
+pub(crate) fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidArgument("lock key is empty".into()));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "lock key is {} bytes, the limit is {MAX_KEY_LEN}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a lease and returns it in whole milliseconds (at least 1).
+pub(crate) fn validate_lease(lease: Duration) -> Result<u64> {
+    if lease.is_zero() {
+        return Err(Error::InvalidArgument("lease is zero".into()));
+    }
+    if lease < Duration::from_millis(1) {
+        return Err(Error::InvalidArgument(format!(
+            "lease {lease:?} is under the 1 ms resolution of Redis expiry"
+        )));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "lease {lease:?} is longer than the maximum {MAX_LEASE:?}"
+        )));
+    }
+    Ok(lease.as_millis() as u64)
+}
+
+/// Accepts the URL schemes relaylock supports in this build, before fred
+/// parses the rest. `rediss://` (TLS) is refused rather than risk a
+/// connection without TLS, since this build has no TLS support.
+pub(crate) fn validate_url_scheme(url: &str) -> Result<()> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Err(Error::InvalidArgument(
+            "invalid Redis URL: expected redis://host:port".into(),
+        ));
+    };
+    let base = scheme
+        .strip_suffix("-cluster")
+        .or_else(|| scheme.strip_suffix("-sentinel"))
+        .unwrap_or(scheme);
+    match base {
+        "redis" | "valkey" => Ok(()),
+        "rediss" | "valkeys" => Err(Error::InvalidArgument(format!(
+            "{scheme}:// needs TLS, which this build of relaylock does not support"
+        ))),
+        _ => Err(Error::InvalidArgument(format!(
+            "unsupported URL scheme {scheme:?}: use redis://, redis-cluster:// or redis-sentinel://"
+        ))),
+    }
+}
+
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Err(Error::InvalidArgument("prefix is empty".into()));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "prefix is {} bytes, the limit is {MAX_PREFIX_LEN}",
+            prefix.len()
+        )));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(Error::InvalidArgument(
+            "prefix must not contain '{' or '}': the key is the cluster hash tag".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys() {
+        assert!(matches!(validate_key(""), Err(Error::InvalidArgument(_))));
+        assert!(validate_key("a").is_ok());
+        assert!(validate_key(&"k".repeat(MAX_KEY_LEN)).is_ok());
+        assert!(matches!(
+            validate_key(&"k".repeat(MAX_KEY_LEN + 1)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(validate_key("{braces} and spaces ü").is_ok());
+    }
+
+    #[test]
+    fn leases() {
+        assert!(matches!(
+            validate_lease(Duration::ZERO),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            validate_lease(Duration::from_micros(999)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(validate_lease(Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(validate_lease(MAX_LEASE).unwrap(), 86_400_000);
+        assert!(matches!(
+            validate_lease(MAX_LEASE + Duration::from_millis(1)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            validate_lease(Duration::MAX),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn url_schemes() {
+        for ok in [
+            "redis://h:1",
+            "redis-cluster://h:1",
+            "redis-sentinel://h:1",
+            "valkey://h",
+        ] {
+            assert!(validate_url_scheme(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "h:1", "http://h:1", "rediss://h:1", "redis+unix:///s"] {
+            assert!(
+                matches!(validate_url_scheme(bad), Err(Error::InvalidArgument(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn prefixes() {
+        assert!(validate_prefix("relaylock").is_ok());
+        assert!(validate_prefix("").is_err());
+        assert!(validate_prefix("a{b").is_err());
+        assert!(validate_prefix(&"p".repeat(MAX_PREFIX_LEN + 1)).is_err());
+    }
+}
