@@ -1,0 +1,201 @@
+//! Every Lua script relaylock runs, in one place, each with its contract.
+//!
+//! The sources are public so the protocol can be audited, and reused by
+//! clients in other languages that must interoperate with relaylock locks.
+//!
+//! All scripts touch only the names of ONE lock, which share the hash tag
+//! `{<key>}` (see [`Names`]), so they stay valid in Redis Cluster.
+//!
+//! Names of one lock (prefix `p`, user key `k`):
+//!
+//! | name            | type   | lifetime                               | purpose |
+//! |-----------------|--------|----------------------------------------|---------|
+//! | `p:{k}`         | string | the lease                              | the lock: `"<token>:<fence>"` |
+//! | `p:{k}:fence`   | hash   | lease + [`SIDE_RETENTION_MS`] after the last acquire, [`SIDE_RETENTION_MS`] after a release | `f`: last fencing token issued; `r`: the newest released fences |
+//! | `p:{k}:ch`      | channel| -                                      | one message per release |
+//!
+//! Lua numbers are doubles: a fencing token (microseconds since the epoch, about
+//! 1.8e15) is exact, but `tostring` would print it as `1.79e+15`. Scripts
+//! therefore format tokens with `string.format('%d', n)` and return them as
+//! numbers, which Redis converts to integer replies exactly.
+
+use fred::types::scripts::Script;
+
+/// How long the side hash outlives the lock that last touched it, in ms.
+///
+/// It bounds the memory relaylock leaves behind per lock name, and it is the
+/// window in which (a) a replayed release is still recognised as ours and (b) a
+/// server clock stepping backwards cannot make fencing tokens go backwards.
+pub const SIDE_RETENTION_MS: u64 = 60_000;
+
+/// How many released fencing tokens the side hash remembers (see [`RELEASE`]).
+pub const RELEASE_RING: usize = 32;
+
+/// Acquire.
+///
+/// KEYS: `[lock, side]`; ARGV: `[token, lease_ms, side_ttl_ms]`.
+///
+/// * lock absent: the fencing token is the server's `TIME` in microseconds,
+///   raised to `last + 1` if the side hash remembers an equal or later one (two
+///   acquisitions in one microsecond, or a clock step back within the side
+///   hash's lifetime). `SET lock "<token>:<fence>" NX PX lease`, remember the
+///   fence, and reply `{1, fence}`.
+/// * lock holds OUR token (a replay of this very call after a lost reply, as
+///   fred does after a reconnect): reply `{1, fence}` with the fence stored in
+///   the value, so acquiring is idempotent.
+/// * lock holds another token: reply `{0, pttl}` (`-1` if the key has no
+///   expiry: somebody outside relaylock wrote it).
+pub const ACQUIRE: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if v then
+  local mine = ARGV[1] .. ':'
+  if string.sub(v, 1, #mine) == mine then
+    return {1, tonumber(string.sub(v, #mine + 1))}
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local t = redis.call('TIME')
+local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local last = tonumber(redis.call('HGET', KEYS[2], 'f'))
+if last and last >= fence then fence = last + 1 end
+local fs = string.format('%d', fence)
+if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs, 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('HSET', KEYS[2], 'f', fs)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {1, fence}
+"#;
+
+/// Release.
+///
+/// KEYS: `[lock, side]`; ARGV: `[token, fence, channel, side_ttl_ms, ring_chars]`.
+/// `fence` is `''` when the caller does not know it (an acquisition abandoned
+/// while its reply was in flight).
+///
+/// * lock holds `"<token>:<f>"`: `DEL` it, push `f` onto the side hash's ring
+///   `r` of recently released fences (newest first, cut to `ring_chars`
+///   characters), `PUBLISH channel f`, reply `1`.
+/// * lock does not hold our token but `fence` is in the ring: this release
+///   already happened (fred replayed it after the reply was lost); reply `2`,
+///   so the caller does not report a lock loss that did not happen.
+/// * otherwise the lease ran out before the release: reply `0`. The key, if
+///   present, belongs to a newer owner and is left untouched.
+pub const RELEASE: &str = r#"
+local v = redis.call('GET', KEYS[1])
+local mine = ARGV[1] .. ':'
+if v and string.sub(v, 1, #mine) == mine then
+  local fence = string.sub(v, #mine + 1)
+  redis.call('DEL', KEYS[1])
+  local ring = redis.call('HGET', KEYS[2], 'r')
+  if ring then ring = fence .. ' ' .. ring else ring = fence end
+  local cap = tonumber(ARGV[5])
+  if #ring > cap then ring = string.match(string.sub(ring, 1, cap + 1), '^(.*) ') or fence end
+  redis.call('HSET', KEYS[2], 'r', ring)
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  redis.call('PUBLISH', ARGV[3], fence)
+  return 1
+end
+if ARGV[2] ~= '' then
+  local ring = redis.call('HGET', KEYS[2], 'r')
+  if ring and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
+    return 2
+  end
+end
+return 0
+"#;
+
+/// Extend.
+///
+/// KEYS: `[lock, side]`; ARGV: `[token, lease_ms, side_ttl_ms]`.
+///
+/// If the lock holds our token, set its remaining lease to `lease_ms` and make
+/// sure the side hash lives at least `side_ttl_ms` more; reply `1`. Otherwise
+/// reply `0` and touch nothing. Repeating it is harmless, so a replay after a
+/// lost reply is safe.
+pub const EXTEND: &str = r#"
+local v = redis.call('GET', KEYS[1])
+local mine = ARGV[1] .. ':'
+if v and string.sub(v, 1, #mine) == mine then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+  return 1
+end
+return 0
+"#;
+
+/// The three scripts, hashed once per client.
+#[derive(Clone, Debug)]
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) extend: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Scripts {
+            acquire: Script::from_lua(ACQUIRE),
+            release: Script::from_lua(RELEASE),
+            extend: Script::from_lua(EXTEND),
+        }
+    }
+}
+
+/// The Redis names of one lock. Every name starts with `<prefix>:{<key>}` so
+/// they all hash to the same cluster slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Names {
+    /// `<prefix>:{<key>}`: the lock itself.
+    pub(crate) lock: String,
+    /// `<prefix>:{<key>}:fence`: the side hash.
+    pub(crate) side: String,
+    /// `<prefix>:{<key>}:ch`: the release channel.
+    pub(crate) channel: String,
+}
+
+impl Names {
+    pub(crate) fn new(prefix: &str, key: &str) -> Self {
+        let lock = format!("{prefix}:{{{key}}}");
+        Names {
+            side: format!("{lock}:fence"),
+            channel: format!("{lock}:ch"),
+            lock,
+        }
+    }
+}
+
+/// Characters of released fences the ring keeps: [`RELEASE_RING`] tokens of 16
+/// digits plus a separator.
+pub const RING_CHARS: usize = RELEASE_RING * 17;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_share_one_hash_tag() {
+        let n = Names::new("relaylock", "orders:42");
+        assert_eq!(n.lock, "relaylock:{orders:42}");
+        assert_eq!(n.side, "relaylock:{orders:42}:fence");
+        assert_eq!(n.channel, "relaylock:{orders:42}:ch");
+    }
+
+    #[test]
+    fn lock_names_never_collide_with_side_names() {
+        // A lock name always ends with '}', a side name with "fence".
+        let a = Names::new("p", "x}:fence");
+        let b = Names::new("p", "x");
+        assert_ne!(a.lock, b.side);
+        assert!(a.lock.ends_with('}'));
+    }
+
+    #[test]
+    fn scripts_have_distinct_hashes() {
+        let s = Scripts::new();
+        assert_ne!(s.acquire.sha1(), s.release.sha1());
+        assert_ne!(s.release.sha1(), s.extend.sha1());
+    }
+}
