@@ -1,0 +1,341 @@
+//! The acquire loop: try -> register -> subscribe (confirmed) -> try -> wait.
+//!
+//! # Guarantees
+//!
+//! * Every wait is bounded: by a release message, by the holder's remaining
+//!   lease as the last try saw it (so a lost message costs at most that), by a
+//!   reconnect of the subscriber, and by the caller's deadline.
+//! * One retry per release per process: a release message wakes one local
+//!   waiter, and a newcomer that finds local waiters already queued on a
+//!   confirmed subscription joins the queue instead of trying first.
+//! * Cancellation: dropping a lock future at any await point leaves nothing
+//!   behind. Its waiter registration is removed; a wake-up it had received is
+//!   passed to the next local waiter; an acquire script in flight, which may
+//!   have taken the lock without the reply reaching us, is followed by a
+//!   release of that token in the background (fred sends both on the same
+//!   connection, in order), so no orphan lock blocks everyone for a lease.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::types::Value;
+use metrics::SharedString;
+
+use crate::client::Inner;
+use crate::error::{Error, Result};
+use crate::guard::{release_in_background, LockGuard};
+use crate::metrics::{self as m, Outcome, WakeCause};
+use crate::options::{validate_key, validate_lease, LockOptions, WaitStrategy};
+use crate::registry::Waiter;
+use crate::scripts::{Names, SIDE_RETENTION_MS};
+
+/// A probe claimed when a lease ran out (or none was known) has this long to
+/// record the next holder's lease before another local waiter may probe.
+const PROBE_SLICE: Duration = Duration::from_millis(50);
+
+/// While a channel's subscription cannot be confirmed (subscriber connection
+/// down, ACL forbids the channel), waiters re-check at least this often.
+const DEGRADED_POLL: Duration = Duration::from_millis(100);
+
+/// What one acquire script call found.
+enum Attempt {
+    Acquired(u64),
+    /// Held by another owner, whose lease ends in this long (`None`: the key
+    /// has no expiry, so it was not written by relaylock).
+    Held(Option<Duration>),
+}
+
+/// One lock call: everything fixed for its lifetime.
+struct Call<'a> {
+    inner: &'a Arc<Inner>,
+    key: &'a str,
+    names: Names,
+    token: String,
+    lease: Duration,
+    lease_ms: u64,
+    name: Option<&'a SharedString>,
+    started: Instant,
+}
+
+pub(crate) async fn lock(
+    inner: &Arc<Inner>,
+    key: &str,
+    options: &LockOptions,
+) -> Result<LockGuard> {
+    let call = Call::new(inner, key, options)?;
+    let deadline = options.wait.map(|w| call.started.checked_add(w));
+    let outcome = match (deadline, inner.strategy) {
+        // wait(0): exactly one try
+        (Some(Some(d)), _) if d <= call.started => match call.attempt().await {
+            Ok(Attempt::Acquired(fence)) => Ok(fence),
+            Ok(Attempt::Held(_)) => Err(Error::Timeout),
+            Err(e) => Err(e),
+        },
+        (deadline, WaitStrategy::PubSub) => call.wait_pubsub(deadline.flatten()).await,
+        (deadline, WaitStrategy::Poll(every)) => call.wait_poll(every, deadline.flatten()).await,
+    };
+    let waited = call.started.elapsed();
+    match outcome {
+        Ok(fence) => {
+            m::finished(call.name, Outcome::Acquired, waited);
+            Ok(call.into_guard(fence))
+        }
+        Err(Error::Timeout) => {
+            m::finished(call.name, Outcome::Timeout, waited);
+            Err(Error::Timeout)
+        }
+        Err(e) => {
+            m::finished(call.name, Outcome::Error, waited);
+            Err(e)
+        }
+    }
+}
+
+pub(crate) async fn try_lock(
+    inner: &Arc<Inner>,
+    key: &str,
+    options: &LockOptions,
+) -> Result<Option<LockGuard>> {
+    let call = Call::new(inner, key, options)?;
+    match call.attempt().await? {
+        Attempt::Acquired(fence) => {
+            m::finished(call.name, Outcome::Acquired, call.started.elapsed());
+            Ok(Some(call.into_guard(fence)))
+        }
+        Attempt::Held(_) => Ok(None),
+    }
+}
+
+/// Hands a received wake-up on to the next waiter unless disarmed: a woken
+/// waiter that is cancelled (or fails) before its try completed must not
+/// swallow the wake-up that was meant for "somebody local".
+struct PassOn<'a>(Option<&'a Waiter>);
+
+impl PassOn<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for PassOn<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.0 {
+            w.pass_on();
+        }
+    }
+}
+
+/// Releases the token in the background unless disarmed: covers an acquire
+/// script whose outcome we never learn (future dropped, reply lost, timeout).
+struct Orphan<'a, 'b>(Option<&'b Call<'a>>);
+
+impl Orphan<'_, '_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Orphan<'_, '_> {
+    fn drop(&mut self) {
+        if let Some(call) = self.0 {
+            release_in_background(
+                Arc::clone(call.inner),
+                call.names.clone(),
+                call.token.clone(),
+                None,
+                None,
+            );
+        }
+    }
+}
+
+fn remaining(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+fn expired(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+impl<'a> Call<'a> {
+    fn new(inner: &'a Arc<Inner>, key: &'a str, options: &'a LockOptions) -> Result<Self> {
+        validate_key(key)?;
+        let lease = options.lease.unwrap_or(inner.default_lease);
+        let lease_ms = validate_lease(lease)?;
+        Ok(Call {
+            inner,
+            key,
+            names: inner.names(key),
+            token: uuid::Uuid::new_v4().to_string(),
+            lease,
+            lease_ms,
+            name: options.name.as_ref(),
+            started: Instant::now(),
+        })
+    }
+
+    fn into_guard(self, fence: u64) -> LockGuard {
+        LockGuard::new(
+            Arc::clone(self.inner),
+            self.key,
+            self.names,
+            self.token,
+            fence,
+            self.name.cloned(),
+            self.started,
+            self.lease,
+        )
+    }
+
+    /// One acquire script call.
+    async fn attempt(&self) -> Result<Attempt> {
+        m::attempt(self.name);
+        let keys = vec![self.names.lock.as_str(), self.names.side.as_str()];
+        let args: Vec<Value> = vec![
+            self.token.as_str().into(),
+            (self.lease_ms as i64).into(),
+            ((self.lease_ms + SIDE_RETENTION_MS) as i64).into(),
+        ];
+        let orphan = Orphan(Some(self));
+        let reply: Vec<i64> = self
+            .inner
+            .scripts
+            .acquire
+            .evalsha_with_reload(&self.inner.redis, keys, args)
+            .await?;
+        orphan.disarm();
+        match reply.as_slice() {
+            [1, fence] if *fence > 0 => Ok(Attempt::Acquired(*fence as u64)),
+            [0, pttl] => Ok(Attempt::Held(
+                u64::try_from(*pttl).ok().map(Duration::from_millis),
+            )),
+            other => Err(Error::UnexpectedReply(format!("acquire replied {other:?}"))),
+        }
+    }
+
+    /// The spin-polling baseline: one try per interval.
+    async fn wait_poll(&self, every: Duration, deadline: Option<Instant>) -> Result<u64> {
+        loop {
+            if let Attempt::Acquired(fence) = self.attempt().await? {
+                return Ok(fence);
+            }
+            if expired(deadline) {
+                return Err(Error::Timeout);
+            }
+            let nap = remaining(deadline).map_or(every, |r| r.min(every));
+            tokio::time::sleep(nap).await;
+        }
+    }
+
+    /// Subscribe (bounded by the deadline); `Ok(true)` when the subscription
+    /// was already confirmed, `Ok(false)` when this call confirmed it, `Err`
+    /// when it could not be confirmed (degraded: poll every DEGRADED_POLL).
+    async fn subscribe(
+        &self,
+        waiter: &Waiter,
+        deadline: Option<Instant>,
+    ) -> std::result::Result<bool, ()> {
+        let outcome = match remaining(deadline) {
+            None => waiter.ensure_subscribed().await,
+            Some(left) => match tokio::time::timeout(left, waiter.ensure_subscribed()).await {
+                Ok(r) => r,
+                Err(_) => return Err(()),
+            },
+        };
+        outcome.map_err(|e| {
+            tracing::warn!(error = %e, key = %self.names.lock,
+                "relaylock: could not subscribe to the release channel; polling every {DEGRADED_POLL:?} meanwhile");
+        })
+    }
+
+    async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<u64> {
+        let registry = &self.inner.registry;
+        let channel = self.names.channel.as_str();
+        // Created before the first try, so a subscriber reconnect during that
+        // try (whose release message may be lost) still makes us re-check.
+        let reconnect = registry.reconnected();
+        tokio::pin!(reconnect);
+
+        // Register BEFORE the first try. Newcomer rule: when other local tasks
+        // are already trying or waiting for this key, one of them will see the
+        // next release anyway: queue behind them instead of trying first (FIFO,
+        // no extra script call, and no herd when many tasks arrive at once at
+        // an idle key).
+        let (mut waiter, queued) = registry.join(channel);
+        if !queued {
+            match self.attempt().await? {
+                Attempt::Acquired(fence) => return Ok(fence),
+                Attempt::Held(p) => waiter.note_pttl(p.unwrap_or(self.inner.default_lease)),
+            }
+            if expired(deadline) {
+                return Err(Error::Timeout);
+            }
+        }
+        waiter.count_as_waiting(self.name);
+        // Only the waiter that CONFIRMED the subscription must try again before
+        // sleeping: a release published before the confirmation reached nobody,
+        // and that one try observes it for every local waiter. A release after
+        // the confirmation wakes some local waiter (or leaves a permit). A
+        // queued newcomer tries first only if no local waiter knows the
+        // holder's lease yet, and then only one of them (the probe claim).
+        let mut confirmed = self.subscribe(&waiter, deadline).await;
+        let mut must_try = confirmed != Ok(true) || (queued && waiter.claim_probe(PROBE_SLICE));
+
+        loop {
+            if must_try {
+                // A waiter that leaves during its try (cancelled, error) hands
+                // the duty to re-check to the next local waiter.
+                let baton = PassOn(Some(&waiter));
+                let attempt = self.attempt().await?;
+                baton.disarm();
+                match attempt {
+                    Attempt::Acquired(fence) => return Ok(fence),
+                    Attempt::Held(p) => waiter.note_pttl(p.unwrap_or(self.inner.default_lease)),
+                }
+            }
+            if expired(deadline) {
+                return Err(Error::Timeout);
+            }
+
+            // Sleep until a release message, a reconnect, or the end of the
+            // holder's lease as the latest local try saw it.
+            let mut bound = waiter.until_expiry().unwrap_or(PROBE_SLICE);
+            if confirmed.is_err() {
+                bound = bound.min(DEGRADED_POLL);
+            }
+            if let Some(left) = remaining(deadline) {
+                bound = bound.min(left);
+            }
+            let cause = tokio::select! {
+                biased;
+                _ = waiter.notified() => WakeCause::Message,
+                _ = &mut reconnect => WakeCause::Reconnect,
+                _ = tokio::time::sleep(bound) => WakeCause::Ttl,
+            };
+            must_try = match cause {
+                WakeCause::Message => true,
+                WakeCause::Reconnect => {
+                    reconnect.set(registry.reconnected());
+                    confirmed = self.subscribe(&waiter, deadline).await;
+                    true
+                }
+                WakeCause::Ttl => {
+                    if expired(deadline) {
+                        return Err(Error::Timeout);
+                    }
+                    if confirmed.is_err() {
+                        confirmed = self.subscribe(&waiter, deadline).await;
+                        true
+                    } else {
+                        // The lease ran out without a message (holder died, or
+                        // the message was lost): one local waiter probes.
+                        waiter.claim_probe(PROBE_SLICE)
+                    }
+                }
+            };
+            if must_try {
+                m::wakeup(self.name, cause);
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! [`LockClient`] and its builder: owns the fred clients, the scripts, the
+//! registry and the subscriber task.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::{ClientLike, KeysInterface};
+use fred::types::config::{Config, ReconnectPolicy};
+use fred::types::Builder;
+use tokio::task::JoinHandle;
+
+use crate::acquire;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::options::{
+    validate_key, validate_lease, validate_prefix, validate_url_scheme, LockOptions, WaitStrategy,
+};
+use crate::registry::Registry;
+use crate::scripts::{Names, Scripts};
+
+/// A handle to relaylock on one Redis deployment.
+///
+/// Cheap to clone: clones share one command connection, one subscriber
+/// connection, one waiter registry and one subscriber task. Dropping the last
+/// clone (and the last guard) stops the subscriber task and closes the
+/// connections relaylock opened.
+///
+/// ```no_run
+/// # async fn demo() -> relaylock::Result<()> {
+/// use std::time::Duration;
+/// use relaylock::{LockClient, LockOptions};
+///
+/// let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+/// let guard = client.lock("orders:42").await?;
+/// // ... the critical section; pass guard.fencing_token() to the resource ...
+/// guard.release().await?;
+///
+/// let opts = LockOptions::default().wait(Duration::from_secs(2));
+/// match client.lock_with("orders:42", opts).await {
+///     Ok(guard) => guard.release().await?,
+///     Err(relaylock::Error::Timeout) => { /* busy */ }
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) redis: Client,
+    pub(crate) scripts: Scripts,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) prefix: String,
+    pub(crate) default_lease: Duration,
+    pub(crate) strategy: WaitStrategy,
+    subscriber: SubscriberClient,
+    subscriber_task: JoinHandle<()>,
+    owns_redis: bool,
+}
+
+impl Inner {
+    pub(crate) fn names(&self, key: &str) -> Names {
+        Names::new(&self.prefix, key)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.subscriber_task.abort();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let subscriber = self.subscriber.clone();
+            let redis = self.owns_redis.then(|| self.redis.clone());
+            handle.spawn(async move {
+                let _ = subscriber.quit().await;
+                if let Some(redis) = redis {
+                    let _ = redis.quit().await;
+                }
+            });
+        }
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("prefix", &self.inner.prefix)
+            .field("default_lease", &self.inner.default_lease)
+            .field("strategy", &self.inner.strategy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockClient {
+    /// Connect to the Redis at `url` (`redis://[user:password@]host:port[/db]`)
+    /// with every other setting at its default. See [`builder`](Self::builder).
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a malformed URL and with
+    /// [`Error::ConnectTimeout`] (or the connection error) when the server
+    /// cannot be reached within the connect timeout (5 s by default).
+    pub async fn connect(url: &str) -> Result<LockClient> {
+        LockClient::builder().url(url).build().await
+    }
+
+    /// A builder with every setting at its default.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// Take the lock on `key`, waiting as long as it takes. Uses the client's
+    /// default lease. Same as [`lock_with`](Self::lock_with) with default options.
+    ///
+    /// Cancel-safe: dropping the future leaves no lock held and no waiter
+    /// registered, and a wake-up it received is passed on to the next waiter.
+    pub async fn lock(&self, key: &str) -> Result<LockGuard> {
+        self.lock_with(key, LockOptions::default()).await
+    }
+
+    /// Take the lock on `key` with the given options: a wait limit (then
+    /// [`Error::Timeout`] when it runs out), a lease, a metrics name.
+    pub async fn lock_with(&self, key: &str, options: LockOptions) -> Result<LockGuard> {
+        acquire::lock(&self.inner, key, &options).await
+    }
+
+    /// One attempt, never waits: `Ok(None)` when another owner holds the lock.
+    pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
+        self.try_lock_with(key, LockOptions::default()).await
+    }
+
+    /// [`try_lock`](Self::try_lock) with options (its wait limit is ignored).
+    pub async fn try_lock_with(
+        &self,
+        key: &str,
+        options: LockOptions,
+    ) -> Result<Option<LockGuard>> {
+        acquire::try_lock(&self.inner, key, &options).await
+    }
+
+    /// Whether anybody holds the lock on `key` right now (one `EXISTS`). The
+    /// answer can be stale by the time it arrives; use it for display only.
+    pub async fn is_locked(&self, key: &str) -> Result<bool> {
+        validate_key(key)?;
+        let n: i64 = self.inner.redis.exists(self.inner.names(key).lock).await?;
+        Ok(n > 0)
+    }
+
+    /// The Redis name of the lock on `key` (`<prefix>:{<key>}`), for
+    /// inspection with other tools.
+    pub fn redis_key(&self, key: &str) -> String {
+        self.inner.names(key).lock
+    }
+
+    /// The prefix of every Redis name this client creates.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The fred client relaylock sends its commands on.
+    pub fn fred_client(&self) -> &Client {
+        &self.inner.redis
+    }
+}
+
+/// Configures and connects a [`LockClient`], in the style of fred's builder.
+///
+/// ```no_run
+/// # async fn demo() -> relaylock::Result<()> {
+/// use std::time::Duration;
+/// use relaylock::{LockClient, WaitStrategy};
+///
+/// let client = LockClient::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .prefix("billing")                          // every Redis name starts "billing:"
+///     .default_lease(Duration::from_secs(30))
+///     .wait_strategy(WaitStrategy::PubSub)
+///     .connect_timeout(Duration::from_secs(2))
+///     .build()
+///     .await?;
+/// # drop(client); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClientBuilder {
+    url: Option<String>,
+    fred_client: Option<Client>,
+    prefix: String,
+    default_lease: Duration,
+    wait_strategy: WaitStrategy,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    unsubscribe_linger: Duration,
+    message_buffer: usize,
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password: never print it.
+        f.debug_struct("LockClientBuilder")
+            .field("url", &self.url.as_ref().map(|_| "<set>"))
+            .field("fred_client", &self.fred_client.is_some())
+            .field("prefix", &self.prefix)
+            .field("default_lease", &self.default_lease)
+            .field("wait_strategy", &self.wait_strategy)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("unsubscribe_linger", &self.unsubscribe_linger)
+            .field("message_buffer", &self.message_buffer)
+            .finish()
+    }
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            url: None,
+            fred_client: None,
+            prefix: "relaylock".into(),
+            default_lease: Duration::from_secs(30),
+            wait_strategy: WaitStrategy::PubSub,
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(5),
+            unsubscribe_linger: Duration::from_millis(500),
+            message_buffer: 1024,
+        }
+    }
+}
+
+impl LockClientBuilder {
+    /// The Redis URL, as fred parses it: `redis://[[user]:password@]host[:port][/db]`.
+    /// Default: `redis://127.0.0.1:6379`.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// Use an existing fred client for commands instead of a URL. relaylock
+    /// opens its subscriber connection with the same configuration, connects
+    /// the client if it is not connected yet, and never quits it.
+    pub fn fred_client(mut self, client: Client) -> Self {
+        self.fred_client = Some(client);
+        self
+    }
+
+    /// The namespace of every Redis name relaylock creates. Default `relaylock`.
+    /// Non-empty, at most 128 bytes, without `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of a lock taken without [`LockOptions::lease`]. Default 30 s.
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// How waiters wait. Default [`WaitStrategy::PubSub`].
+    pub fn wait_strategy(mut self, strategy: WaitStrategy) -> Self {
+        self.wait_strategy = strategy;
+        self
+    }
+
+    /// How long `build` may take to connect before it fails with
+    /// [`Error::ConnectTimeout`]. Also the TCP connect timeout of every later
+    /// reconnect. Default 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one Redis command may take, reconnects included, before it
+    /// fails. Also the limit after which a connection that answers nothing is
+    /// considered dead and replaced. Default 5 s. Ignored with
+    /// [`fred_client`](Self::fred_client), whose own settings apply.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// How long a channel stays subscribed after its last local waiter left,
+    /// so a key in steady use is not resubscribed at every hand-over.
+    /// Default 500 ms. Zero unsubscribes at once.
+    pub fn unsubscribe_linger(mut self, linger: Duration) -> Self {
+        self.unsubscribe_linger = linger;
+        self
+    }
+
+    /// Release messages fred buffers for the subscriber task before it counts
+    /// as lagging (then every waiter re-checks). Default 1024.
+    pub fn message_buffer(mut self, messages: usize) -> Self {
+        self.message_buffer = messages.max(1);
+        self
+    }
+
+    /// Check the settings, connect both connections, load the scripts and
+    /// start the subscriber task.
+    pub async fn build(self) -> Result<LockClient> {
+        validate_prefix(&self.prefix)?;
+        validate_lease(self.default_lease)?;
+        for (what, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("command_timeout", self.command_timeout),
+        ] {
+            if d.is_zero() || d > Duration::from_secs(3600) {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} {d:?} must be between 1 ms and 1 h"
+                )));
+            }
+        }
+        if let WaitStrategy::Poll(interval) = self.wait_strategy {
+            if interval.is_zero() || interval > Duration::from_secs(3600) {
+                return Err(Error::InvalidArgument(format!(
+                    "poll interval {interval:?} must be between 1 ms and 1 h"
+                )));
+            }
+        }
+        if self.url.is_some() && self.fred_client.is_some() {
+            return Err(Error::InvalidArgument(
+                "set either url or fred_client, not both".into(),
+            ));
+        }
+
+        let (redis, owns_redis, builder) = match self.fred_client {
+            Some(client) => {
+                let mut builder = Builder::from_config(client.client_config());
+                builder
+                    .set_connection_config(client.connection_config().clone())
+                    .set_performance_config(client.perf_config());
+                builder.with_performance_config(|p| {
+                    p.broadcast_channel_capacity = self.message_buffer
+                });
+                builder.set_policy(
+                    client
+                        .client_reconnect_policy()
+                        .unwrap_or_else(default_policy),
+                );
+                (client, false, builder)
+            }
+            None => {
+                let url = self.url.as_deref().unwrap_or("redis://127.0.0.1:6379");
+                validate_url_scheme(url)?;
+                let config = Config::from_url(url).map_err(|e| {
+                    Error::InvalidArgument(format!("invalid Redis URL: {}", e.details()))
+                })?;
+                let mut builder = Builder::from_config(config);
+                builder
+                    .with_connection_config(|c| {
+                        c.connection_timeout = self.connect_timeout;
+                        c.internal_command_timeout = self.connect_timeout;
+                        c.tcp.nodelay = Some(true);
+                        c.unresponsive.max_timeout = Some(self.command_timeout);
+                        c.unresponsive.interval =
+                            (self.command_timeout / 4).max(Duration::from_millis(10));
+                    })
+                    .with_performance_config(|p| {
+                        p.default_command_timeout = self.command_timeout;
+                        p.broadcast_channel_capacity = self.message_buffer;
+                    })
+                    .set_policy(default_policy());
+                (builder.build()?, true, builder)
+            }
+        };
+        let subscriber = builder.build_subscriber_client()?;
+
+        if !redis.is_connected() {
+            init_bounded(&redis, self.connect_timeout).await?;
+        }
+        if let Err(e) = init_bounded(&subscriber, self.connect_timeout).await {
+            if owns_redis {
+                let _ = tokio::time::timeout(self.connect_timeout, redis.quit()).await;
+            }
+            return Err(e);
+        }
+
+        let scripts = Scripts::new();
+        let loaded = async {
+            scripts.acquire.load(&redis).await?;
+            scripts.release.load(&redis).await?;
+            scripts.extend.load(&redis).await
+        };
+        if let Err(e) = loaded.await {
+            let _ = subscriber.quit().await;
+            if owns_redis {
+                let _ = redis.quit().await;
+            }
+            return Err(e.into());
+        }
+
+        crate::metrics::describe();
+        let registry = Arc::new(Registry::new(subscriber.clone(), self.unsubscribe_linger));
+        let subscriber_task = crate::subscriber::spawn(&subscriber, Arc::clone(&registry));
+        Ok(LockClient {
+            inner: Arc::new(Inner {
+                redis,
+                scripts,
+                registry,
+                prefix: self.prefix,
+                default_lease: self.default_lease,
+                strategy: self.wait_strategy,
+                subscriber,
+                subscriber_task,
+                owns_redis,
+            }),
+        })
+    }
+}
+
+/// Reconnect forever, 50 ms doubling up to 2 s between attempts.
+fn default_policy() -> ReconnectPolicy {
+    ReconnectPolicy::new_exponential(0, 50, 2_000, 2)
+}
+
+/// Connect, or give up after `timeout` and stop the client's reconnect loop.
+async fn init_bounded<C: ClientLike>(client: &C, timeout: Duration) -> Result<()> {
+    let outcome = tokio::time::timeout(timeout, client.init()).await;
+    let error = match outcome {
+        Ok(Ok(_task)) => return Ok(()),
+        Ok(Err(e)) => Error::Redis(e),
+        Err(_) => Error::ConnectTimeout(timeout),
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+    Err(error)
+}
