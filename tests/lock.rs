@@ -1,0 +1,689 @@
+//! Integration tests of the core lock against a real redis-server.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use fred::types::CustomCommand;
+use relaylock::{Error, LockClient, LockOptions};
+use support::{command_calls, delta, eventually, RedisServer};
+
+async fn client(server: &RedisServer) -> LockClient {
+    LockClient::builder()
+        .url(server.url())
+        .unsubscribe_linger(Duration::from_millis(50))
+        .build()
+        .await
+        .expect("connect")
+}
+
+const CHILD_ENV: &str = "RELAYLOCK_TEST_CHILD_URL";
+const TASKS: usize = 64;
+const ROUNDS: usize = 5;
+
+/// 64 tasks per process, a second process of this very test binary, a
+/// non-atomic GET/SET counter in Redis under the lock: the final count must be
+/// exact, and the fencing tokens, appended under the lock, strictly increase
+/// in the order the critical sections ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_tasks_and_processes() {
+    if let Ok(url) = std::env::var(CHILD_ENV) {
+        // Child role: the same workload from a second process.
+        contend(&url).await;
+        return;
+    }
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "mutual_exclusion_across_tasks_and_processes",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, server.url())
+        .spawn()
+        .expect("spawn the second process");
+    contend(&server.url()).await;
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "second process failed: {status}");
+
+    let count: i64 = admin.get("counter").await.unwrap();
+    assert_eq!(
+        count,
+        (2 * TASKS * ROUNDS) as i64,
+        "lost updates: mutual exclusion broken"
+    );
+    let fences: Vec<u64> = admin.lrange("fences", 0, -1).await.unwrap();
+    assert_eq!(fences.len(), 2 * TASKS * ROUNDS);
+    for w in fences.windows(2) {
+        assert!(
+            w[0] < w[1],
+            "fencing tokens not strictly increasing: {} then {}",
+            w[0],
+            w[1]
+        );
+    }
+}
+
+async fn contend(url: &str) {
+    let lock = LockClient::connect(url).await.unwrap();
+    let data = Builder::from_config(Config::from_url(url).unwrap())
+        .build()
+        .unwrap();
+    data.init().await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (lock, data) = (lock.clone(), data.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = lock.lock("counter").await.unwrap();
+                let n: Option<i64> = data.get("counter").await.unwrap();
+                data.set::<(), _, _>("counter", n.unwrap_or(0) + 1, None, None, false)
+                    .await
+                    .unwrap();
+                data.rpush::<(), _, _>("fences", guard.fencing_token())
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// 200 waiters in one process lock, hold 1 ms and release, several rounds:
+/// acquire script calls per acquisition, read from the server, stay <= 1.5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_retry_per_release() {
+    const WAITERS: usize = 200;
+    const ROUNDS: usize = 5;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = client(&server).await;
+    let before = command_calls(&admin).await;
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        let lock = lock.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let g = lock.lock("hot").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let after = command_calls(&admin).await;
+    let acquisitions = (WAITERS * ROUNDS) as u64;
+    // Every acquisition is released exactly once; every other EVALSHA is an acquire attempt.
+    let scripts = delta(&before, &after, "evalsha");
+    let attempts = scripts - acquisitions;
+    let per_acq = attempts as f64 / acquisitions as f64;
+    println!(
+        "one_retry_per_release: {acquisitions} acquisitions, {attempts} acquire script calls, {per_acq:.3} per acquisition, {} PUBLISH, {} SUBSCRIBE",
+        delta(&before, &after, "publish"),
+        delta(&before, &after, "subscribe"),
+    );
+    assert!(per_acq >= 1.0);
+    // The issue sets 1.5; the design gives 1.00 (one try per release plus the
+    // confirmer's and one probe's), so guard against regressions well below 1.5.
+    assert!(
+        per_acq <= 1.25,
+        "{per_acq:.3} acquire calls per acquisition"
+    );
+}
+
+#[tokio::test]
+async fn try_lock_and_timeout() {
+    let server = RedisServer::start();
+    let lock = client(&server).await;
+    let held = lock.try_lock("k").await.unwrap().expect("free lock");
+    assert!(lock.try_lock("k").await.unwrap().is_none());
+    assert!(lock.is_locked("k").await.unwrap());
+
+    let start = Instant::now();
+    let r = lock
+        .lock_with("k", LockOptions::default().wait(Duration::from_millis(300)))
+        .await;
+    let waited = start.elapsed();
+    assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    assert!(
+        waited >= Duration::from_millis(300),
+        "gave up early: {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(3), "overslept: {waited:?}");
+
+    // wait(0) is exactly one try.
+    let r = lock
+        .lock_with("k", LockOptions::default().wait(Duration::ZERO))
+        .await;
+    assert!(matches!(r, Err(Error::Timeout)));
+
+    held.release().await.unwrap();
+    assert!(!lock.is_locked("k").await.unwrap());
+    let g = lock
+        .try_lock("k")
+        .await
+        .unwrap()
+        .expect("free after release");
+    g.release().await.unwrap();
+}
+
+/// A waiter wakes at the holder's remaining lease when nobody releases.
+#[tokio::test]
+async fn waiter_takes_over_an_expired_lease() {
+    let server = RedisServer::start();
+    let lock = client(&server).await;
+    let dead = lock
+        .lock_with(
+            "k",
+            LockOptions::default().lease(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap();
+    std::mem::forget(dead); // a holder that died without releasing
+    let start = Instant::now();
+    let g = lock
+        .lock_with("k", LockOptions::default().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited < Duration::from_secs(2),
+        "took {waited:?} to take over a 300 ms lease"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn expired_lock_reports_lost_and_never_touches_the_new_owner() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let old = a
+        .lock_with(
+            "k",
+            LockOptions::default().lease(Duration::from_millis(100)),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let new = b.lock("k").await.unwrap();
+    assert!(new.fencing_token() > old.fencing_token());
+    let new_value: String = admin.get(a.redis_key("k")).await.unwrap();
+    let new_ttl: i64 = admin.pttl(a.redis_key("k")).await.unwrap();
+
+    assert!(matches!(
+        old.extend(Duration::from_secs(60)).await,
+        Err(Error::LockLost)
+    ));
+    assert!(matches!(old.release().await, Err(Error::LockLost)));
+
+    let value: String = admin.get(a.redis_key("k")).await.unwrap();
+    assert_eq!(value, new_value, "the new owner's key was modified");
+    assert!(value.starts_with(new.token()));
+    let ttl: i64 = admin.pttl(a.redis_key("k")).await.unwrap();
+    assert!(
+        ttl <= new_ttl && ttl > 20_000,
+        "the new owner's lease was changed: {ttl}"
+    );
+    new.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn extend_keeps_the_lock_past_its_first_lease() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = client(&server).await;
+    let g = lock
+        .lock_with(
+            "k",
+            LockOptions::default().lease(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap();
+    g.extend(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ttl: i64 = admin.pttl(lock.redis_key("k")).await.unwrap();
+    assert!(ttl > 3_000, "extend did not take: pttl {ttl}");
+    assert!(lock.try_lock("k").await.unwrap().is_none());
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn dropped_guard_is_released_in_the_background() {
+    let server = RedisServer::start();
+    let lock = client(&server).await;
+    {
+        let _g = lock.lock("k").await.unwrap();
+    }
+    let start = Instant::now();
+    let g = lock
+        .lock_with("k", LockOptions::default().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(start.elapsed() < Duration::from_secs(2));
+    g.release().await.unwrap();
+}
+
+/// `CLIENT KILL TYPE pubsub` while waiters wait, then releases: every waiter
+/// still acquires, long before the 20 s lease would have let them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_notification_after_subscriber_kill() {
+    const WAITERS: usize = 20;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let holder_client = client(&server).await;
+    let waiters_client = client(&server).await;
+    let lease = LockOptions::default().lease(Duration::from_secs(20));
+    let holder = holder_client.lock_with("k", lease.clone()).await.unwrap();
+
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        let (c, done) = (waiters_client.clone(), done.clone());
+        let opts = lease.clone().wait(Duration::from_secs(10));
+        tasks.push(tokio::spawn(async move {
+            let g = c.lock_with("k", opts).await?;
+            done.fetch_add(1, Ordering::SeqCst);
+            g.release().await
+        }));
+    }
+    let channel = format!("{}:ch", holder_client.redis_key("k"));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            support::numsub(&admin, &channel).await > 0
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let start = Instant::now();
+    let killed: i64 = admin
+        .custom(
+            CustomCommand::new_static("CLIENT", None, false),
+            vec!["KILL", "TYPE", "pubsub"],
+        )
+        .await
+        .unwrap();
+    assert!(killed >= 1);
+    holder.release().await.unwrap(); // published while the subscriber is down
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), WAITERS);
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    println!("lost_notification_after_subscriber_kill: all {WAITERS} waiters acquired {took:?} after the kill");
+}
+
+/// A waiter that was woken by a release and is then dropped before using the
+/// wake-up passes it on: the next waiter acquires at once instead of sleeping
+/// until the (here 30 s) lease bound.
+#[tokio::test]
+async fn cancelled_woken_waiter_passes_the_wakeup_on() {
+    let server = RedisServer::start();
+    let lock = client(&server).await;
+    let other = client(&server).await;
+    let holder = other.lock("k").await.unwrap();
+
+    let mut first =
+        Box::pin(lock.lock_with("k", LockOptions::default().wait(Duration::from_secs(20))));
+    tokio::select! {
+        r = &mut first => panic!("acquired a held lock: {r:?}"),
+        _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+    }
+    let second = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let g = lock
+                .lock_with("k", LockOptions::default().wait(Duration::from_secs(5)))
+                .await;
+            (g, start.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release().await.unwrap();
+    // Let the message reach the subscriber and wake `first`, which is never polled again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(first);
+    let (g, waited) = second.await.unwrap();
+    let g = g.expect("second waiter was stranded");
+    assert!(
+        waited < Duration::from_secs(3),
+        "second waiter took {waited:?}"
+    );
+    g.release().await.unwrap();
+}
+
+/// A lock future dropped while its acquire script is in flight may own the
+/// lock without knowing it: that token is released in the background.
+#[tokio::test]
+async fn cancelled_in_flight_acquire_leaves_no_orphan() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = client(&server).await;
+    let before = command_calls(&admin).await;
+    {
+        let mut fut = Box::pin(lock.lock("k"));
+        assert!(
+            futures::poll!(&mut fut).is_pending(),
+            "acquired without a round trip?"
+        );
+    } // dropped with the acquire script sent
+    let sent = eventually(Duration::from_secs(5), || async {
+        delta(&before, &command_calls(&admin).await, "evalsha") >= 2
+    })
+    .await;
+    assert!(
+        sent,
+        "the acquire and the background release should both reach Redis"
+    );
+    let g = lock
+        .try_lock("k")
+        .await
+        .unwrap()
+        .expect("orphaned lock still held");
+    g.release().await.unwrap();
+}
+
+/// When the waiters are gone, no channel stays subscribed and the only names
+/// left are the short-lived side hashes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_subscription_outlives_its_waiters() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = client(&server).await;
+    let holder = lock.lock("a").await.unwrap();
+    let holder_b = lock.lock("b").await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let lock = lock.clone();
+        let key = if i % 2 == 0 { "a" } else { "b" };
+        // Half leave by timeout, half acquire.
+        let wait = if i % 4 < 2 {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(10)
+        };
+        tasks.push(tokio::spawn(async move {
+            match lock.lock_with(key, LockOptions::default().wait(wait)).await {
+                Ok(g) => g.release().await.unwrap(),
+                Err(Error::Timeout) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }));
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            support::channels(&admin, "relaylock:*").await.len() == 2
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    holder.release().await.unwrap();
+    holder_b.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let clean = eventually(Duration::from_secs(5), || async {
+        support::channels(&admin, "relaylock:*").await.is_empty()
+    })
+    .await;
+    assert!(
+        clean,
+        "left subscribed: {:?}",
+        support::channels(&admin, "relaylock:*").await
+    );
+    assert_eq!(
+        support::numsub(&admin, &format!("{}:ch", lock.redis_key("a"))).await,
+        0
+    );
+    let mut left = support::keys(&admin, "relaylock:*").await;
+    left.sort();
+    assert_eq!(left, vec!["relaylock:{a}:fence", "relaylock:{b}:fence"]);
+    let ttl: i64 = admin.pttl("relaylock:{a}:fence").await.unwrap();
+    assert!(
+        ttl > 0 && ttl <= relaylock::scripts::SIDE_RETENTION_MS as i64,
+        "side hash ttl {ttl}"
+    );
+}
+
+/// Fencing tokens keep increasing across a restart with no persistence, and
+/// a holder whose key vanished with the restart learns it on release.
+#[tokio::test]
+async fn fencing_tokens_survive_a_restart() {
+    let mut server = RedisServer::start();
+    let lock = LockClient::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let mut last = 0;
+    for _ in 0..50 {
+        let g = lock.lock("k").await.unwrap();
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.release().await.unwrap();
+    }
+    let held = lock.lock("k").await.unwrap();
+    server.restart();
+    let g = lock
+        .lock_with("k", LockOptions::default().wait(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(
+        g.fencing_token() > held.fencing_token(),
+        "fence went backwards after restart"
+    );
+    assert!(matches!(held.release().await, Err(Error::LockLost)));
+    g.release().await.unwrap();
+}
+
+/// The release script recognises its own replay (fred resends a command
+/// whose reply was lost) and does not report a false loss.
+#[tokio::test]
+async fn replayed_release_is_not_a_false_loss() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = client(&server).await;
+    let key = lock.redis_key("k");
+    let side = format!("{key}:fence");
+    let channel = format!("{key}:ch");
+    let g = lock.lock("k").await.unwrap();
+    let (token, fence) = (g.token().to_owned(), g.fencing_token().to_string());
+    std::mem::forget(g);
+    let release = |fence: String| {
+        let (admin, key, side, channel, token) = (
+            admin.clone(),
+            key.clone(),
+            side.clone(),
+            channel.clone(),
+            token.clone(),
+        );
+        async move {
+            let args: Vec<String> = vec![
+                token,
+                fence,
+                channel,
+                relaylock::scripts::SIDE_RETENTION_MS.to_string(),
+                relaylock::scripts::RING_CHARS.to_string(),
+            ];
+            admin
+                .eval::<i64, _, _, _>(relaylock::scripts::RELEASE, vec![key, side], args)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(release(fence.clone()).await, 1, "first release");
+    // Others take and release the lock 10 times before the replay arrives.
+    for _ in 0..10 {
+        lock.lock("k").await.unwrap().release().await.unwrap();
+    }
+    assert_eq!(
+        release(fence.clone()).await,
+        2,
+        "replay recognised as already released"
+    );
+    assert_eq!(
+        release("1".into()).await,
+        0,
+        "a fence never released is a loss"
+    );
+}
+
+#[tokio::test]
+async fn bad_arguments_are_typed_errors() {
+    let server = RedisServer::start();
+    let lock = client(&server).await;
+    let invalid = |r: &relaylock::Result<_>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(invalid(&lock.lock("").await.map(|_| ())));
+    assert!(invalid(&lock.try_lock("").await.map(|_| ())));
+    assert!(invalid(&lock.is_locked("").await.map(|_| ())));
+    let long = "k".repeat(relaylock::MAX_KEY_LEN + 1);
+    assert!(invalid(&lock.lock(&long).await.map(|_| ())));
+    let max = "k".repeat(relaylock::MAX_KEY_LEN);
+    lock.lock(&max).await.unwrap().release().await.unwrap();
+    for lease in [
+        Duration::ZERO,
+        relaylock::MAX_LEASE + Duration::from_secs(1),
+        Duration::MAX,
+    ] {
+        let r = lock
+            .lock_with("k", LockOptions::default().lease(lease))
+            .await;
+        assert!(invalid(&r.map(|_| ())), "lease {lease:?}");
+    }
+    // A wait too long to be a deadline means "no deadline", not a panic.
+    lock.lock_with("k", LockOptions::default().wait(Duration::MAX))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Keys with braces, spaces, unicode are fine.
+    for key in ["{x}", "a b", "ü🔒", "}", "{", "x}:fence"] {
+        let g = lock.lock(key).await.unwrap();
+        assert_eq!(g.key(), key);
+        g.release().await.unwrap();
+    }
+    let g = lock.lock("k").await.unwrap();
+    assert!(invalid(&g.extend(Duration::ZERO).await));
+    g.release().await.unwrap();
+
+    for url in ["not a url", "", "redis://", "http://127.0.0.1:6379"] {
+        let r = LockClient::connect(url).await.map(|_| ());
+        assert!(invalid(&r), "url {url:?} gave {r:?}");
+    }
+    for prefix in ["", "a{b}", "x}"] {
+        let r = LockClient::builder()
+            .url(server.url())
+            .prefix(prefix)
+            .build()
+            .await;
+        assert!(invalid(&r.map(|_| ())), "prefix {prefix:?}");
+    }
+    let r = LockClient::builder()
+        .url(server.url())
+        .default_lease(Duration::ZERO)
+        .build()
+        .await;
+    assert!(invalid(&r.map(|_| ())));
+    let r = LockClient::builder()
+        .url(server.url())
+        .wait_strategy(relaylock::WaitStrategy::Poll(Duration::ZERO))
+        .build()
+        .await;
+    assert!(invalid(&r.map(|_| ())));
+}
+
+#[tokio::test]
+async fn unreachable_server_fails_within_the_connect_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let start = Instant::now();
+    let r = LockClient::builder()
+        .url(format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await;
+    let took = start.elapsed();
+    assert!(r.is_err(), "connected to a closed port");
+    assert!(!matches!(r, Err(Error::InvalidArgument(_))));
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+/// The spin-polling baseline is still a correct lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_strategy_is_a_correct_lock() {
+    let server = RedisServer::start();
+    let lock = LockClient::builder()
+        .url(server.url())
+        .wait_strategy(relaylock::WaitStrategy::Poll(Duration::from_millis(2)))
+        .build()
+        .await
+        .unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (lock, inside) = (lock.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                let g = lock.lock("k").await.unwrap();
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// A client built on an existing fred client shares its connection.
+#[tokio::test]
+async fn builds_on_an_existing_fred_client() {
+    let server = RedisServer::start();
+    let fred = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build()
+        .unwrap();
+    fred.init().await.unwrap();
+    let lock = LockClient::builder()
+        .fred_client(fred.clone())
+        .prefix("app")
+        .build()
+        .await
+        .unwrap();
+    let g = lock.lock("k").await.unwrap();
+    let exists: i64 = fred.exists("app:{k}").await.unwrap();
+    assert_eq!(exists, 1);
+    g.release().await.unwrap();
+    drop(lock);
+    let pong: String = fred.ping(None).await.unwrap();
+    assert_eq!(
+        pong, "PONG",
+        "relaylock must not quit a client it does not own"
+    );
+}

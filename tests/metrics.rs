@@ -1,0 +1,147 @@
+//! Metrics are recorded under the documented names, with the documented labels.
+//! Its own test binary: it installs a process-wide recorder.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::MetricKind;
+use relaylock::{metrics as names, Error, LockClient, LockOptions};
+use support::RedisServer;
+
+/// (name, sorted labels) -> counter value / histogram sample count / gauge value
+type Values = HashMap<(String, Vec<(String, String)>), f64>;
+
+fn read(snapshotter: &Snapshotter) -> Values {
+    let mut out = HashMap::new();
+    for (key, _unit, _desc, value) in snapshotter.snapshot().into_vec() {
+        let (kind, key) = key.into_parts();
+        let mut labels: Vec<(String, String)> = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        labels.sort();
+        let v = match (kind, value) {
+            (MetricKind::Counter, DebugValue::Counter(c)) => c as f64,
+            (MetricKind::Gauge, DebugValue::Gauge(g)) => g.into_inner(),
+            (MetricKind::Histogram, DebugValue::Histogram(h)) => h.len() as f64,
+            _ => continue,
+        };
+        out.insert((key.name().to_owned(), labels), v);
+    }
+    out
+}
+
+fn get(m: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let mut l: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    l.sort();
+    m.get(&(name.to_owned(), l)).copied().unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_recorded() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().expect("install the test recorder");
+
+    let server = RedisServer::start();
+    let lock = LockClient::connect(&server.url()).await.unwrap();
+    let named = |o: LockOptions| o.name("orders");
+
+    // An acquisition and a release.
+    let g = lock
+        .lock_with("a", named(LockOptions::default()))
+        .await
+        .unwrap();
+    // A timeout after a wait.
+    let r = lock
+        .lock_with(
+            "a",
+            named(LockOptions::default().wait(Duration::from_millis(200))),
+        )
+        .await;
+    assert!(matches!(r, Err(Error::Timeout)));
+    // A waiter woken by the release message.
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            lock.lock_with("a", LockOptions::default().name("orders"))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mid = read(&snapshotter);
+    assert_eq!(
+        get(&mid, names::WAITERS, &[("name", "orders")]),
+        1.0,
+        "one task waiting"
+    );
+    g.release().await.unwrap();
+    let g2 = waiter.await.unwrap().unwrap();
+    g2.release().await.unwrap();
+    // A lost lock: the lease runs out before the release. No name label here.
+    let lost = lock
+        .lock_with("b", LockOptions::default().lease(Duration::from_millis(50)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert!(matches!(lost.release().await, Err(Error::LockLost)));
+
+    let m = read(&snapshotter);
+    let orders = [("name", "orders")];
+    assert_eq!(get(&m, names::ACQUIRED_TOTAL, &orders), 2.0);
+    assert_eq!(get(&m, names::ACQUIRED_TOTAL, &[]), 1.0);
+    assert_eq!(get(&m, names::TIMEOUTS_TOTAL, &orders), 1.0);
+    assert_eq!(get(&m, names::RELEASED_TOTAL, &orders), 2.0);
+    assert_eq!(get(&m, names::LOST_TOTAL, &[]), 1.0);
+    assert_eq!(
+        get(
+            &m,
+            names::WAKEUPS_TOTAL,
+            &[("name", "orders"), ("cause", "message")]
+        ),
+        1.0
+    );
+    assert_eq!(get(&m, names::WAITERS, &orders), 0.0, "gauge back to zero");
+    // attempts: first lock 1, timed-out call 1, woken waiter 1 first try + 1 after the message.
+    let attempts = get(&m, names::ACQUIRE_ATTEMPTS_TOTAL, &orders);
+    assert!((3.0..=5.0).contains(&attempts), "attempts {attempts}");
+    // The debugging recorder drains histogram samples at each snapshot: add
+    // what the mid-test snapshot took.
+    let samples =
+        |name: &str, labels: &[(&str, &str)]| get(&mid, name, labels) + get(&m, name, labels);
+    assert_eq!(
+        samples(
+            names::ACQUIRE_WAIT_SECONDS,
+            &[("name", "orders"), ("outcome", "acquired")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        samples(
+            names::ACQUIRE_WAIT_SECONDS,
+            &[("name", "orders"), ("outcome", "timeout")]
+        ),
+        1.0
+    );
+    assert_eq!(samples(names::HELD_SECONDS, &orders), 2.0);
+    assert_eq!(samples(names::HELD_SECONDS, &[]), 1.0);
+    // Nothing carries the raw key.
+    for (name, labels) in m.keys() {
+        assert!(
+            names::ALL.contains(&name.as_str()),
+            "undocumented metric {name}"
+        );
+        for (k, v) in labels {
+            assert!(
+                k != "key" && v != "a" && v != "b",
+                "{name} has a raw key label {k}={v}"
+            );
+        }
+    }
+}
