@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use fred::types::CustomCommand;
 use relaylock::{Error, LockClient, LockOptions};
-use support::{command_calls, delta, eventually, RedisServer};
+use support::{command_calls, delta, eventually, Admin, RedisServer};
 
 async fn client(server: &RedisServer) -> LockClient {
     LockClient::builder()

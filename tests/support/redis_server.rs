@@ -1,0 +1,156 @@
+//! A throwaway `redis-server` on a free loopback port, stopped on drop.
+//!
+//! Shared by the integration tests (`tests/support`) and the `relaylock bench`
+//! load test, which includes this file with `#[path]`. Only `std` is used.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The error when the binary is missing: names the install command.
+pub const INSTALL_HINT: &str = "redis-server is not on PATH. Install it with \
+`apt-get install -y redis-server` (Debian/Ubuntu) or your system's package manager.";
+
+/// A `redis-server` process with no persistence, killed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .expect("local address")
+        .port()
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+enum Spawn {
+    Up(Child),
+    /// Exited at once: most likely the port was taken.
+    Exited,
+}
+
+fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Result<Spawn, String> {
+    let mut child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => INSTALL_HINT.to_string(),
+            _ => format!("could not run redis-server: {e}"),
+        })?;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        if ping(port) {
+            // Drain its output so a chatty server never blocks on a full pipe.
+            if let Some(out) = child.stdout.take() {
+                std::thread::spawn(move || for _ in BufReader::new(out).lines() {});
+            }
+            return Ok(Spawn::Up(child));
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            return Ok(Spawn::Exited);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err(format!(
+        "redis-server did not answer PING within 10 s on port {port}"
+    ))
+}
+
+impl RedisServer {
+    /// Start a server with no persistence on a free port; panics with the
+    /// install command when redis-server is missing (for tests).
+    pub fn start() -> Self {
+        Self::try_start(&[]).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Start a server with extra command-line arguments.
+    pub fn try_start(extra: &[&str]) -> Result<Self, String> {
+        for _ in 0..10 {
+            let port = free_port();
+            let dir =
+                std::env::temp_dir().join(format!("relaylock-redis-{port}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+            match spawn(port, &dir, extra)? {
+                Spawn::Up(child) => {
+                    return Ok(RedisServer {
+                        child: Some(child),
+                        port,
+                        dir,
+                    })
+                }
+                Spawn::Exited => continue,
+            }
+        }
+        Err("could not start redis-server on a free port after 10 tries".into())
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Kill the server (SIGKILL: no persistence, nothing saved).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kill and start again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        let started = Instant::now();
+        loop {
+            if let Spawn::Up(c) = spawn(self.port, &self.dir, &[]).unwrap_or_else(|e| panic!("{e}"))
+            {
+                self.child = Some(c);
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "restart on port {} failed",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
