@@ -40,9 +40,10 @@ const DEGRADED_POLL: Duration = Duration::from_millis(100);
 /// What one acquire script call found.
 enum Attempt {
     Acquired(u64),
-    /// Held by another owner, whose lease ends in this long (`None`: the key
-    /// has no expiry, so it was not written by relaylock).
-    Held(Option<Duration>),
+    /// Held by another owner, whose lease ended this long after the try was
+    /// sent (`None`: the key has no expiry, so it was not written by
+    /// relaylock).
+    Held(Option<Duration>, Instant),
 }
 
 /// One lock call: everything fixed for its lifetime.
@@ -68,7 +69,7 @@ pub(crate) async fn lock(
         // wait(0): exactly one try
         (Some(Some(d)), _) if d <= call.started => match call.attempt().await {
             Ok(Attempt::Acquired(fence)) => Ok(fence),
-            Ok(Attempt::Held(_)) => Err(Error::Timeout),
+            Ok(Attempt::Held(..)) => Err(Error::Timeout),
             Err(e) => Err(e),
         },
         (deadline, WaitStrategy::PubSub) => call.wait_pubsub(deadline.flatten()).await,
@@ -102,7 +103,7 @@ pub(crate) async fn try_lock(
             m::finished(call.name, Outcome::Acquired, call.started.elapsed());
             Ok(Some(call.into_guard(fence)))
         }
-        Attempt::Held(_) => Ok(None),
+        Attempt::Held(..) => Ok(None),
     }
 }
 
@@ -190,24 +191,30 @@ impl<'a> Call<'a> {
     /// One acquire script call.
     async fn attempt(&self) -> Result<Attempt> {
         m::attempt(self.name);
-        let keys = vec![self.names.lock.as_str(), self.names.side.as_str()];
+        let void = self.names.void(&self.token);
+        let keys = vec![
+            self.names.lock.as_str(),
+            self.names.side.as_str(),
+            void.as_str(),
+        ];
         let args: Vec<Value> = vec![
             self.token.as_str().into(),
             (self.lease_ms as i64).into(),
             ((self.lease_ms + SIDE_RETENTION_MS) as i64).into(),
         ];
         let orphan = Orphan(Some(self));
+        let sent = Instant::now();
+        let script = &self.inner.scripts.acquire;
         let reply: Vec<i64> = self
             .inner
-            .scripts
-            .acquire
-            .evalsha_with_reload(&self.inner.redis, keys, args)
+            .bounded(script.evalsha_with_reload(&self.inner.redis, keys, args))
             .await?;
         orphan.disarm();
         match reply.as_slice() {
             [1, fence] if *fence > 0 => Ok(Attempt::Acquired(*fence as u64)),
             [0, pttl] => Ok(Attempt::Held(
                 u64::try_from(*pttl).ok().map(Duration::from_millis),
+                sent,
             )),
             other => Err(Error::UnexpectedReply(format!("acquire replied {other:?}"))),
         }
@@ -265,7 +272,9 @@ impl<'a> Call<'a> {
         if !queued {
             match self.attempt().await? {
                 Attempt::Acquired(fence) => return Ok(fence),
-                Attempt::Held(p) => waiter.note_pttl(p.unwrap_or(self.inner.default_lease)),
+                Attempt::Held(p, sent) => {
+                    waiter.note_pttl(sent, p.unwrap_or(self.inner.default_lease))
+                }
             }
             if expired(deadline) {
                 return Err(Error::Timeout);
@@ -290,7 +299,9 @@ impl<'a> Call<'a> {
                 baton.disarm();
                 match attempt {
                     Attempt::Acquired(fence) => return Ok(fence),
-                    Attempt::Held(p) => waiter.note_pttl(p.unwrap_or(self.inner.default_lease)),
+                    Attempt::Held(p, sent) => {
+                        waiter.note_pttl(sent, p.unwrap_or(self.inner.default_lease))
+                    }
                 }
             }
             if expired(deadline) {
@@ -298,7 +309,10 @@ impl<'a> Call<'a> {
             }
 
             // Sleep until a release message, a reconnect, or the end of the
-            // holder's lease as the latest local try saw it.
+            // holder's lease as the latest local try saw it. A newer, earlier
+            // estimate (another local waiter saw a shorter lease) wakes us to
+            // recompute the bound.
+            let moved = waiter.hint_moved();
             let mut bound = waiter.until_expiry().unwrap_or(PROBE_SLICE);
             if confirmed.is_err() {
                 bound = bound.min(DEGRADED_POLL);
@@ -310,6 +324,10 @@ impl<'a> Call<'a> {
                 biased;
                 _ = waiter.notified() => WakeCause::Message,
                 _ = &mut reconnect => WakeCause::Reconnect,
+                _ = moved => {
+                    must_try = false;
+                    continue;
+                }
                 _ = tokio::time::sleep(bound) => WakeCause::Ttl,
             };
             must_try = match cause {

@@ -57,6 +57,7 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     pub(crate) default_lease: Duration,
     pub(crate) strategy: WaitStrategy,
+    command_timeout: Duration,
     subscriber: SubscriberClient,
     subscriber_task: JoinHandle<()>,
     owns_redis: bool,
@@ -65,6 +66,23 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn names(&self, key: &str) -> Names {
         Names::new(&self.prefix, key)
+    }
+
+    /// Run a command, bounded by the command timeout whatever the fred
+    /// client's own settings (a client passed in with `fred_client` may have
+    /// none). A command cut short here may still run in Redis: callers that
+    /// care (acquire) arm their own clean-up.
+    pub(crate) async fn bounded<T>(
+        &self,
+        command: impl std::future::Future<Output = Result<T, fred::error::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.command_timeout, command).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(Error::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                "relaylock: command timed out",
+            ))),
+        }
     }
 }
 
@@ -272,8 +290,8 @@ impl LockClientBuilder {
 
     /// How long one Redis command may take, reconnects included, before it
     /// fails. Also the limit after which a connection that answers nothing is
-    /// considered dead and replaced. Default 5 s. Ignored with
-    /// [`fred_client`](Self::fred_client), whose own settings apply.
+    /// considered dead and replaced. Default 5 s. relaylock applies it to its
+    /// own commands also on a client passed with [`fred_client`](Self::fred_client).
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -380,7 +398,15 @@ impl LockClientBuilder {
             scripts.release.load(&redis).await?;
             scripts.extend.load(&redis).await
         };
-        if let Err(e) = loaded.await {
+        let loaded = tokio::time::timeout(self.command_timeout, loaded)
+            .await
+            .unwrap_or_else(|_| {
+                Err(fred::error::Error::new(
+                    fred::error::ErrorKind::Timeout,
+                    "relaylock: loading the scripts timed out",
+                ))
+            });
+        if let Err(e) = loaded {
             let _ = subscriber.quit().await;
             if owns_redis {
                 let _ = redis.quit().await;
@@ -389,7 +415,11 @@ impl LockClientBuilder {
         }
 
         crate::metrics::describe();
-        let registry = Arc::new(Registry::new(subscriber.clone(), self.unsubscribe_linger));
+        let registry = Arc::new(Registry::new(
+            subscriber.clone(),
+            self.unsubscribe_linger,
+            self.command_timeout,
+        ));
         let subscriber_task = crate::subscriber::spawn(&subscriber, Arc::clone(&registry));
         Ok(LockClient {
             inner: Arc::new(Inner {
@@ -399,6 +429,7 @@ impl LockClientBuilder {
                 prefix: self.prefix,
                 default_lease: self.default_lease,
                 strategy: self.wait_strategy,
+                command_timeout: self.command_timeout,
                 subscriber,
                 subscriber_task,
                 owns_redis,

@@ -123,11 +123,10 @@ impl LockGuard {
             (lease_ms as i64).into(),
             ((lease_ms + SIDE_RETENTION_MS) as i64).into(),
         ];
+        let script = &self.inner.scripts.extend;
         let reply: i64 = self
             .inner
-            .scripts
-            .extend
-            .evalsha_with_reload(&self.inner.redis, keys, args)
+            .bounded(script.evalsha_with_reload(&self.inner.redis, keys, args))
             .await?;
         match reply {
             1 => Ok(()),
@@ -201,7 +200,8 @@ pub(crate) async fn release(
     token: &str,
     fence: Option<u64>,
 ) -> Result<Released> {
-    let keys = vec![names.lock.as_str(), names.side.as_str()];
+    let void = names.void(token);
+    let keys = vec![names.lock.as_str(), names.side.as_str(), void.as_str()];
     let args: Vec<Value> = vec![
         token.into(),
         fence.map(|f| f.to_string()).unwrap_or_default().into(),
@@ -209,10 +209,9 @@ pub(crate) async fn release(
         (SIDE_RETENTION_MS as i64).into(),
         (RING_CHARS as i64).into(),
     ];
+    let script = &inner.scripts.release;
     let reply: i64 = inner
-        .scripts
-        .release
-        .evalsha_with_reload(&inner.redis, keys, args)
+        .bounded(script.evalsha_with_reload(&inner.redis, keys, args))
         .await?;
     match reply {
         1 => Ok(Released::Now),

@@ -128,17 +128,19 @@ pub(crate) fn validate_url_scheme(url: &str) -> Result<()> {
             "invalid Redis URL: expected redis://host:port".into(),
         ));
     };
-    let base = scheme
-        .strip_suffix("-cluster")
-        .or_else(|| scheme.strip_suffix("-sentinel"))
-        .unwrap_or(scheme);
+    if scheme.ends_with("-cluster") {
+        return Err(Error::InvalidArgument(format!(
+            "{scheme}:// is not supported yet: this build confirms subscriptions on one connection"
+        )));
+    }
+    let base = scheme.strip_suffix("-sentinel").unwrap_or(scheme);
     match base {
         "redis" | "valkey" => Ok(()),
         "rediss" | "valkeys" => Err(Error::InvalidArgument(format!(
             "{scheme}:// needs TLS, which this build of relaylock does not support"
         ))),
         _ => Err(Error::InvalidArgument(format!(
-            "unsupported URL scheme {scheme:?}: use redis://, redis-cluster:// or redis-sentinel://"
+            "unsupported URL scheme {scheme:?}: use redis:// or redis-sentinel://"
         ))),
     }
 }
@@ -209,7 +211,14 @@ mod tests {
         ] {
             assert!(validate_url_scheme(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "h:1", "http://h:1", "rediss://h:1", "redis+unix:///s"] {
+        for bad in [
+            "",
+            "h:1",
+            "http://h:1",
+            "rediss://h:1",
+            "redis+unix:///s",
+            "redis-cluster://h:1",
+        ] {
             assert!(
                 matches!(validate_url_scheme(bad), Err(Error::InvalidArgument(_))),
                 "{bad}"

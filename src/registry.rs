@@ -16,7 +16,7 @@
 //!   failed try and the wait is not lost). A reconnect or a lagged message
 //!   stream wakes EVERY waiter of every key ([`Registry::wake_all`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,10 +44,21 @@ pub(crate) struct Entry {
     /// Every SUBSCRIBE/UNSUBSCRIBE of this channel happens under this mutex,
     /// so they reach Redis in the order the registry decided them.
     subscribed: Mutex<bool>,
-    /// When the current holder's lease is known to end, in
-    /// `Registry::hint_now_ms` units (0: unknown). Written by every failed
-    /// try; claimed by the one waiter that probes when it passes.
-    expiry_hint_ms: AtomicU64,
+    /// When the current holder's lease is known to end. Written by every
+    /// failed try, newest observation wins; claimed by the one waiter that
+    /// probes when it passes.
+    hint: std::sync::Mutex<Hint>,
+    /// Woken (`notify_waiters`) when the hint moves EARLIER, so sleepers
+    /// bounded by an older, longer lease recompute their bound.
+    hint_moved: Notify,
+}
+
+/// The shared estimate of when the holder's lease ends.
+#[derive(Debug, Default)]
+struct Hint {
+    /// When the try that produced `expiry` was sent.
+    seen: Option<Instant>,
+    expiry: Option<Instant>,
 }
 
 impl Entry {
@@ -57,7 +68,8 @@ impl Entry {
             count: AtomicUsize::new(0),
             confirmed: AtomicBool::new(false),
             subscribed: Mutex::new(false),
-            expiry_hint_ms: AtomicU64::new(0),
+            hint: std::sync::Mutex::new(Hint::default()),
+            hint_moved: Notify::new(),
         }
     }
 }
@@ -71,18 +83,39 @@ pub(crate) struct Registry {
     wake_all: Notify,
     subscriber: SubscriberClient,
     linger: Duration,
-    epoch: Instant,
+    /// Bound of every command relaylock sends on the subscriber connection,
+    /// whatever the fred client's own settings.
+    command_timeout: Duration,
 }
 
 impl Registry {
-    pub(crate) fn new(subscriber: SubscriberClient, linger: Duration) -> Self {
+    pub(crate) fn new(
+        subscriber: SubscriberClient,
+        linger: Duration,
+        command_timeout: Duration,
+    ) -> Self {
         Registry {
             map: DashMap::new(),
             wake_all: Notify::new(),
             subscriber,
             linger,
-            epoch: Instant::now(),
+            command_timeout,
         }
+    }
+
+    /// Run a subscriber command, bounded by the command timeout.
+    async fn bounded<T>(
+        &self,
+        command: impl std::future::Future<Output = Result<T, fred::error::Error>>,
+    ) -> Result<T, fred::error::Error> {
+        tokio::time::timeout(self.command_timeout, command)
+            .await
+            .unwrap_or_else(|_| {
+                Err(fred::error::Error::new(
+                    fred::error::ErrorKind::Timeout,
+                    "relaylock: subscriber command timed out",
+                ))
+            })
     }
 
     /// Register a task for `channel` (before its first try). It stays
@@ -129,35 +162,51 @@ impl Registry {
 
     /// After the subscriber reconnected: subscribe again every channel the
     /// registry holds subscribed, confirm with a PING, then wake every waiter.
+    ///
+    /// Entries stay unconfirmed until the PING came back, and are confirmed
+    /// again only under their mutex and only if still subscribed, so a
+    /// concurrent cleanup (which may have unsubscribed meanwhile) is never
+    /// overridden. If anything fails, they stay unconfirmed: their waiters
+    /// subscribe again themselves, polling meanwhile.
     pub(crate) async fn resubscribe_all(&self) {
         let entries: Vec<(String, Arc<Entry>)> = self
             .map
             .iter()
             .map(|r| (r.key().clone(), Arc::clone(r.value())))
             .collect();
-        let mut count = 0usize;
+        let mut resubscribed = Vec::new();
         for (channel, entry) in entries {
             let sub = entry.subscribed.lock().await;
             if *sub {
-                if let Err(e) = self.subscriber.subscribe(channel.as_str()).await {
-                    tracing::warn!(error = %e, "relaylock: resubscribe failed; waiters fall back to lease timeouts until the next reconnect");
+                entry.confirmed.store(false, SeqCst);
+                if let Err(e) = self
+                    .bounded(self.subscriber.subscribe(channel.as_str()))
+                    .await
+                {
+                    tracing::warn!(error = %e, "relaylock: resubscribe failed; waiters subscribe again themselves");
                     break;
                 }
-                count += 1;
+                resubscribed.push(entry.clone());
             }
         }
-        if count > 0 {
-            if let Err(e) = self.subscriber.ping::<()>(None).await {
-                tracing::warn!(error = %e, "relaylock: could not confirm resubscription");
+        if !resubscribed.is_empty() {
+            match self.bounded(self.subscriber.ping::<()>(None)).await {
+                Ok(()) => {
+                    for entry in &resubscribed {
+                        let sub = entry.subscribed.lock().await;
+                        if *sub {
+                            entry.confirmed.store(true, SeqCst);
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "relaylock: could not confirm resubscription"),
             }
         }
-        tracing::debug!(channels = count, "relaylock: resubscribed after reconnect");
+        tracing::debug!(
+            channels = resubscribed.len(),
+            "relaylock: resubscribed after reconnect"
+        );
         self.wake_all();
-    }
-
-    /// Milliseconds since the registry was made, plus one (0 means "unknown").
-    fn hint_now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64 + 1
     }
 
     /// The last-waiter-left path, run in the background.
@@ -181,13 +230,16 @@ impl Registry {
             return;
         }
         let mut sub = entry.subscribed.lock().await;
-        entry.confirmed.store(false, SeqCst);
+        let was_confirmed = entry.confirmed.swap(false, SeqCst);
         if entry.count.load(SeqCst) > 0 {
-            entry.confirmed.store(*sub, SeqCst);
+            entry.confirmed.store(was_confirmed, SeqCst);
             return;
         }
         if *sub {
-            if let Err(e) = self.subscriber.unsubscribe(channel.as_str()).await {
+            if let Err(e) = self
+                .bounded(self.subscriber.unsubscribe(channel.as_str()))
+                .await
+            {
                 // The connection is down: its subscriptions went with it, and a
                 // reconnect resubscribes only what the map still holds.
                 tracing::debug!(error = %e, "relaylock: unsubscribe failed");
@@ -237,14 +289,21 @@ impl Waiter {
             // Confirmed by the waiter we queued behind on the mutex.
             return Ok(true);
         }
-        let subscriber = &self.registry.subscriber;
-        if !*sub {
-            *sub = true;
-            subscriber.subscribe(self.channel.as_str()).await?;
-        }
-        // SUBSCRIBE answers when written; a PING behind it on the same
-        // connection answers only after Redis processed the SUBSCRIBE.
-        subscriber.ping::<()>(None).await?;
+        let registry = &self.registry;
+        // SUBSCRIBE is sent whenever the channel is not confirmed, also when
+        // an earlier one was sent: that one may have failed (its error reply
+        // lands on the PING behind it, fred answers SUBSCRIBE itself when it
+        // is queued), and a repeated SUBSCRIBE is harmless. The flag is raised
+        // first, so a cleanup always undoes whatever reached Redis.
+        *sub = true;
+        registry
+            .bounded(registry.subscriber.subscribe(self.channel.as_str()))
+            .await?;
+        // A PING behind it on the same connection answers only after Redis
+        // processed the SUBSCRIBE, and carries its error if it failed.
+        registry
+            .bounded(registry.subscriber.ping::<()>(None))
+            .await?;
         self.entry.confirmed.store(true, SeqCst);
         Ok(false)
     }
@@ -261,38 +320,53 @@ impl Waiter {
         self.entry.notify.notify_one();
     }
 
-    /// Record that the holder's lease ends in `pttl` (as a try just saw).
-    pub(crate) fn note_pttl(&self, pttl: Duration) {
-        let at = self.registry.hint_now_ms() + pttl.as_millis() as u64 + 1;
-        self.entry.expiry_hint_ms.store(at, SeqCst);
+    /// Record that the holder's lease ended `pttl` after `sent`, the moment
+    /// the try that saw it was sent (so the estimate errs early). An older
+    /// observation never overwrites a newer one. When the estimate moves
+    /// earlier, sleepers are woken to recompute their bound.
+    pub(crate) fn note_pttl(&self, sent: Instant, pttl: Duration) {
+        let expiry = sent + pttl + Duration::from_millis(1);
+        let moved_earlier = {
+            let mut hint = self.entry.hint.lock().unwrap_or_else(|p| p.into_inner());
+            if hint.seen.is_some_and(|seen| seen > sent) {
+                return;
+            }
+            let earlier = hint.expiry.is_none_or(|e| expiry < e);
+            hint.seen = Some(sent);
+            hint.expiry = Some(expiry);
+            earlier
+        };
+        if moved_earlier {
+            self.entry.hint_moved.notify_waiters();
+        }
+    }
+
+    /// A future completing the next time the shared estimate moves earlier.
+    /// Create it BEFORE reading [`until_expiry`](Self::until_expiry).
+    pub(crate) fn hint_moved(&self) -> Notified<'_> {
+        self.entry.hint_moved.notified()
     }
 
     /// How long until the holder's lease ends, as last seen by any local
     /// waiter of this key (zero if that moment passed); `None` when unknown.
     pub(crate) fn until_expiry(&self) -> Option<Duration> {
-        match self.entry.expiry_hint_ms.load(SeqCst) {
-            0 => None,
-            at => Some(Duration::from_millis(
-                at.saturating_sub(self.registry.hint_now_ms()),
-            )),
-        }
+        let hint = self.entry.hint.lock().unwrap_or_else(|p| p.into_inner());
+        hint.expiry
+            .map(|e| e.saturating_duration_since(Instant::now()))
     }
 
     /// Claim the right to probe the lock because its known lease has ended (or
     /// none is known). Exactly one of the local waiters that race here wins;
-    /// the winner pushes the hint `slice` ahead, so the others sleep on until
-    /// its try records the next holder's lease. Costs no round trip.
+    /// the winner pushes the estimate `slice` ahead, so the others sleep on
+    /// until its try records the next holder's lease. Costs no round trip.
     pub(crate) fn claim_probe(&self, slice: Duration) -> bool {
-        let now = self.registry.hint_now_ms();
-        let current = self.entry.expiry_hint_ms.load(SeqCst);
-        if current > now {
+        let now = Instant::now();
+        let mut hint = self.entry.hint.lock().unwrap_or_else(|p| p.into_inner());
+        if hint.expiry.is_some_and(|e| e > now) {
             return false;
         }
-        let next = now + slice.as_millis() as u64;
-        self.entry
-            .expiry_hint_ms
-            .compare_exchange(current, next, SeqCst, SeqCst)
-            .is_ok()
+        hint.expiry = Some(now + slice);
+        true
     }
 }
 

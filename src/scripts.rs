@@ -33,8 +33,11 @@ pub const RELEASE_RING: usize = 32;
 
 /// Acquire.
 ///
-/// KEYS: `[lock, side]`; ARGV: `[token, lease_ms, side_ttl_ms]`.
+/// KEYS: `[lock, side, void]`; ARGV: `[token, lease_ms, side_ttl_ms]`.
 ///
+/// * lock absent and `void` (`p:{k}:void:<token>`) present: this token's
+///   caller gave up and already released it (see [`RELEASE`]); a delayed copy
+///   of the call must not take the lock. Reply `{0, -2}`.
 /// * lock absent: the fencing token is the server's `TIME` in microseconds,
 ///   raised to `last + 1` if the side hash remembers an equal or later one (two
 ///   acquisitions in one microsecond, or a clock step back within the side
@@ -54,6 +57,9 @@ if v then
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {0, -2}
+end
 local t = redis.call('TIME')
 local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local last = tonumber(redis.call('HGET', KEYS[2], 'f'))
@@ -69,9 +75,9 @@ return {1, fence}
 
 /// Release.
 ///
-/// KEYS: `[lock, side]`; ARGV: `[token, fence, channel, side_ttl_ms, ring_chars]`.
-/// `fence` is `''` when the caller does not know it (an acquisition abandoned
-/// while its reply was in flight).
+/// KEYS: `[lock, side, void]`; ARGV: `[token, fence, channel, side_ttl_ms, ring_chars]`.
+/// `fence` is `''` when the caller does not know it: an acquisition abandoned
+/// while in flight (future dropped, error, timeout).
 ///
 /// * lock holds `"<token>:<f>"`: `DEL` it, push `f` onto the side hash's ring
 ///   `r` of recently released fences (newest first, cut to `ring_chars`
@@ -79,6 +85,9 @@ return {1, fence}
 /// * lock does not hold our token but `fence` is in the ring: this release
 ///   already happened (fred replayed it after the reply was lost); reply `2`,
 ///   so the caller does not report a lock loss that did not happen.
+/// * an abandoned acquisition (`fence == ''`) that did not take the lock:
+///   `SET void 1 PX side_ttl_ms`, so that a delayed copy of the acquire (sent
+///   on a connection fred gave up on) can never take it later; reply `0`.
 /// * otherwise the lease ran out before the release: reply `0`. The key, if
 ///   present, belongs to a newer owner and is left untouched.
 pub const RELEASE: &str = r#"
@@ -96,11 +105,13 @@ if v and string.sub(v, 1, #mine) == mine then
   redis.call('PUBLISH', ARGV[3], fence)
   return 1
 end
-if ARGV[2] ~= '' then
-  local ring = redis.call('HGET', KEYS[2], 'r')
-  if ring and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
-    return 2
-  end
+if ARGV[2] == '' then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+  return 0
+end
+local ring = redis.call('HGET', KEYS[2], 'r')
+if ring and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
+  return 2
 end
 return 0
 "#;
@@ -157,6 +168,11 @@ pub(crate) struct Names {
 }
 
 impl Names {
+    /// `<prefix>:{<key>}:void:<token>`: marks an abandoned acquisition.
+    pub(crate) fn void(&self, token: &str) -> String {
+        format!("{}:void:{token}", self.lock)
+    }
+
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
         let lock = format!("{prefix}:{{{key}}}");
         Names {
