@@ -687,3 +687,207 @@ async fn builds_on_an_existing_fred_client() {
         "relaylock must not quit a client it does not own"
     );
 }
+
+/// An acquisition abandoned in flight is released with an unknown fence; if
+/// it had not taken the lock, a delayed copy of it must never take it later.
+#[tokio::test]
+async fn abandoned_acquisition_can_never_succeed_later() {
+    use relaylock::scripts::{ACQUIRE, RELEASE, RING_CHARS, SIDE_RETENTION_MS};
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let (key, side) = ("p:{k}".to_string(), "p:{k}:fence".to_string());
+    let void = "p:{k}:void:tok".to_string();
+    let keys = vec![key.clone(), side.clone(), void.clone()];
+    // The orphan release arrives first and finds nothing.
+    let released: i64 = admin
+        .eval(
+            RELEASE,
+            keys.clone(),
+            vec![
+                "tok".to_string(),
+                String::new(),
+                "p:{k}:ch".into(),
+                SIDE_RETENTION_MS.to_string(),
+                RING_CHARS.to_string(),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, 0);
+    let ttl: i64 = admin.pttl(&void).await.unwrap();
+    assert!(ttl > 0 && ttl <= SIDE_RETENTION_MS as i64);
+    // The delayed acquire of the same token is refused; another token is not.
+    let args = |t: &str| vec![t.to_string(), "30000".into(), "90000".into()];
+    let late: Vec<i64> = admin
+        .eval(ACQUIRE, keys.clone(), args("tok"))
+        .await
+        .unwrap();
+    assert_eq!(late, vec![0, -2]);
+    let exists: i64 = admin.exists(&key).await.unwrap();
+    assert_eq!(exists, 0, "the abandoned acquisition took the lock");
+    let other: Vec<i64> = admin
+        .eval(
+            ACQUIRE,
+            vec![key, side, "p:{k}:void:other".to_string()],
+            args("other"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(other[0], 1);
+}
+
+/// A user whose ACL forbids the release channel cannot subscribe: its
+/// waiters fall back to polling (every 100 ms) instead of sleeping until the
+/// lease ends, and never believe a failed subscription confirmed.
+#[tokio::test]
+async fn waiters_poll_when_subscribing_is_denied() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("ACL", None, false),
+            vec![
+                "SETUSER",
+                "nosub",
+                "on",
+                ">pw",
+                "~*",
+                "resetchannels",
+                "+@all",
+            ],
+        )
+        .await
+        .unwrap();
+    let holder_client = client(&server).await;
+    let port = server.port;
+    let limited = LockClient::builder()
+        .url(format!("redis://nosub:pw@127.0.0.1:{port}"))
+        .build()
+        .await
+        .unwrap();
+    for round in 0..3 {
+        let holder = holder_client
+            .lock_with("k", LockOptions::default().lease(Duration::from_secs(6)))
+            .await
+            .unwrap();
+        let waiter = {
+            let limited = limited.clone();
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let g = limited
+                    .lock_with("k", LockOptions::default().wait(Duration::from_secs(4)))
+                    .await;
+                (g.map(|g| g.fencing_token()), start.elapsed())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        holder.release().await.unwrap();
+        let (got, waited) = waiter.await.unwrap();
+        got.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(
+            waited < Duration::from_millis(1500),
+            "round {round}: took {waited:?}"
+        );
+        // The limited client cannot publish its own release: its guard was dropped,
+        // so clear the key for the next round.
+        let _: i64 = admin.del(holder_client.redis_key("k")).await.unwrap();
+    }
+}
+
+/// A sleeper bounded by an old, long lease learns from another local waiter
+/// that the current holder's lease is shorter, and takes the lock when that
+/// one ends instead of when the old one would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleepers_learn_a_shorter_lease_from_other_waiters() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let holder_client = client(&server).await;
+    let lock = client(&server).await;
+    let key = lock.redis_key("k");
+    let holder = holder_client
+        .lock_with("k", LockOptions::default().lease(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    // B queues first, with a short deadline; A second, with a long one.
+    let b = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            lock.lock_with(
+                "k",
+                LockOptions::default().wait(Duration::from_millis(1500)),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let a = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let g = lock
+                .lock_with("k", LockOptions::default().wait(Duration::from_secs(8)))
+                .await;
+            (g, start.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The holder is replaced by a foreign owner with a 1 s lease, and a
+    // release is published: B (first in line) wakes, sees the 1 s lease,
+    // then gives up at its deadline without anybody releasing.
+    std::mem::forget(holder);
+    let _: Value = admin
+        .eval(
+            "redis.call('SET', KEYS[1], 'foreign:1', 'PX', 1000) redis.call('PUBLISH', ARGV[1], 'x') return 1",
+            vec![key.clone()],
+            vec![format!("{key}:ch")],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(b.await.unwrap(), Err(Error::Timeout)));
+    let (g, at) = a.await.unwrap();
+    let g = g.expect("A never took the lock");
+    assert!(
+        at < Duration::from_secs(4),
+        "A slept on the old 20 s lease: acquired after {at:?}"
+    );
+    g.release().await.unwrap();
+}
+
+/// With a fred client that has no command timeout of its own, relaylock's
+/// calls are still bounded: a frozen Redis (SIGSTOP) gives an error, not a hang.
+#[tokio::test]
+async fn frozen_redis_gives_an_error_not_a_hang() {
+    let server = RedisServer::start();
+    let fred = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build()
+        .unwrap();
+    fred.init().await.unwrap();
+    let lock = LockClient::builder()
+        .fred_client(fred)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let pid = server.pid().unwrap().to_string();
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    let start = Instant::now();
+    let r = lock.lock("k").await;
+    let took = start.elapsed();
+    let cont = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap();
+    assert!(cont.success());
+    assert!(matches!(r, Err(Error::Redis(_))), "{r:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // And it recovers once Redis runs again.
+    let g = lock
+        .lock_with("k", LockOptions::default().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    g.release().await.unwrap();
+}
