@@ -1,0 +1,606 @@
+//! `relaylock bench`: pub/sub waiting against spin polling on a real Redis.
+//!
+//! The parent process starts (or connects to) Redis, spawns `--processes`
+//! copies of itself as workers, releases them at once, reads what Redis did
+//! from `INFO commandstats` and `INFO cpu`, measures the PING round trip
+//! through fred at the same time, and reduces the workers' records to one row
+//! per strategy.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use fred::types::scan::Scanner;
+use fred::types::InfoKind;
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::redis_server::RedisServer;
+use crate::stats::{handoffs, jain, percentile};
+use crate::worker::WorkerReport;
+use crate::{parse_duration, Strategy};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// `pubsub` or `poll:<ms>`; repeat to compare strategies side by side.
+    #[arg(long = "strategy", default_values = ["pubsub", "poll:10"])]
+    pub strategies: Vec<Strategy>,
+    /// Lock-taking tasks per process.
+    #[arg(long, default_value_t = 64)]
+    pub workers: usize,
+    /// Worker processes, each with its own LockClient.
+    #[arg(long, default_value_t = 1)]
+    pub processes: usize,
+    /// Keys the workers pick from at random.
+    #[arg(long, default_value_t = 1)]
+    pub keys: usize,
+    /// How long each critical section holds the lock, in ms (0: release at once).
+    #[arg(long = "hold-ms", default_value_t = 1.0)]
+    pub hold_ms: f64,
+    /// How long each strategy runs (e.g. 10s, 500ms).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// The lease of every lock.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+    /// Use this Redis instead of starting one. Only names under a
+    /// `relaylock-bench-<pid>` prefix are touched (and deleted at the end);
+    /// other clients' traffic counts in the per-acquisition Redis figures.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// One JSON object per strategy run on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Run the scenario for each value: `workers=8,64,256,1024`.
+    #[arg(long, value_parser = parse_sweep)]
+    pub sweep: Option<Sweep>,
+    /// Write an SVG plot of the sweep here.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Expose the library's metrics in Prometheus format while it runs
+    /// (worker process i listens on this port + i).
+    #[arg(long)]
+    pub prometheus: Option<SocketAddr>,
+    /// Also measure `redis-benchmark`'s EVALSHA rate on the same server and
+    /// report lock+release pairs per second against half of it.
+    #[arg(long)]
+    pub redis_benchmark: bool,
+}
+
+/// Worker counts to sweep over.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sweep(pub Vec<usize>);
+
+fn parse_sweep(s: &str) -> Result<Sweep, String> {
+    let values = s
+        .strip_prefix("workers=")
+        .ok_or("the sweep is over workers: workers=8,64,256")?;
+    let v: Vec<usize> = values
+        .split(',')
+        .map(|x| x.trim().parse::<usize>().map_err(|e| format!("{x:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    if v.is_empty() || v.contains(&0) {
+        return Err("sweep values must be positive".into());
+    }
+    Ok(Sweep(v))
+}
+
+/// One line of the report.
+#[derive(Serialize, serde::Deserialize, Debug, Clone)]
+pub struct Row {
+    pub strategy: String,
+    pub workers: usize,
+    pub processes: usize,
+    pub keys: usize,
+    pub hold_ms: f64,
+    pub duration_s: f64,
+    pub acquisitions: u64,
+    pub acq_per_s: f64,
+    pub wait_p50_ms: f64,
+    pub wait_p99_ms: f64,
+    pub wait_max_ms: f64,
+    pub handoff_p50_ms: Option<f64>,
+    pub handoff_p99_ms: Option<f64>,
+    pub hold_p50_ms: f64,
+    pub redis_requests_per_acq: f64,
+    pub redis_cmds_per_acq: f64,
+    pub redis_cpu_us_per_acq: f64,
+    pub attempts_per_acq: f64,
+    pub jain_fairness: f64,
+    pub violations: u64,
+    pub rtt_p50_ms: f64,
+    pub handoff_p50_rtts: Option<f64>,
+    pub peak_rss_mib: f64,
+    pub errors: u64,
+    pub lost: u64,
+    pub first_error: Option<String>,
+    pub redis_benchmark_evalsha_per_s: Option<f64>,
+    pub pairs_vs_half_evalsha: Option<f64>,
+}
+
+struct ServerStats {
+    calls: HashMap<String, u64>,
+    cpu_s: f64,
+}
+
+async fn server_stats(admin: &Client) -> Result<ServerStats, String> {
+    let commands: String = admin
+        .info(Some(InfoKind::CommandStats))
+        .await
+        .map_err(|e| e.to_string())?;
+    let cpu: String = admin
+        .info(Some(InfoKind::Cpu))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut calls = HashMap::new();
+    for line in commands.lines() {
+        let Some((name, fields)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|r| r.split_once(':'))
+        else {
+            continue;
+        };
+        if let Some(n) = fields.split(',').find_map(|f| f.strip_prefix("calls=")) {
+            calls.insert(name.to_owned(), n.parse().unwrap_or(0));
+        }
+    }
+    let field = |name: &str| -> f64 {
+        cpu.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(ServerStats {
+        calls,
+        cpu_s: field("used_cpu_sys") + field("used_cpu_user"),
+    })
+}
+
+fn delta(before: &ServerStats, after: &ServerStats, pick: impl Fn(&str) -> bool) -> u64 {
+    after
+        .calls
+        .iter()
+        .filter(|(k, _)| pick(k))
+        .map(|(k, v)| v.saturating_sub(before.calls.get(k).copied().unwrap_or(0)))
+        .sum()
+}
+
+/// Commands a lock client sends itself (scripts and pub/sub management), as
+/// opposed to commands run inside scripts.
+fn is_request(cmd: &str) -> bool {
+    matches!(
+        cmd,
+        "evalsha" | "eval" | "subscribe" | "unsubscribe" | "ssubscribe" | "sunsubscribe" | "ping"
+    ) || cmd.starts_with("script")
+}
+
+struct Scenario {
+    strategy: Strategy,
+    workers: usize,
+}
+
+async fn admin_client(url: &str) -> Result<Client, String> {
+    let client = Builder::from_config(Config::from_url(url).map_err(|e| e.to_string())?)
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
+        .build()
+        .map_err(|e| e.to_string())?;
+    tokio::time::timeout(Duration::from_secs(5), client.init())
+        .await
+        .map_err(|_| format!("could not connect to {url} within 5 s"))?
+        .map_err(|e| e.to_string())?;
+    Ok(client)
+}
+
+/// Run one strategy at one worker count.
+async fn run_one(
+    args: &BenchArgs,
+    url: &str,
+    admin: &Client,
+    sc: &Scenario,
+    run: usize,
+) -> Result<Row, String> {
+    let prefix = format!("relaylock-bench-{}-{run}", std::process::id());
+    let dir = std::env::temp_dir().join(&prefix);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let label = format!(
+        "{} workers={} processes={}",
+        sc.strategy, sc.workers, args.processes
+    );
+
+    let mut children = Vec::new();
+    for i in 0..args.processes {
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("worker")
+            .args(["--url", url, "--strategy", &sc.strategy.to_string()])
+            .args([
+                "--workers",
+                &sc.workers.to_string(),
+                "--keys",
+                &args.keys.to_string(),
+            ])
+            .args([
+                "--hold-us",
+                &((args.hold_ms * 1000.0).round() as u64).to_string(),
+            ])
+            .args(["--lease-ms", &args.lease.as_millis().to_string()])
+            .args(["--prefix", &prefix, "--index", &i.to_string()])
+            .arg("--out")
+            .arg(dir.join(format!("worker-{i}.json")))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        if let Some(addr) = args.prometheus {
+            let addr = SocketAddr::new(addr.ip(), addr.port() + i as u16);
+            cmd.args(["--prometheus", &addr.to_string()]);
+        }
+        children.push(cmd.spawn().map_err(|e| format!("spawn worker: {e}"))?);
+    }
+
+    // Wait for every worker to connect, then forward their ticks.
+    let ticks: Arc<Vec<AtomicU64>> =
+        Arc::new((0..args.processes).map(|_| AtomicU64::new(0)).collect());
+    let mut stdins = Vec::new();
+    let mut readers = Vec::new();
+    for (i, child) in children.iter_mut().enumerate() {
+        stdins.push(child.stdin.take().expect("piped stdin"));
+        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
+            Ok(Ok(Some(l))) if l == "ready" => {}
+            other => return Err(format!("worker {i} did not start: {other:?}")),
+        }
+        let ticks = Arc::clone(&ticks);
+        readers.push(tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(n) = line.strip_prefix("tick ") {
+                    ticks[i].store(n.parse().unwrap_or(0), Ordering::Relaxed);
+                } else if line == "done" {
+                    return true;
+                }
+            }
+            false
+        }));
+    }
+
+    // The RTT floor: PING through fred on its own connection, during the run.
+    let pinger = admin_client(url).await?;
+    let before = server_stats(admin).await?;
+    for s in &mut stdins {
+        s.write_all(b"go\n").await.map_err(|e| e.to_string())?;
+    }
+    let start = Instant::now();
+    let stop_at = start + args.duration;
+    let rtt_task = tokio::spawn(async move {
+        let mut rtts = Vec::new();
+        while Instant::now() < stop_at {
+            let t = Instant::now();
+            if pinger.ping::<String>(None).await.is_ok() {
+                rtts.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = pinger.quit().await;
+        rtts
+    });
+    let mut next_report = start + Duration::from_secs(1);
+    while Instant::now() < stop_at {
+        tokio::time::sleep_until(next_report.min(stop_at).into()).await;
+        let n: u64 = ticks.iter().map(|t| t.load(Ordering::Relaxed)).sum();
+        let secs = start.elapsed().as_secs_f64();
+        let line = format!(
+            "[{label}] {secs:>4.1}/{:.0} s  {n} acquisitions",
+            args.duration.as_secs_f64()
+        );
+        if std::io::stderr().is_terminal() {
+            eprint!("\r{line}   ");
+        } else {
+            eprintln!("{line}");
+        }
+        next_report += Duration::from_secs(1);
+    }
+    for s in &mut stdins {
+        let _ = s.write_all(b"stop\n").await;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    for r in readers {
+        if !r.await.unwrap_or(false) {
+            return Err("a worker ended without a report".into());
+        }
+    }
+    let after = server_stats(admin).await?;
+    let mut rtts = rtt_task.await.map_err(|e| e.to_string())?;
+    for mut c in children {
+        let _ = c.wait().await;
+    }
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+
+    let mut reports = Vec::new();
+    for i in 0..args.processes {
+        let path = dir.join(format!("worker-{i}.json"));
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        reports.push(serde_json::from_slice::<WorkerReport>(&bytes).map_err(|e| e.to_string())?);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    delete_prefix(admin, &prefix).await;
+
+    let pings = rtts.len() as u64;
+    let mut records: Vec<_> = reports
+        .iter_mut()
+        .flat_map(|r| std::mem::take(&mut r.records))
+        .collect();
+    let counts: Vec<u64> = reports
+        .iter()
+        .flat_map(|r| r.counts.iter().copied())
+        .collect();
+    let acquisitions = records.len() as u64;
+    let per_acq = |x: f64| {
+        if acquisitions == 0 {
+            f64::NAN
+        } else {
+            x / acquisitions as f64
+        }
+    };
+    let mut waits: Vec<f64> = records.iter().map(|r| (r.3 - r.2) as f64 / 1e6).collect();
+    waits.sort_by(f64::total_cmp);
+    let mut holds: Vec<f64> = records.iter().map(|r| (r.4 - r.3) as f64 / 1e6).collect();
+    holds.sort_by(f64::total_cmp);
+    let h = handoffs(&mut records);
+    let mut handoff = h.handoff_ms;
+    handoff.sort_by(f64::total_cmp);
+    rtts.sort_by(f64::total_cmp);
+    let rtt_p50 = percentile(&rtts, 50.0).unwrap_or(f64::NAN);
+    let handoff_p50 = percentile(&handoff, 50.0);
+
+    // The admin's INFO calls and the pinger's PINGs are not lock traffic.
+    let requests = delta(&before, &after, is_request).saturating_sub(pings);
+    let commands = delta(&before, &after, |c| c != "info").saturating_sub(pings);
+    Ok(Row {
+        strategy: sc.strategy.to_string(),
+        workers: sc.workers,
+        processes: args.processes,
+        keys: args.keys,
+        hold_ms: args.hold_ms,
+        duration_s: elapsed,
+        acquisitions,
+        acq_per_s: acquisitions as f64 / elapsed,
+        wait_p50_ms: percentile(&waits, 50.0).unwrap_or(f64::NAN),
+        wait_p99_ms: percentile(&waits, 99.0).unwrap_or(f64::NAN),
+        wait_max_ms: percentile(&waits, 100.0).unwrap_or(f64::NAN),
+        handoff_p50_ms: handoff_p50,
+        handoff_p99_ms: percentile(&handoff, 99.0),
+        hold_p50_ms: percentile(&holds, 50.0).unwrap_or(f64::NAN),
+        redis_requests_per_acq: per_acq(requests as f64),
+        redis_cmds_per_acq: per_acq(commands as f64),
+        redis_cpu_us_per_acq: per_acq((after.cpu_s - before.cpu_s) * 1e6),
+        attempts_per_acq: per_acq(reports.iter().map(|r| r.attempts).sum::<u64>() as f64),
+        jain_fairness: jain(&counts),
+        violations: h.violations + reports.iter().map(|r| r.local_violations).sum::<u64>(),
+        rtt_p50_ms: rtt_p50,
+        handoff_p50_rtts: handoff_p50.map(|h| h / rtt_p50),
+        peak_rss_mib: reports.iter().map(|r| r.peak_rss_kib).max().unwrap_or(0) as f64 / 1024.0,
+        errors: reports.iter().map(|r| r.errors).sum(),
+        lost: reports.iter().map(|r| r.lost).sum(),
+        first_error: reports.iter().find_map(|r| r.first_error.clone()),
+        redis_benchmark_evalsha_per_s: None,
+        pairs_vs_half_evalsha: None,
+    })
+}
+
+/// Delete every name under `prefix` (the bench's own namespace).
+async fn delete_prefix(admin: &Client, prefix: &str) {
+    let mut scan = admin.scan(format!("{prefix}:*"), Some(1000), None);
+    while let Some(Ok(mut page)) = scan.next().await {
+        if let Some(keys) = page.take_results() {
+            if !keys.is_empty() {
+                let _: Result<i64, _> = admin.del(keys).await;
+            }
+        }
+    }
+}
+
+/// `redis-benchmark`'s EVALSHA rate for a script returning 1 (50 clients).
+async fn redis_benchmark(admin: &Client, host: &str, port: u16) -> Result<f64, String> {
+    let sha: String = admin
+        .script_load("return 1")
+        .await
+        .map_err(|e| e.to_string())?;
+    let out = tokio::process::Command::new("redis-benchmark")
+        .args(["-h", host, "-p", &port.to_string(), "-c", "50", "-n", "300000", "-q"])
+        .args(["evalsha", &sha, "0"])
+        .output()
+        .await
+        .map_err(|e| format!("redis-benchmark: {e} (it comes with redis-server: apt-get install -y redis-server)"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "evalsha ...: 123456.79 requests per second, p50=0.191 msec"
+    text.rsplit(": ")
+        .find_map(|part| part.split_whitespace().next()?.parse::<f64>().ok())
+        .ok_or_else(|| format!("unexpected redis-benchmark output: {text}"))
+}
+
+fn host_port(url: &str) -> Option<(String, u16)> {
+    let rest = url.split_once("://")?.1;
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let hostport = rest.split(['/', '?']).next()?;
+    let (host, port) = hostport.rsplit_once(':').unwrap_or((hostport, "6379"));
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+fn fmt_opt(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.3}"))
+}
+
+pub fn print_table(rows: &[Row]) {
+    println!(
+        "{:<9} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>6} {:>4} {:>7}",
+        "strategy", "workers", "acq", "acq/s", "wait50", "wait99", "handoff50", "handoff99", "req/acq",
+        "cmd/acq", "cpu_us", "att/acq", "rtt50", "jain", "viol", "rss_MiB"
+    );
+    for r in rows {
+        println!(
+            "{:<9} {:>7} {:>8} {:>9.0} {:>8.3} {:>8.3} {:>9} {:>9} {:>9.3} {:>8.3} {:>8.2} {:>9.3} {:>8.3} {:>6.3} {:>4} {:>7.1}",
+            r.strategy, r.workers, r.acquisitions, r.acq_per_s, r.wait_p50_ms, r.wait_p99_ms,
+            fmt_opt(r.handoff_p50_ms), fmt_opt(r.handoff_p99_ms), r.redis_requests_per_acq,
+            r.redis_cmds_per_acq, r.redis_cpu_us_per_acq, r.attempts_per_acq, r.rtt_p50_ms,
+            r.jain_fairness, r.violations, r.peak_rss_mib
+        );
+        if let (Some(rate), Some(ratio)) =
+            (r.redis_benchmark_evalsha_per_s, r.pairs_vs_half_evalsha)
+        {
+            println!("          redis-benchmark EVALSHA {rate:.0}/s; lock+release pairs / (EVALSHA/2) = {ratio:.3}");
+        }
+        if r.errors > 0 || r.lost > 0 {
+            println!(
+                "          errors {} lost {} first error: {}",
+                r.errors,
+                r.lost,
+                r.first_error.as_deref().unwrap_or("-")
+            );
+        }
+    }
+}
+
+/// The report as a markdown table (for docs/benchmarks.md).
+pub fn print_markdown(rows: &[Row]) {
+    println!(
+        "| strategy | waiters | acq/s | wait p50 ms | wait p99 ms | handoff p50 ms | handoff p99 ms | rtt p50 ms | requests/acq | cmds/acq | Redis CPU us/acq | attempts/acq | Jain | violations | peak RSS MiB |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        println!(
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.3} | {:.2} | {:.1} | {:.1} | {:.3} | {:.3} | {} | {:.1} |",
+            r.strategy, r.workers, r.acq_per_s, r.wait_p50_ms, r.wait_p99_ms,
+            fmt_opt(r.handoff_p50_ms), fmt_opt(r.handoff_p99_ms), r.rtt_p50_ms,
+            r.redis_requests_per_acq, r.redis_cmds_per_acq, r.redis_cpu_us_per_acq,
+            r.attempts_per_acq, r.jain_fairness, r.violations, r.peak_rss_mib
+        );
+    }
+}
+
+/// `relaylock report FILE`: render saved `--json` output again.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// A file of `relaylock bench --json` lines.
+    pub file: PathBuf,
+    /// A markdown table instead of the terminal table.
+    #[arg(long)]
+    pub markdown: bool,
+    /// Draw the sweep plot from these results.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+pub fn report(args: ReportArgs) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let rows: Vec<Row> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("{}: {e}", args.file.display())))
+        .collect::<Result<_, _>>()?;
+    if args.markdown {
+        print_markdown(&rows);
+    } else {
+        print_table(&rows);
+    }
+    if let Some(path) = &args.plot {
+        crate::plot::sweep(path, &rows)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+pub async fn run(args: BenchArgs) -> Result<(), String> {
+    if args.workers == 0 || args.processes == 0 || args.keys == 0 {
+        return Err("--workers, --processes and --keys must be positive".into());
+    }
+    if !(0.0..=60_000.0).contains(&args.hold_ms) {
+        return Err("--hold-ms must be between 0 and 60000".into());
+    }
+    if args.plot.is_some() && args.sweep.is_none() {
+        return Err("--plot needs --sweep".into());
+    }
+    let (_server, url) = match &args.url {
+        Some(url) => (None, url.clone()),
+        None => {
+            let server = RedisServer::try_start(&[])?;
+            let url = server.url();
+            eprintln!("started redis-server on {url} (stopped at the end)");
+            (Some(server), url)
+        }
+    };
+    let admin = admin_client(&url).await?;
+    let workers = args
+        .sweep
+        .clone()
+        .map_or_else(|| vec![args.workers], |s| s.0);
+    let mut rows = Vec::new();
+    let mut run = 0;
+    for &w in &workers {
+        for strategy in &args.strategies {
+            run += 1;
+            let scenario = Scenario {
+                strategy: *strategy,
+                workers: w,
+            };
+            let mut row = run_one(&args, &url, &admin, &scenario, run).await?;
+            if args.redis_benchmark {
+                let (host, port) =
+                    host_port(&url).ok_or("cannot read host and port from the URL")?;
+                let rate = redis_benchmark(&admin, &host, port).await?;
+                row.redis_benchmark_evalsha_per_s = Some(rate);
+                row.pairs_vs_half_evalsha = Some(row.acq_per_s / (rate / 2.0));
+            }
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&row).map_err(|e| e.to_string())?
+                );
+            }
+            rows.push(row);
+        }
+    }
+    if !args.json {
+        print_table(&rows);
+    }
+    if let Some(path) = &args.plot {
+        crate::plot::sweep(path, &rows)?;
+        eprintln!("wrote {}", path.display());
+    }
+    let _ = admin.quit().await;
+    if rows.iter().any(|r| r.violations > 0) {
+        return Err("mutual exclusion violated: see the violations column".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_values() {
+        assert_eq!(parse_sweep("workers=8,64").unwrap(), Sweep(vec![8, 64]));
+        assert!(parse_sweep("keys=8").is_err());
+        assert!(parse_sweep("workers=0").is_err());
+        assert!(parse_sweep("workers=").is_err());
+    }
+
+    #[test]
+    fn host_and_port() {
+        assert_eq!(
+            host_port("redis://127.0.0.1:7000"),
+            Some(("127.0.0.1".into(), 7000))
+        );
+        assert_eq!(host_port("redis://u:p@h:1/0"), Some(("h".into(), 1)));
+        assert_eq!(host_port("redis://h"), Some(("h".into(), 6379)));
+    }
+}

@@ -1,0 +1,192 @@
+//! `relaylock`: the command-line companion of the library (feature `cli`).
+//!
+//! `relaylock bench` compares pub/sub waiting with spin polling on a real
+//! Redis server; see `relaylock bench --help` and docs/benchmarks.md.
+
+use std::fmt;
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use relaylock::WaitStrategy;
+
+mod bench;
+mod plot;
+#[path = "../../../tests/support/redis_server.rs"]
+mod redis_server;
+mod stats;
+mod worker;
+
+#[derive(Parser)]
+#[command(
+    name = "relaylock",
+    version,
+    about = "Distributed locks on Redis: load test and tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compare wait strategies under contention on a real Redis server.
+    Bench(bench::BenchArgs),
+    /// Print saved `bench --json` results again (as a table or markdown).
+    Report(bench::ReportArgs),
+    /// One load-generating process of `bench` (spawned by it).
+    #[command(hide = true)]
+    Worker(worker::WorkerArgs),
+}
+
+/// A wait strategy as written on the command line: `pubsub` or `poll:<ms>`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Strategy(WaitStrategy);
+
+impl Strategy {
+    pub fn wait_strategy(self) -> WaitStrategy {
+        self.0
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "pubsub" {
+            return Ok(Strategy(WaitStrategy::PubSub));
+        }
+        let ms = s
+            .strip_prefix("poll:")
+            .ok_or_else(|| format!("{s:?}: expected pubsub or poll:<ms>"))?;
+        match ms.parse::<u64>() {
+            Ok(ms) if (1..=3_600_000).contains(&ms) => {
+                Ok(Strategy(WaitStrategy::Poll(Duration::from_millis(ms))))
+            }
+            _ => Err(format!("{s:?}: the poll interval is 1 to 3600000 ms")),
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            WaitStrategy::Poll(d) => write!(f, "poll:{}", d.as_millis()),
+            _ => f.write_str("pubsub"),
+        }
+    }
+}
+
+/// `250ms`, `10s`, `2m`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?}: expected e.g. 500ms, 10s, 2m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("{s:?}: the unit is ms, s or m")),
+    };
+    if !(0.001..=86_400.0).contains(&secs) {
+        return Err(format!("{s:?}: must be between 1 ms and 24 h"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Bench(args) => bench::run(args).await,
+            Command::Report(args) => bench::report(args),
+            Command::Worker(args) => worker::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "relaylock",
+            "bench",
+            "--strategy",
+            "pubsub",
+            "--strategy",
+            "poll:100",
+            "--sweep",
+            "workers=8,64",
+            "--duration",
+            "2s",
+            "--hold-ms",
+            "0",
+            "--json",
+        ])
+        .unwrap();
+        let Command::Bench(args) = cli.command else {
+            panic!("not bench")
+        };
+        assert_eq!(args.strategies.len(), 2);
+        assert_eq!(args.sweep.unwrap().0, vec![8, 64]);
+        assert_eq!(args.duration, Duration::from_secs(2));
+        assert!(Cli::try_parse_from(["relaylock", "bench", "--strategy", "spin"]).is_err());
+    }
+
+    #[test]
+    fn strategies() {
+        assert_eq!(
+            "pubsub".parse::<Strategy>().unwrap().0,
+            WaitStrategy::PubSub
+        );
+        assert_eq!(
+            "poll:10".parse::<Strategy>().unwrap().0,
+            WaitStrategy::Poll(Duration::from_millis(10))
+        );
+        assert_eq!(
+            "poll:10".parse::<Strategy>().unwrap().to_string(),
+            "poll:10"
+        );
+        for bad in ["", "poll", "poll:0", "poll:x", "spin"] {
+            assert!(bad.parse::<Strategy>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        for bad in ["", "0s", "1h", "x", "-1s", "100d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

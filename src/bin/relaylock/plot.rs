@@ -1,0 +1,109 @@
+//! The sweep plot: Redis commands, Redis CPU and p99 wait per acquisition
+//! against the number of waiters, one line per strategy, log scales.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::bench::Row;
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+type Metric = (&'static str, fn(&Row) -> f64);
+
+pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
+    let metrics: [Metric; 3] = [
+        ("Redis commands per acquisition", |r| r.redis_cmds_per_acq),
+        ("Redis CPU per acquisition (us)", |r| r.redis_cpu_us_per_acq),
+        ("p99 wait (ms)", |r| r.wait_p99_ms),
+    ];
+    let mut strategies: Vec<&str> = Vec::new();
+    for r in rows {
+        if !strategies.contains(&r.strategy.as_str()) {
+            strategies.push(&r.strategy);
+        }
+    }
+    let (x_min, x_max) = rows.iter().fold((f64::MAX, f64::MIN), |(lo, hi), r| {
+        (lo.min(r.workers as f64), hi.max(r.workers as f64))
+    });
+    let (x_min, x_max) = (x_min / 1.3, x_max * 1.3);
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+
+    let root = SVGBackend::new(path, (1500, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let title = format!(
+        "relaylock bench: {} process(es), {} key(s), hold {} ms",
+        rows[0].processes, rows[0].keys, rows[0].hold_ms
+    );
+    let root = root
+        .titled(&title, ("sans-serif", 22))
+        .map_err(|e| err(&e))?;
+    for (area, (name, value)) in root.split_evenly((1, 3)).iter().zip(metrics) {
+        let values: Vec<f64> = rows
+            .iter()
+            .map(value)
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .collect();
+        let y_min = values.iter().copied().fold(f64::MAX, f64::min) / 1.5;
+        let y_max = values.iter().copied().fold(f64::MIN, f64::max) * 1.5;
+        if values.is_empty() {
+            continue;
+        }
+        let mut chart = ChartBuilder::on(area)
+            .caption(name, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("waiters (tasks per process)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_labels(6)
+            .y_label_formatter(&|y| {
+                if *y >= 10.0 {
+                    format!("{y:.0}")
+                } else {
+                    format!("{y:.2}")
+                }
+            })
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (i, s) in strategies.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let points: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.strategy == *s)
+                .map(|r| (r.workers as f64, value(r)))
+                .filter(|(_, y)| y.is_finite() && *y > 0.0)
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(s.to_string())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| err(&e))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! Pure statistics over what the load-test workers recorded.
+
+/// One critical section, as a worker saw it. Times are nanoseconds since the
+/// UNIX epoch on the machine's clock (every process of one run shares it).
+/// `(key index, fencing token, lock called, lock returned, release sent)`.
+pub type Record = (u32, u64, u64, u64, u64);
+
+/// Nearest-rank percentile of an ascending slice; `None` when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// Jain's fairness index of per-worker counts: 1 when all are equal, 1/n
+/// when one worker got everything.
+pub fn jain(counts: &[u64]) -> f64 {
+    let n = counts.len() as f64;
+    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
+    let squares: f64 = counts.iter().map(|&c| (c as f64) * (c as f64)).sum();
+    if squares == 0.0 {
+        return 0.0;
+    }
+    sum * sum / (n * squares)
+}
+
+/// What consecutive holders of each key reveal.
+#[derive(Debug, Default, PartialEq)]
+pub struct Handoffs {
+    /// Release of one holder to the return of the next holder's lock call, in
+    /// ms, for every pair where the next holder was already waiting.
+    pub handoff_ms: Vec<f64>,
+    /// Pairs where the next holder's lock returned before the previous holder
+    /// sent its release. The recorded span of a critical section lies inside
+    /// the real one, so every such pair is a real overlap (two holders).
+    pub violations: u64,
+}
+
+/// Order each key's critical sections by fencing token and compare neighbours.
+pub fn handoffs(records: &mut [Record]) -> Handoffs {
+    records.sort_unstable_by_key(|r| (r.0, r.1));
+    let mut out = Handoffs::default();
+    for pair in records.windows(2) {
+        let (prev, next) = (pair[0], pair[1]);
+        if prev.0 != next.0 {
+            continue;
+        }
+        if next.3 < prev.4 {
+            out.violations += 1;
+        } else if next.2 < prev.4 {
+            out.handoff_ms.push((next.3 - prev.4) as f64 / 1e6);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50.0));
+        assert_eq!(percentile(&v, 99.0), Some(99.0));
+        assert_eq!(percentile(&v, 100.0), Some(100.0));
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn jain_index() {
+        assert!((jain(&[5, 5, 5, 5]) - 1.0).abs() < 1e-12);
+        assert!((jain(&[8, 0, 0, 0]) - 0.25).abs() < 1e-12);
+        assert_eq!(jain(&[0, 0]), 0.0);
+    }
+
+    #[test]
+    fn handoffs_and_violations() {
+        let ms = 1_000_000;
+        let mut r = vec![
+            // key 0: A holds 0..10, B waits from 5, gets it at 12 (handoff 2 ms)
+            (0, 2, 5 * ms, 12 * ms, 20 * ms),
+            (0, 1, 0, ms, 10 * ms),
+            // C called after B released: not a handoff
+            (0, 3, 25 * ms, 26 * ms, 30 * ms),
+            // D acquired before C released: a violation
+            (0, 4, 26 * ms, 29 * ms, 31 * ms),
+            // key 1 is independent of key 0
+            (1, 1, 0, 0, ms),
+        ];
+        let h = handoffs(&mut r);
+        assert_eq!(h.handoff_ms, vec![2.0]);
+        assert_eq!(h.violations, 1);
+    }
+}

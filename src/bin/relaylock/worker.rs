@@ -1,0 +1,285 @@
+//! One load-generating process of `relaylock bench` (the hidden `worker`
+//! subcommand). It talks to the parent over stdio:
+//!
+//! * stdout `ready` once connected; stdin `go` starts the workers;
+//! * stdout `tick <acquisitions>` every second;
+//! * stdin `stop` (or EOF) stops them; the report goes to `--out` as JSON and
+//!   stdout says `done`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use relaylock::{Error, LockClient};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::watch;
+
+use crate::stats::Record;
+use crate::Strategy;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    pub url: String,
+    #[arg(long)]
+    pub strategy: Strategy,
+    #[arg(long)]
+    pub workers: usize,
+    #[arg(long)]
+    pub keys: usize,
+    #[arg(long)]
+    pub hold_us: u64,
+    #[arg(long)]
+    pub lease_ms: u64,
+    #[arg(long)]
+    pub prefix: String,
+    #[arg(long)]
+    pub index: usize,
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long)]
+    pub prometheus: Option<SocketAddr>,
+}
+
+/// What one process reports back.
+#[derive(Serialize, Deserialize, Debug, Default)]
+pub struct WorkerReport {
+    /// Acquisitions per worker task.
+    pub counts: Vec<u64>,
+    pub records: Vec<Record>,
+    /// `relaylock_acquire_attempts_total` as the library counted it.
+    pub attempts: u64,
+    /// Two tasks of this process inside one key's critical section at once.
+    pub local_violations: u64,
+    pub errors: u64,
+    pub lost: u64,
+    pub first_error: Option<String>,
+    pub peak_rss_kib: u64,
+}
+
+/// Buckets for the `*_seconds` histograms: 50 us to 30 s.
+pub const BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0, 30.0,
+];
+
+fn install_recorder(listen: Option<SocketAddr>) -> Result<PrometheusHandle, String> {
+    let builder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("seconds".into()), BUCKETS)
+        .map_err(|e| e.to_string())?;
+    match listen {
+        None => builder.install_recorder().map_err(|e| e.to_string()),
+        Some(addr) => {
+            let (recorder, exporter) = builder
+                .with_http_listener(addr)
+                .build()
+                .map_err(|e| format!("prometheus listener on {addr}: {e}"))?;
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).map_err(|e| e.to_string())?;
+            tokio::spawn(exporter);
+            Ok(handle)
+        }
+    }
+}
+
+/// Sum of every series of `name` in a Prometheus text rendering.
+pub fn counter_total(rendered: &str, name: &str) -> u64 {
+    rendered
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// xorshift64*: key choice without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+#[derive(Default)]
+struct TaskResult {
+    count: u64,
+    records: Vec<Record>,
+    violations: u64,
+    errors: u64,
+    lost: u64,
+    first_error: Option<String>,
+}
+
+struct Shared {
+    client: LockClient,
+    keys: Vec<String>,
+    held: Vec<AtomicBool>,
+    hold: Duration,
+    total: AtomicU64,
+}
+
+async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -> TaskResult {
+    let mut out = TaskResult::default();
+    let mut rng = Rng(seed | 1);
+    while !*stop.borrow() {
+        let k = (rng.next() % shared.keys.len() as u64) as usize;
+        let t_call = now_ns();
+        let result = tokio::select! {
+            biased;
+            _ = stop.changed() => break,
+            r = shared.client.lock(&shared.keys[k]) => r,
+        };
+        let guard = match result {
+            Ok(g) => g,
+            Err(e) => {
+                out.errors += 1;
+                out.first_error.get_or_insert_with(|| e.to_string());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let t_acq = now_ns();
+        if shared.held[k].swap(true, Ordering::SeqCst) {
+            out.violations += 1;
+        }
+        if !shared.hold.is_zero() {
+            tokio::time::sleep(shared.hold).await;
+        }
+        shared.held[k].store(false, Ordering::SeqCst);
+        let t_rel = now_ns();
+        let fence = guard.fencing_token();
+        match guard.release().await {
+            Ok(()) => {}
+            Err(Error::LockLost) => out.lost += 1,
+            Err(e) => {
+                out.errors += 1;
+                out.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        out.records.push((k as u32, fence, t_call, t_acq, t_rel));
+        out.count += 1;
+        shared.total.fetch_add(1, Ordering::Relaxed);
+    }
+    out
+}
+
+pub async fn run(args: WorkerArgs) -> Result<(), String> {
+    let metrics = install_recorder(args.prometheus)?;
+    let client = LockClient::builder()
+        .url(args.url.as_str())
+        .prefix(args.prefix.as_str())
+        .wait_strategy(args.strategy.wait_strategy())
+        .default_lease(Duration::from_millis(args.lease_ms))
+        .build()
+        .await
+        .map_err(|e| format!("worker {}: {e}", args.index))?;
+    let shared = Arc::new(Shared {
+        client,
+        keys: (0..args.keys.max(1)).map(|i| format!("k{i}")).collect(),
+        held: (0..args.keys.max(1))
+            .map(|_| AtomicBool::new(false))
+            .collect(),
+        hold: Duration::from_micros(args.hold_us),
+        total: AtomicU64::new(0),
+    });
+
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    println!("ready");
+    match stdin.next_line().await {
+        Ok(Some(line)) if line.trim() == "go" => {}
+        other => return Err(format!("worker {}: expected go, got {other:?}", args.index)),
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let tasks: Vec<_> = (0..args.workers)
+        .map(|i| {
+            let seed = (args.index as u64) << 32 | i as u64;
+            tokio::spawn(task(
+                Arc::clone(&shared),
+                seed.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                stop_rx.clone(),
+            ))
+        })
+        .collect();
+    let ticker = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            every.tick().await;
+            loop {
+                every.tick().await;
+                println!("tick {}", shared.total.load(Ordering::Relaxed));
+            }
+        })
+    };
+    // "stop", or the parent going away, ends the run.
+    while let Ok(Some(line)) = stdin.next_line().await {
+        if line.trim() == "stop" {
+            break;
+        }
+    }
+    let _ = stop_tx.send(true);
+    let mut report = WorkerReport::default();
+    for t in tasks {
+        let r = t.await.map_err(|e| e.to_string())?;
+        report.counts.push(r.count);
+        report.records.extend(r.records);
+        report.local_violations += r.violations;
+        report.errors += r.errors;
+        report.lost += r.lost;
+        if report.first_error.is_none() {
+            report.first_error = r.first_error;
+        }
+    }
+    ticker.abort();
+    report.attempts = counter_total(
+        &metrics.render(),
+        relaylock::metrics::ACQUIRE_ATTEMPTS_TOTAL,
+    );
+    report.peak_rss_kib = peak_rss_kib();
+    let json = serde_json::to_vec(&report).map_err(|e| e.to_string())?;
+    std::fs::write(&args.out, json).map_err(|e| format!("write {}: {e}", args.out.display()))?;
+    println!("done");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_total_sums_labelled_series() {
+        let text = "# TYPE relaylock_acquire_attempts_total counter\n\
+                    relaylock_acquire_attempts_total 7\n\
+                    relaylock_acquire_attempts_total{name=\"a\"} 3\n\
+                    relaylock_acquire_attempts_total_other 100\n";
+        assert_eq!(counter_total(text, "relaylock_acquire_attempts_total"), 10);
+    }
+}
