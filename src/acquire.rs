@@ -210,6 +210,7 @@ impl<'a> Call<'a> {
             .bounded(script.evalsha_with_reload(&self.inner.redis, keys, args))
             .await?;
         orphan.disarm();
+        tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
         match reply.as_slice() {
             [1, fence] if *fence > 0 => Ok(Attempt::Acquired(*fence as u64)),
             [0, pttl] => Ok(Attempt::Held(
@@ -331,7 +332,10 @@ impl<'a> Call<'a> {
                 _ = tokio::time::sleep(bound) => WakeCause::Ttl,
             };
             must_try = match cause {
-                WakeCause::Message => true,
+                WakeCause::Message => {
+                    tracing::trace!(target: "relaylock::hop", hop = "waiter_woken");
+                    true
+                }
                 WakeCause::Reconnect => {
                     reconnect.set(registry.reconnected());
                     confirmed = self.subscribe(&waiter, deadline).await;

@@ -43,7 +43,10 @@ pub(crate) fn spawn(subscriber: &SubscriberClient, registry: Arc<Registry>) -> J
                     Err(RecvError::Closed) => break,
                 },
                 message = messages.recv() => match message {
-                    Ok(message) => registry.on_message(&message.channel),
+                    Ok(message) => {
+                        tracing::trace!(target: "relaylock::hop", hop = "message_received");
+                        registry.on_message(&message.channel);
+                    }
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "relaylock: release messages were dropped (subscriber lagged); waking every waiter");
                         registry.wake_all();

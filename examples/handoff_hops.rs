@@ -1,0 +1,149 @@
+//! Where the microseconds of one hand-over go, hop by hop.
+//!
+//! A holder and a parked waiter on one key, in one process, against a
+//! redis-server this example starts. The library emits `trace` events under
+//! the target `relaylock::hop` at each internal hop; a tracing layer stamps
+//! them, and the example prints the median of each hop over many hand-overs,
+//! next to the PING round trip measured the same way.
+//!
+//! ```text
+//! cargo run --release --example handoff_hops -- 2000
+//! ```
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use relaylock::LockClient;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+#[path = "../tests/support/redis_server.rs"]
+mod redis_server;
+
+type Stamps = Arc<Mutex<Vec<(&'static str, Instant)>>>;
+
+/// Stamps every `relaylock::hop` event with the time it was emitted.
+struct HopLayer(Stamps);
+
+struct HopName(Option<&'static str>);
+
+impl Visit for HopName {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "hop" {
+            self.0 = ["message_received", "waiter_woken", "acquire_reply"]
+                .into_iter()
+                .find(|h| *h == value);
+        }
+    }
+    fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> Layer<S> for HopLayer {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let now = Instant::now();
+        if event.metadata().target() == "relaylock::hop" {
+            let mut name = HopName(None);
+            event.record(&mut name);
+            if let Some(n) = name.0 {
+                self.0.lock().unwrap().push((n, now));
+            }
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[tokio::main]
+async fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .map_or(2000, |a| a.parse().expect("rounds"));
+    let stamps: Stamps = Arc::default();
+    let subscriber = tracing_subscriber::registry().with(HopLayer(stamps.clone()).with_filter(
+        tracing_subscriber::filter::filter_fn(|m| m.target() == "relaylock::hop"),
+    ));
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let server = redis_server::RedisServer::try_start(&[]).unwrap_or_else(|e| panic!("{e}"));
+    let lock = LockClient::connect(&server.url()).await.unwrap();
+    let fred = lock.fred_client().clone();
+
+    let (
+        mut release_rtt,
+        mut to_message,
+        mut to_woken,
+        mut to_reply,
+        mut to_return,
+        mut total,
+        mut ping,
+    ) = (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let holder = lock.lock("hops").await.unwrap();
+        let waiter = {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let g = lock.lock("hops").await.unwrap();
+                (Instant::now(), g)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(2)).await; // the waiter tries, subscribes, parks
+        let p = Instant::now();
+        let _: String = fred.ping(None).await.unwrap();
+        ping.push(p.elapsed().as_secs_f64() * 1e6);
+        stamps.lock().unwrap().clear();
+
+        let t0 = Instant::now();
+        holder.release().await.unwrap();
+        let t_released = Instant::now();
+        let (t_end, g) = waiter.await.unwrap();
+        let s = std::mem::take(&mut *stamps.lock().unwrap());
+        let at = |name: &str| s.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+        if let (Some(m), Some(w), Some(r)) = (
+            at("message_received"),
+            at("waiter_woken"),
+            at("acquire_reply"),
+        ) {
+            let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e6;
+            release_rtt.push(us(t0, t_released));
+            to_message.push(us(t0, m));
+            to_woken.push(us(m, w));
+            to_reply.push(us(w, r));
+            to_return.push(us(r, t_end));
+            total.push(us(t0, t_end));
+        }
+        g.release().await.unwrap();
+    }
+    println!("{} hand-overs, medians in microseconds", total.len());
+    println!(
+        "  PING round trip through fred (the floor)          {:>8.1}",
+        median(ping)
+    );
+    println!(
+        "  release script round trip (holder's view)         {:>8.1}",
+        median(release_rtt)
+    );
+    println!(
+        "  1. release sent -> message at the subscriber task {:>8.1}",
+        median(to_message)
+    );
+    println!(
+        "  2. message -> waiter task running                 {:>8.1}",
+        median(to_woken)
+    );
+    println!(
+        "  3. waiter running -> acquire reply received       {:>8.1}",
+        median(to_reply)
+    );
+    println!(
+        "  4. acquire reply -> lock() returns to the caller  {:>8.1}",
+        median(to_return)
+    );
+    println!(
+        "  hand-over, release sent -> lock() returned        {:>8.1}",
+        median(total)
+    );
+}
