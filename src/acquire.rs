@@ -67,7 +67,7 @@ pub(crate) async fn lock(
     let deadline = options.wait.map(|w| call.started.checked_add(w));
     let outcome = match (deadline, inner.strategy) {
         // wait(0): exactly one try
-        (Some(Some(d)), _) if d <= call.started => match call.attempt().await {
+        (Some(Some(d)), _) if d <= call.started => match call.attempt(false).await {
             Ok(Attempt::Acquired(fence)) => Ok(fence),
             Ok(Attempt::Held(..)) => Err(Error::Timeout),
             Err(e) => Err(e),
@@ -98,7 +98,7 @@ pub(crate) async fn try_lock(
     options: &LockOptions,
 ) -> Result<Option<LockGuard>> {
     let call = Call::new(inner, key, options)?;
-    match call.attempt().await? {
+    match call.attempt(false).await? {
         Attempt::Acquired(fence) => {
             m::finished(call.name, Outcome::Acquired, call.started.elapsed());
             Ok(Some(call.into_guard(fence)))
@@ -188,19 +188,30 @@ impl<'a> Call<'a> {
         )
     }
 
-    /// One acquire script call.
-    async fn attempt(&self) -> Result<Attempt> {
+    /// One acquire script call. A caller that will wait (`queue`) registers
+    /// this client in the key's queue when the lock is taken, and may take a
+    /// reservation made for this client.
+    async fn attempt(&self, queue: bool) -> Result<Attempt> {
         m::attempt(self.name);
         let void = self.names.void(&self.token);
+        let names = &self.names;
         let keys = vec![
-            self.names.lock.as_str(),
-            self.names.side.as_str(),
+            names.lock.as_str(),
+            names.side.as_str(),
             void.as_str(),
+            names.queue.as_str(),
         ];
+        let client = if queue {
+            self.inner.registry.client_id()
+        } else {
+            ""
+        };
         let args: Vec<Value> = vec![
             self.token.as_str().into(),
             (self.lease_ms as i64).into(),
             ((self.lease_ms + SIDE_RETENTION_MS) as i64).into(),
+            client.into(),
+            names.channel.as_str().into(),
         ];
         let orphan = Orphan(Some(self));
         let sent = Instant::now();
@@ -224,7 +235,7 @@ impl<'a> Call<'a> {
     /// The spin-polling baseline: one try per interval.
     async fn wait_poll(&self, every: Duration, deadline: Option<Instant>) -> Result<u64> {
         loop {
-            if let Attempt::Acquired(fence) = self.attempt().await? {
+            if let Attempt::Acquired(fence) = self.attempt(false).await? {
                 return Ok(fence);
             }
             if expired(deadline) {
@@ -269,12 +280,13 @@ impl<'a> Call<'a> {
         // next release anyway: queue behind them instead of trying first (FIFO,
         // no extra script call, and no herd when many tasks arrive at once at
         // an idle key).
-        let (mut waiter, queued) = registry.join(channel);
+        let (mut waiter, queued) = registry.join(channel, &self.names.queue);
         if !queued {
-            match self.attempt().await? {
+            match self.attempt(true).await? {
                 Attempt::Acquired(fence) => return Ok(fence),
                 Attempt::Held(p, sent) => {
-                    waiter.note_pttl(sent, p.unwrap_or(self.inner.default_lease))
+                    waiter.mark_queued();
+                    waiter.note_pttl(sent, p.unwrap_or(self.inner.default_lease));
                 }
             }
             if expired(deadline) {
@@ -296,12 +308,13 @@ impl<'a> Call<'a> {
                 // A waiter that leaves during its try (cancelled, error) hands
                 // the duty to re-check to the next local waiter.
                 let baton = PassOn(Some(&waiter));
-                let attempt = self.attempt().await?;
+                let attempt = self.attempt(true).await?;
                 baton.disarm();
                 match attempt {
                     Attempt::Acquired(fence) => return Ok(fence),
                     Attempt::Held(p, sent) => {
-                        waiter.note_pttl(sent, p.unwrap_or(self.inner.default_lease))
+                        waiter.mark_queued();
+                        waiter.note_pttl(sent, p.unwrap_or(self.inner.default_lease));
                     }
                 }
             }

@@ -415,8 +415,13 @@ impl LockClientBuilder {
         }
 
         crate::metrics::describe();
+        // 16 hex digits of a random UUID: unique among the clients of a lock
+        // with overwhelming probability, short in the queue hash and messages.
+        let client_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
         let registry = Arc::new(Registry::new(
             subscriber.clone(),
+            redis.clone(),
+            client_id,
             self.unsubscribe_linger,
             self.command_timeout,
         ));

@@ -12,7 +12,7 @@ use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::metrics as m;
 use crate::options::validate_lease;
-use crate::scripts::{Names, RING_CHARS, SIDE_RETENTION_MS};
+use crate::scripts::{Names, HANDOFF_GRACE_MS, RING_CHARS, SIDE_RETENTION_MS};
 
 /// A held lock.
 ///
@@ -201,13 +201,27 @@ pub(crate) async fn release(
     fence: Option<u64>,
 ) -> Result<Released> {
     let void = names.void(token);
-    let keys = vec![names.lock.as_str(), names.side.as_str(), void.as_str()];
+    let keys = vec![
+        names.lock.as_str(),
+        names.side.as_str(),
+        void.as_str(),
+        names.queue.as_str(),
+    ];
+    // With local waiters left, this client queues again behind the others.
+    let registry = &inner.registry;
+    let requeue = if registry.has_waiters(&names.channel) {
+        registry.client_id()
+    } else {
+        ""
+    };
     let args: Vec<Value> = vec![
         token.into(),
         fence.map(|f| f.to_string()).unwrap_or_default().into(),
         names.channel.as_str().into(),
         (SIDE_RETENTION_MS as i64).into(),
         (RING_CHARS as i64).into(),
+        requeue.into(),
+        (HANDOFF_GRACE_MS as i64).into(),
     ];
     let script = &inner.scripts.release;
     let reply: i64 = inner

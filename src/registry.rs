@@ -21,13 +21,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use fred::clients::SubscriberClient;
-use fred::interfaces::{ClientLike, PubsubInterface};
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::{ClientLike, HashesInterface, PubsubInterface};
 use metrics::SharedString;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
 use crate::metrics as m;
+use crate::scripts::HANDOFF_GRACE_MS;
 
 /// The local waiters of one key.
 #[derive(Debug)]
@@ -51,6 +52,56 @@ pub(crate) struct Entry {
     /// Woken (`notify_waiters`) when the hint moves EARLIER, so sleepers
     /// bounded by an older, longer lease recompute their bound.
     hint_moved: Notify,
+    /// The key's queue hash in Redis (`<prefix>:{<key>}:q`).
+    queue: String,
+    /// True once a try of this client registered it in the queue hash; the
+    /// last local waiter to leave takes it out again.
+    queued: AtomicBool,
+}
+
+impl Entry {
+    /// Record that the lock is taken until `pttl` after `sent` (see
+    /// [`Waiter::note_pttl`]).
+    fn note_expiry(&self, sent: Instant, pttl: Duration) {
+        let expiry = sent + pttl + Duration::from_millis(1);
+        let moved_earlier = {
+            let mut hint = self.hint.lock().unwrap_or_else(|p| p.into_inner());
+            if hint.seen.is_some_and(|seen| seen > sent) {
+                return;
+            }
+            let earlier = hint.expiry.is_none_or(|e| expiry < e);
+            hint.seen = Some(sent);
+            hint.expiry = Some(expiry);
+            earlier
+        };
+        if moved_earlier {
+            self.hint_moved.notify_waiters();
+        }
+    }
+}
+
+/// What a message on a lock's channel announces.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Announcement<'a> {
+    /// Released; free for whoever tries (`r:`), or anything unrecognised.
+    Free,
+    /// Released and reserved for this client (`r:<client>`).
+    ReservedFor(&'a str),
+    /// A reservation was taken; the new lease lasts this long (`t:<ms>`).
+    Taken(Duration),
+}
+
+impl<'a> Announcement<'a> {
+    pub(crate) fn parse(payload: &'a str) -> Self {
+        if let Some(client) = payload.strip_prefix("r:") {
+            if !client.is_empty() {
+                return Announcement::ReservedFor(client);
+            }
+        } else if let Some(ms) = payload.strip_prefix("t:").and_then(|ms| ms.parse().ok()) {
+            return Announcement::Taken(Duration::from_millis(ms));
+        }
+        Announcement::Free
+    }
 }
 
 /// The shared estimate of when the holder's lease ends.
@@ -62,8 +113,10 @@ struct Hint {
 }
 
 impl Entry {
-    fn new() -> Self {
+    fn new(queue: &str) -> Self {
         Entry {
+            queue: queue.to_owned(),
+            queued: AtomicBool::new(false),
             notify: Notify::new(),
             count: AtomicUsize::new(0),
             confirmed: AtomicBool::new(false),
@@ -82,6 +135,10 @@ pub(crate) struct Registry {
     /// re-checks.
     wake_all: Notify,
     subscriber: SubscriberClient,
+    /// The command connection, to leave the queue hash.
+    redis: Client,
+    /// This client's id in the queue hashes.
+    client_id: String,
     linger: Duration,
     /// Bound of every command relaylock sends on the subscriber connection,
     /// whatever the fred client's own settings.
@@ -91,6 +148,8 @@ pub(crate) struct Registry {
 impl Registry {
     pub(crate) fn new(
         subscriber: SubscriberClient,
+        redis: Client,
+        client_id: String,
         linger: Duration,
         command_timeout: Duration,
     ) -> Self {
@@ -98,9 +157,24 @@ impl Registry {
             map: DashMap::new(),
             wake_all: Notify::new(),
             subscriber,
+            redis,
+            client_id,
             linger,
             command_timeout,
         }
+    }
+
+    /// This client's id in the queue hashes.
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// Whether local tasks are registered for `channel` (a releasing client
+    /// with waiters queues again behind the other clients).
+    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
+        self.map
+            .get(channel)
+            .is_some_and(|e| e.count.load(SeqCst) > 0)
     }
 
     /// Run a subscriber command, bounded by the command timeout.
@@ -122,12 +196,12 @@ impl Registry {
     /// registered until the returned [`Waiter`] is dropped. The flag is true
     /// when other local tasks were already registered: the newcomer should
     /// queue behind them instead of trying first.
-    pub(crate) fn join(self: &Arc<Self>, channel: &str) -> (Waiter, bool) {
+    pub(crate) fn join(self: &Arc<Self>, channel: &str, queue: &str) -> (Waiter, bool) {
         let (entry, before) = {
             let e = self
                 .map
                 .entry(channel.to_owned())
-                .or_insert_with(|| Arc::new(Entry::new()));
+                .or_insert_with(|| Arc::new(Entry::new(queue)));
             let before = e.count.fetch_add(1, SeqCst);
             (Arc::clone(&e), before)
         };
@@ -147,11 +221,23 @@ impl Registry {
         self.wake_all.notified()
     }
 
-    /// A release message arrived on `channel`: wake one local waiter (or store
-    /// a permit for the next one).
-    pub(crate) fn on_message(&self, channel: &str) {
-        if let Some(e) = self.map.get(channel) {
-            e.notify.notify_one();
+    /// A message arrived on `channel`. A release that is free for all, or
+    /// reserved for this client, wakes one local waiter (or stores a permit
+    /// for the next one). A release reserved for another client wakes nobody:
+    /// the lock is taken for at most the grace period, after which one local
+    /// waiter probes (in case that client never came). A taken reservation
+    /// moves the estimate to the new lease.
+    pub(crate) fn on_message(&self, channel: &str, payload: &str) {
+        let Some(e) = self.map.get(channel) else {
+            return;
+        };
+        match Announcement::parse(payload) {
+            Announcement::Free => e.notify.notify_one(),
+            Announcement::ReservedFor(c) if c == self.client_id => e.notify.notify_one(),
+            Announcement::ReservedFor(_) => {
+                e.note_expiry(Instant::now(), Duration::from_millis(HANDOFF_GRACE_MS))
+            }
+            Announcement::Taken(lease) => e.note_expiry(Instant::now(), lease),
         }
     }
 
@@ -223,6 +309,17 @@ impl Registry {
     ///    removal makes a new entry whose SUBSCRIBE is sent after that
     ///    UNSUBSCRIBE on the same connection.
     async fn cleanup(self: Arc<Self>, channel: String, entry: Arc<Entry>) {
+        // Leave the key's queue at once (no linger): a client still queued
+        // without waiters would be handed the lock and let it idle for the
+        // grace period. A waiter arriving meanwhile queues again on its try.
+        if entry.count.load(SeqCst) == 0 && entry.queued.swap(false, SeqCst) {
+            let leave = self
+                .redis
+                .hdel::<i64, _, _>(entry.queue.as_str(), self.client_id.as_str());
+            if let Err(e) = self.bounded(leave).await {
+                tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
+            }
+        }
         if !self.linger.is_zero() {
             tokio::time::sleep(self.linger).await;
         }
@@ -325,20 +422,12 @@ impl Waiter {
     /// observation never overwrites a newer one. When the estimate moves
     /// earlier, sleepers are woken to recompute their bound.
     pub(crate) fn note_pttl(&self, sent: Instant, pttl: Duration) {
-        let expiry = sent + pttl + Duration::from_millis(1);
-        let moved_earlier = {
-            let mut hint = self.entry.hint.lock().unwrap_or_else(|p| p.into_inner());
-            if hint.seen.is_some_and(|seen| seen > sent) {
-                return;
-            }
-            let earlier = hint.expiry.is_none_or(|e| expiry < e);
-            hint.seen = Some(sent);
-            hint.expiry = Some(expiry);
-            earlier
-        };
-        if moved_earlier {
-            self.entry.hint_moved.notify_waiters();
-        }
+        self.entry.note_expiry(sent, pttl);
+    }
+
+    /// A try of this client registered it in the key's queue hash.
+    pub(crate) fn mark_queued(&self) {
+        self.entry.queued.store(true, SeqCst);
     }
 
     /// A future completing the next time the shared estimate moves earlier.
@@ -376,12 +465,12 @@ impl Drop for Waiter {
             m::waiters(name.as_ref(), -1.0);
         }
         if self.entry.count.fetch_sub(1, SeqCst) == 1 {
-            // Never subscribed (the uncontended path: one try that acquired):
-            // remove inline. Holding the mutex with the flag down means no
+            // Never subscribed nor queued (the uncontended path: one try that
+            // acquired): remove inline. Holding the mutex with the flag down means no
             // subscription exists to order against; `count` is re-checked
             // under the shard lock where `join` raises it.
             if let Ok(sub) = self.entry.subscribed.try_lock() {
-                if !*sub {
+                if !*sub && !self.entry.queued.load(SeqCst) {
                     let entry = &self.entry;
                     self.registry.map.remove_if(&self.channel, |_, e| {
                         Arc::ptr_eq(e, entry) && e.count.load(SeqCst) == 0
@@ -401,5 +490,26 @@ impl Drop for Waiter {
                 ),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn announcements() {
+        assert_eq!(Announcement::parse("r:"), Announcement::Free);
+        assert_eq!(
+            Announcement::parse("r:abc"),
+            Announcement::ReservedFor("abc")
+        );
+        assert_eq!(
+            Announcement::parse("t:30000"),
+            Announcement::Taken(Duration::from_secs(30))
+        );
+        assert_eq!(Announcement::parse("t:x"), Announcement::Free);
+        assert_eq!(Announcement::parse("1795238504002345"), Announcement::Free);
+        assert_eq!(Announcement::parse(""), Announcement::Free);
     }
 }

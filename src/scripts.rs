@@ -12,7 +12,27 @@
 //! |-----------------|--------|----------------------------------------|---------|
 //! | `p:{k}`         | string | the lease                              | the lock: `"<token>:<fence>"` |
 //! | `p:{k}:fence`   | hash   | lease + [`SIDE_RETENTION_MS`] after the last acquire, [`SIDE_RETENTION_MS`] after a release | `f`: last fencing token issued; `r`: the newest released fences |
-//! | `p:{k}:ch`      | channel| -                                      | one message per release |
+//! | `p:{k}:q`       | hash   | [`SIDE_RETENTION_MS`] after the last registration | clients waiting for the lock: client id -> when it started waiting (µs); `~` -> the client the lock is reserved for |
+//! | `p:{k}:ch`      | channel| -                                      | `r:<client>` hand-over (empty client: free for all), `t:<lease ms>` reservation taken |
+//!
+//! # Hand-over between clients
+//!
+//! Every client (one [`LockClient`](crate::LockClient), usually one process)
+//! has an id. A client whose waiter fails to acquire registers in the queue
+//! hash with the time it started waiting (`HSETNX`: the oldest stays). A
+//! release picks the client that waited longest, other than the releaser, and
+//! turns the lock into a reservation `~<client>` for [`HANDOFF_GRACE_MS`],
+//! publishing `r:<client>`. Only that client retries; the others sleep on. So
+//! a release costs one retry in total, and clients take turns in the order
+//! they started waiting instead of the one Redis delivers messages to first
+//! winning every time. The releaser queues again at the back when it still has
+//! local waiters. A reservation nobody takes expires, and the next acquirer
+//! drops the no-show from the queue. With nobody else queued, a release
+//! deletes the key and publishes `r:` (free for all local waiters).
+//!
+//! Messages are sent with `redis.pcall`: a client whose ACL forbids the
+//! channel still acquires and releases, and the waiters of other clients fall
+//! back to their bounded waits (the holder's lease, the grace period).
 //!
 //! Lua numbers are doubles: a fencing token (microseconds since the epoch, about
 //! 1.8e15) is exact, but `tostring` would print it as `1.79e+15`. Scripts
@@ -28,34 +48,55 @@ use fred::types::scripts::Script;
 /// server clock stepping backwards cannot make fencing tokens go backwards.
 pub const SIDE_RETENTION_MS: u64 = 60_000;
 
+/// How long a released lock stays reserved for the client chosen to take it
+/// next, in ms. Bounds the idle time when that client no longer has waiters.
+pub const HANDOFF_GRACE_MS: u64 = 50;
+
 /// How many released fencing tokens the side hash remembers (see [`RELEASE`]).
 pub const RELEASE_RING: usize = 32;
 
 /// Acquire.
 ///
-/// KEYS: `[lock, side, void]`; ARGV: `[token, lease_ms, side_ttl_ms]`.
+/// KEYS: `[lock, side, void, queue]`; ARGV: `[token, lease_ms, side_ttl_ms, client, channel]`.
+/// `client` is `''` for a caller that will not wait (try_lock, polling): it
+/// neither queues nor takes a reservation.
 ///
-/// * lock absent and `void` (`p:{k}:void:<token>`) present: this token's
-///   caller gave up and already released it (see [`RELEASE`]); a delayed copy
-///   of the call must not take the lock. Reply `{0, -2}`.
-/// * lock absent: the fencing token is the server's `TIME` in microseconds,
-///   raised to `last + 1` if the side hash remembers an equal or later one (two
-///   acquisitions in one microsecond, or a clock step back within the side
-///   hash's lifetime). `SET lock "<token>:<fence>" NX PX lease`, remember the
-///   fence, and reply `{1, fence}`.
 /// * lock holds OUR token (a replay of this very call after a lost reply, as
 ///   fred does after a reconnect): reply `{1, fence}` with the fence stored in
 ///   the value, so acquiring is idempotent.
-/// * lock holds another token: reply `{0, pttl}` (`-1` if the key has no
-///   expiry: somebody outside relaylock wrote it).
+/// * lock holds another token, or a reservation for another client: register
+///   `client` in the queue (`HSETNX`, so the earliest wait start stays) and
+///   reply `{0, pttl}` (`-1` if the key has no expiry: somebody outside
+///   relaylock wrote it).
+/// * lock absent and `void` (`p:{k}:void:<token>`) present: this token's
+///   caller gave up and already released it (see [`RELEASE`]); a delayed copy
+///   of the call must not take the lock. Reply `{0, -2}`.
+/// * lock absent, or reserved for `client`: the fencing token is the server's
+///   `TIME` in microseconds, raised to `last + 1` if the side hash remembers
+///   an equal or later one (two acquisitions in one microsecond, or a clock
+///   step back within the side hash's lifetime). `SET lock "<token>:<fence>"
+///   PX lease`, remember the fence, leave the queue (a reservation left
+///   unused by another client drops that client from it too), publish
+///   `t:<lease>` when a reservation was taken, and reply `{1, fence}`.
 pub const ACQUIRE: &str = r#"
 local v = redis.call('GET', KEYS[1])
+local reserved = false
 if v then
   local mine = ARGV[1] .. ':'
   if string.sub(v, 1, #mine) == mine then
     return {1, tonumber(string.sub(v, #mine + 1))}
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  if ARGV[4] ~= '' and v == '~' .. ARGV[4] then
+    reserved = true
+  else
+    if ARGV[4] ~= '' then
+      local t = redis.call('TIME')
+      if redis.call('HSETNX', KEYS[4], ARGV[4], t[1] .. string.format('%06d', t[2])) == 1 then
+        redis.call('PEXPIRE', KEYS[4], ARGV[3])
+      end
+    end
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {0, -2}
@@ -65,23 +106,34 @@ local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local last = tonumber(redis.call('HGET', KEYS[2], 'f'))
 if last and last >= fence then fence = last + 1 end
 local fs = string.format('%d', fence)
-if not redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs, 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs, 'PX', ARGV[2])
 redis.call('HSET', KEYS[2], 'f', fs)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local rsv = redis.call('HGET', KEYS[4], '~')
+if rsv then
+  if rsv ~= ARGV[4] then redis.call('HDEL', KEYS[4], rsv) end
+  redis.call('HDEL', KEYS[4], '~')
+end
+if ARGV[4] ~= '' then redis.call('HDEL', KEYS[4], ARGV[4]) end
+if reserved then redis.pcall('PUBLISH', ARGV[5], 't:' .. ARGV[2]) end
 return {1, fence}
 "#;
 
 /// Release.
 ///
-/// KEYS: `[lock, side, void]`; ARGV: `[token, fence, channel, side_ttl_ms, ring_chars]`.
+/// KEYS: `[lock, side, void, queue]`;
+/// ARGV: `[token, fence, channel, side_ttl_ms, ring_chars, client, grace_ms]`.
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
-/// while in flight (future dropped, error, timeout).
+/// while in flight (future dropped, error, timeout). `client` is the
+/// releasing client's id when it still has local waiters (it queues again, at
+/// the back), else `''`.
 ///
-/// * lock holds `"<token>:<f>"`: `DEL` it, push `f` onto the side hash's ring
-///   `r` of recently released fences (newest first, cut to `ring_chars`
-///   characters), `PUBLISH channel f`, reply `1`.
+/// * lock holds `"<token>:<f>"`: push `f` onto the side hash's ring `r` of
+///   recently released fences (newest first, cut to `ring_chars`
+///   characters). Then hand over: if another client is queued, reserve the
+///   lock for the one waiting longest (`SET lock ~<client> PX grace`,
+///   remember it under `~`, `PUBLISH channel r:<client>`); otherwise `DEL`
+///   the lock and `PUBLISH channel r:`. Reply `1`.
 /// * lock does not hold our token but `fence` is in the ring: this release
 ///   already happened (fred replayed it after the reply was lost); reply `2`,
 ///   so the caller does not report a lock loss that did not happen.
@@ -95,14 +147,33 @@ local v = redis.call('GET', KEYS[1])
 local mine = ARGV[1] .. ':'
 if v and string.sub(v, 1, #mine) == mine then
   local fence = string.sub(v, #mine + 1)
-  redis.call('DEL', KEYS[1])
   local ring = redis.call('HGET', KEYS[2], 'r')
   if ring then ring = fence .. ' ' .. ring else ring = fence end
   local cap = tonumber(ARGV[5])
   if #ring > cap then ring = string.match(string.sub(ring, 1, cap + 1), '^(.*) ') or fence end
   redis.call('HSET', KEYS[2], 'r', ring)
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
-  redis.call('PUBLISH', ARGV[3], fence)
+  local q = redis.call('HGETALL', KEYS[4])
+  local best, best_t = nil, nil
+  for i = 1, #q, 2 do
+    if q[i] ~= '~' and q[i] ~= ARGV[6] then
+      local t = tonumber(q[i + 1])
+      if t and (best_t == nil or t < best_t) then best, best_t = q[i], t end
+    end
+  end
+  if best then
+    if ARGV[6] ~= '' then
+      local t = redis.call('TIME')
+      redis.call('HSET', KEYS[4], ARGV[6], t[1] .. string.format('%06d', t[2]))
+    end
+    redis.call('SET', KEYS[1], '~' .. best, 'PX', ARGV[7])
+    redis.call('HSET', KEYS[4], '~', best)
+    redis.call('PEXPIRE', KEYS[4], ARGV[4])
+    redis.pcall('PUBLISH', ARGV[3], 'r:' .. best)
+  else
+    redis.call('DEL', KEYS[1])
+    redis.pcall('PUBLISH', ARGV[3], 'r:')
+  end
   return 1
 end
 if ARGV[2] == '' then
@@ -165,6 +236,8 @@ pub(crate) struct Names {
     pub(crate) side: String,
     /// `<prefix>:{<key>}:ch`: the release channel.
     pub(crate) channel: String,
+    /// `<prefix>:{<key>}:q`: the clients waiting for the lock.
+    pub(crate) queue: String,
 }
 
 impl Names {
@@ -178,6 +251,7 @@ impl Names {
         Names {
             side: format!("{lock}:fence"),
             channel: format!("{lock}:ch"),
+            queue: format!("{lock}:q"),
             lock,
         }
     }
@@ -197,6 +271,7 @@ mod tests {
         assert_eq!(n.lock, "relaylock:{orders:42}");
         assert_eq!(n.side, "relaylock:{orders:42}:fence");
         assert_eq!(n.channel, "relaylock:{orders:42}:ch");
+        assert_eq!(n.queue, "relaylock:{orders:42}:q");
     }
 
     #[test]

@@ -45,7 +45,8 @@ pub(crate) fn spawn(subscriber: &SubscriberClient, registry: Arc<Registry>) -> J
                 message = messages.recv() => match message {
                     Ok(message) => {
                         tracing::trace!(target: "relaylock::hop", hop = "message_received");
-                        registry.on_message(&message.channel);
+                        let payload = message.value.as_str().unwrap_or_default();
+                        registry.on_message(&message.channel, &payload);
                     }
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "relaylock: release messages were dropped (subscriber lagged); waking every waiter");
