@@ -515,15 +515,23 @@ async fn replayed_release_is_not_a_false_loss() {
             token.clone(),
         );
         async move {
+            let keys = vec![
+                key.clone(),
+                side,
+                format!("{key}:void:{token}"),
+                format!("{key}:q"),
+            ];
             let args: Vec<String> = vec![
                 token,
                 fence,
                 channel,
                 relaylock::scripts::SIDE_RETENTION_MS.to_string(),
                 relaylock::scripts::RING_CHARS.to_string(),
+                String::new(),
+                relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
             ];
             admin
-                .eval::<i64, _, _, _>(relaylock::scripts::RELEASE, vec![key, side], args)
+                .eval::<i64, _, _, _>(relaylock::scripts::RELEASE, keys, args)
                 .await
                 .unwrap()
         }
@@ -692,45 +700,55 @@ async fn builds_on_an_existing_fred_client() {
 /// it had not taken the lock, a delayed copy of it must never take it later.
 #[tokio::test]
 async fn abandoned_acquisition_can_never_succeed_later() {
-    use relaylock::scripts::{ACQUIRE, RELEASE, RING_CHARS, SIDE_RETENTION_MS};
+    use relaylock::scripts::{ACQUIRE, HANDOFF_GRACE_MS, RELEASE, RING_CHARS, SIDE_RETENTION_MS};
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let (key, side) = ("p:{k}".to_string(), "p:{k}:fence".to_string());
-    let void = "p:{k}:void:tok".to_string();
-    let keys = vec![key.clone(), side.clone(), void.clone()];
+    let (key, side, queue) = (
+        "p:{k}".to_string(),
+        "p:{k}:fence".to_string(),
+        "p:{k}:q".to_string(),
+    );
+    let keys = |token: &str| {
+        vec![
+            key.clone(),
+            side.clone(),
+            format!("p:{{k}}:void:{token}"),
+            queue.clone(),
+        ]
+    };
     // The orphan release arrives first and finds nothing.
+    let release_args: Vec<String> = vec![
+        "tok".into(),
+        String::new(),
+        "p:{k}:ch".into(),
+        SIDE_RETENTION_MS.to_string(),
+        RING_CHARS.to_string(),
+        String::new(),
+        HANDOFF_GRACE_MS.to_string(),
+    ];
     let released: i64 = admin
-        .eval(
-            RELEASE,
-            keys.clone(),
-            vec![
-                "tok".to_string(),
-                String::new(),
-                "p:{k}:ch".into(),
-                SIDE_RETENTION_MS.to_string(),
-                RING_CHARS.to_string(),
-            ],
-        )
+        .eval(RELEASE, keys("tok"), release_args)
         .await
         .unwrap();
     assert_eq!(released, 0);
-    let ttl: i64 = admin.pttl(&void).await.unwrap();
+    let ttl: i64 = admin.pttl("p:{k}:void:tok").await.unwrap();
     assert!(ttl > 0 && ttl <= SIDE_RETENTION_MS as i64);
     // The delayed acquire of the same token is refused; another token is not.
-    let args = |t: &str| vec![t.to_string(), "30000".into(), "90000".into()];
-    let late: Vec<i64> = admin
-        .eval(ACQUIRE, keys.clone(), args("tok"))
-        .await
-        .unwrap();
+    let args = |t: &str| {
+        vec![
+            t.to_string(),
+            "30000".into(),
+            "90000".into(),
+            String::new(),
+            "p:{k}:ch".into(),
+        ]
+    };
+    let late: Vec<i64> = admin.eval(ACQUIRE, keys("tok"), args("tok")).await.unwrap();
     assert_eq!(late, vec![0, -2]);
     let exists: i64 = admin.exists(&key).await.unwrap();
     assert_eq!(exists, 0, "the abandoned acquisition took the lock");
     let other: Vec<i64> = admin
-        .eval(
-            ACQUIRE,
-            vec![key, side, "p:{k}:void:other".to_string()],
-            args("other"),
-        )
+        .eval(ACQUIRE, keys("other"), args("other"))
         .await
         .unwrap();
     assert_eq!(other[0], 1);
@@ -890,4 +908,113 @@ async fn frozen_redis_gives_an_error_not_a_hang() {
         .await
         .unwrap();
     g.release().await.unwrap();
+}
+
+/// Two clients (two processes, in effect) contend for one key. Redis delivers
+/// a release to subscribers in subscription order, so without hand-over the
+/// client that subscribed first would win nearly every race. With it, clients
+/// take turns, and a release costs one retry in total, not one per client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_take_turns_and_retry_once_per_release() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let clients = [client(&server).await, client(&server).await];
+    let before = command_calls(&admin).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for _ in 0..16 {
+            let (c, stop) = (c.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let g = c.lock("shared").await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    g.release().await.unwrap();
+                    n += 1;
+                }
+                (i, n)
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut per_client = [0u64; 2];
+    for t in tasks {
+        let (i, n) = t.await.unwrap();
+        per_client[i] += n;
+    }
+    let after = command_calls(&admin).await;
+    let total = per_client[0] + per_client[1];
+    let attempts = delta(&before, &after, "evalsha") - total;
+    let share = per_client[0].min(per_client[1]) as f64 / per_client[0].max(per_client[1]) as f64;
+    println!(
+        "clients_take_turns: acquisitions per client {per_client:?}, min/max {share:.3}, {:.3} acquire calls per acquisition",
+        attempts as f64 / total as f64
+    );
+    assert!(share >= 0.7, "one client starves the other: {per_client:?}");
+    assert!(
+        (attempts as f64 / total as f64) <= 1.3,
+        "{attempts} acquire calls for {total} acquisitions"
+    );
+}
+
+/// A client that is queued but whose process died never takes its
+/// reservation: the lock idles for the grace period only, and the no-show
+/// leaves the queue. A client whose waiters left takes itself out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_show_costs_one_grace_period() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let holder_client = client(&server).await;
+    let waiter_client = client(&server).await;
+    let queue = format!("{}:q", holder_client.redis_key("k"));
+    let holder = holder_client.lock("k").await.unwrap();
+    // A ghost that started waiting long ago, ahead of everyone.
+    let _: i64 = admin
+        .hset(&queue, ("ghost", "1000000000000000"))
+        .await
+        .unwrap();
+    let waiter = {
+        let c = waiter_client.clone();
+        tokio::spawn(async move {
+            let g = c
+                .lock_with("k", LockOptions::default().wait(Duration::from_secs(5)))
+                .await;
+            (g, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (g, at) = waiter.await.unwrap();
+    let g = g.expect("the waiter behind the ghost never acquired");
+    let took = at - released;
+    assert!(
+        took < Duration::from_millis(1000),
+        "took {took:?} (grace is {} ms)",
+        relaylock::scripts::HANDOFF_GRACE_MS
+    );
+    let ghost: bool = admin.hexists(&queue, "ghost").await.unwrap();
+    assert!(!ghost, "the no-show is still queued");
+    g.release().await.unwrap();
+
+    // A waiter that gives up takes its client out of the queue.
+    let holder = holder_client.lock("k").await.unwrap();
+    let r = waiter_client
+        .lock_with("k", LockOptions::default().wait(Duration::from_millis(200)))
+        .await;
+    assert!(matches!(r, Err(Error::Timeout)));
+    let emptied = eventually(Duration::from_secs(3), || async {
+        admin.hlen::<i64, _>(&queue).await.unwrap() == 0
+    })
+    .await;
+    assert!(
+        emptied,
+        "queue left behind: {:?}",
+        admin
+            .hgetall::<std::collections::HashMap<String, String>, _>(&queue)
+            .await
+    );
+    holder.release().await.unwrap();
 }
