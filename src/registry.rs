@@ -16,7 +16,7 @@
 //!   failed try and the wait is not lost). A reconnect or a lagged message
 //!   stream wakes EVERY waiter of every key ([`Registry::wake_all`]).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,6 +57,9 @@ pub(crate) struct Entry {
     /// True once a try of this client registered it in the queue hash; the
     /// last local waiter to leave takes it out again.
     queued: AtomicBool,
+    /// Counts the messages of this key's channel, so a grace timer can tell
+    /// whether anything was announced after it started.
+    announcements: AtomicU64,
 }
 
 impl Entry {
@@ -117,6 +120,7 @@ impl Entry {
         Entry {
             queue: queue.to_owned(),
             queued: AtomicBool::new(false),
+            announcements: AtomicU64::new(0),
             notify: Notify::new(),
             count: AtomicUsize::new(0),
             confirmed: AtomicBool::new(false),
@@ -221,21 +225,31 @@ impl Registry {
         self.wake_all.notified()
     }
 
-    /// A message arrived on `channel`. A release that is free for all, or
-    /// reserved for this client, wakes one local waiter (or stores a permit
-    /// for the next one). A release reserved for another client wakes nobody:
-    /// the lock is taken for at most the grace period, after which one local
-    /// waiter probes (in case that client never came). A taken reservation
-    /// moves the estimate to the new lease.
+    /// A message arrived on `channel`.
+    ///
+    /// * A release free for all, or reserved for this client, wakes one local
+    ///   waiter (or stores a permit for the next one).
+    /// * A release reserved for another client wakes nobody now. One timer
+    ///   wakes one local waiter when the grace period ends, unless another
+    ///   message came meanwhile (normally `t:`, the reservation was taken):
+    ///   that waiter probes in case the other client never came.
+    /// * A taken reservation moves the key's expiry estimate to the new lease.
     pub(crate) fn on_message(&self, channel: &str, payload: &str) {
         let Some(e) = self.map.get(channel) else {
             return;
         };
+        let generation = e.announcements.fetch_add(1, SeqCst) + 1;
         match Announcement::parse(payload) {
             Announcement::Free => e.notify.notify_one(),
             Announcement::ReservedFor(c) if c == self.client_id => e.notify.notify_one(),
             Announcement::ReservedFor(_) => {
-                e.note_expiry(Instant::now(), Duration::from_millis(HANDOFF_GRACE_MS))
+                let entry = Arc::clone(e.value());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(HANDOFF_GRACE_MS + 1)).await;
+                    if entry.announcements.load(SeqCst) == generation {
+                        entry.notify.notify_one();
+                    }
+                });
             }
             Announcement::Taken(lease) => e.note_expiry(Instant::now(), lease),
         }
@@ -428,6 +442,12 @@ impl Waiter {
     /// A try of this client registered it in the key's queue hash.
     pub(crate) fn mark_queued(&self) {
         self.entry.queued.store(true, SeqCst);
+    }
+
+    /// Whether a try of this client registered it in the key's queue hash
+    /// (and nothing took it out since).
+    pub(crate) fn is_queued(&self) -> bool {
+        self.entry.queued.load(SeqCst)
     }
 
     /// A future completing the next time the shared estimate moves earlier.
