@@ -67,7 +67,7 @@ pub(crate) async fn lock(
     let deadline = options.wait.map(|w| call.started.checked_add(w));
     let outcome = match (deadline, inner.strategy) {
         // wait(0): exactly one try
-        (Some(Some(d)), _) if d <= call.started => match call.attempt(false).await {
+        (Some(Some(d)), _) if d <= call.started => match call.attempt(None).await {
             Ok(Attempt::Acquired(fence)) => Ok(fence),
             Ok(Attempt::Held(..)) => Err(Error::Timeout),
             Err(e) => Err(e),
@@ -98,7 +98,7 @@ pub(crate) async fn try_lock(
     options: &LockOptions,
 ) -> Result<Option<LockGuard>> {
     let call = Call::new(inner, key, options)?;
-    match call.attempt(false).await? {
+    match call.attempt(None).await? {
         Attempt::Acquired(fence) => {
             m::finished(call.name, Outcome::Acquired, call.started.elapsed());
             Ok(Some(call.into_guard(fence)))
@@ -188,10 +188,10 @@ impl<'a> Call<'a> {
         )
     }
 
-    /// One acquire script call. A caller that will wait (`queue`) registers
-    /// this client in the key's queue when the lock is taken, and may take a
-    /// reservation made for this client.
-    async fn attempt(&self, queue: bool) -> Result<Attempt> {
+    /// One acquire script call. A caller that will wait (with its `queue`
+    /// registration) registers this client in the key's queue when the lock
+    /// is taken, and may take a reservation made for this client.
+    async fn attempt(&self, queue: Option<&Waiter>) -> Result<Attempt> {
         m::attempt(self.name);
         let void = self.names.void(&self.token);
         let names = &self.names;
@@ -201,10 +201,14 @@ impl<'a> Call<'a> {
             void.as_str(),
             names.queue.as_str(),
         ];
-        let client = if queue {
-            self.inner.registry.client_id()
+        let client = match queue {
+            Some(_) => self.inner.registry.client_id(),
+            None => "",
+        };
+        let queued = if queue.is_some_and(Waiter::is_queued) {
+            "1"
         } else {
-            ""
+            "0"
         };
         let args: Vec<Value> = vec![
             self.token.as_str().into(),
@@ -212,6 +216,7 @@ impl<'a> Call<'a> {
             ((self.lease_ms + SIDE_RETENTION_MS) as i64).into(),
             client.into(),
             names.channel.as_str().into(),
+            queued.into(),
         ];
         let orphan = Orphan(Some(self));
         let sent = Instant::now();
@@ -235,7 +240,7 @@ impl<'a> Call<'a> {
     /// The spin-polling baseline: one try per interval.
     async fn wait_poll(&self, every: Duration, deadline: Option<Instant>) -> Result<u64> {
         loop {
-            if let Attempt::Acquired(fence) = self.attempt(false).await? {
+            if let Attempt::Acquired(fence) = self.attempt(None).await? {
                 return Ok(fence);
             }
             if expired(deadline) {
@@ -282,7 +287,7 @@ impl<'a> Call<'a> {
         // an idle key).
         let (mut waiter, queued) = registry.join(channel, &self.names.queue);
         if !queued {
-            match self.attempt(true).await? {
+            match self.attempt(Some(&waiter)).await? {
                 Attempt::Acquired(fence) => return Ok(fence),
                 Attempt::Held(p, sent) => {
                     waiter.mark_queued();
@@ -308,7 +313,7 @@ impl<'a> Call<'a> {
                 // A waiter that leaves during its try (cancelled, error) hands
                 // the duty to re-check to the next local waiter.
                 let baton = PassOn(Some(&waiter));
-                let attempt = self.attempt(true).await?;
+                let attempt = self.attempt(Some(&waiter)).await?;
                 baton.disarm();
                 match attempt {
                     Attempt::Acquired(fence) => return Ok(fence),

@@ -11,8 +11,8 @@
 //! | name            | type   | lifetime                               | purpose |
 //! |-----------------|--------|----------------------------------------|---------|
 //! | `p:{k}`         | string | the lease                              | the lock: `"<token>:<fence>"` |
-//! | `p:{k}:fence`   | hash   | lease + [`SIDE_RETENTION_MS`] after the last acquire, [`SIDE_RETENTION_MS`] after a release | `f`: last fencing token issued; `r`: the newest released fences |
-//! | `p:{k}:q`       | hash   | [`SIDE_RETENTION_MS`] after the last registration | clients waiting for the lock: client id -> when it started waiting (µs); `~` -> the client the lock is reserved for |
+//! | `p:{k}:fence`   | hash   | lease + [`SIDE_RETENTION_MS`] after the last acquire, [`SIDE_RETENTION_MS`] after a release | `f`: last fencing token issued; `r`: the newest released fences; `rsv`: the client the last release reserved the lock for |
+//! | `p:{k}:q`       | hash   | [`SIDE_RETENTION_MS`] after the last registration | clients waiting for the lock: client id -> when it started waiting (µs) |
 //! | `p:{k}:ch`      | channel| -                                      | `r:<client>` hand-over (empty client: free for all), `t:<lease ms>` reservation taken |
 //!
 //! # Hand-over between clients
@@ -57,9 +57,11 @@ pub const RELEASE_RING: usize = 32;
 
 /// Acquire.
 ///
-/// KEYS: `[lock, side, void, queue]`; ARGV: `[token, lease_ms, side_ttl_ms, client, channel]`.
+/// KEYS: `[lock, side, void, queue]`;
+/// ARGV: `[token, lease_ms, side_ttl_ms, client, channel, queued]`.
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
-/// neither queues nor takes a reservation.
+/// neither queues nor takes a reservation. `queued` is `'1'` when the client
+/// believes it is in the queue (so an acquisition takes it out).
 ///
 /// * lock holds OUR token (a replay of this very call after a lost reply, as
 ///   fred does after a reconnect): reply `{1, fence}` with the fence stored in
@@ -75,9 +77,10 @@ pub const RELEASE_RING: usize = 32;
 ///   `TIME` in microseconds, raised to `last + 1` if the side hash remembers
 ///   an equal or later one (two acquisitions in one microsecond, or a clock
 ///   step back within the side hash's lifetime). `SET lock "<token>:<fence>"
-///   PX lease`, remember the fence, leave the queue (a reservation left
-///   unused by another client drops that client from it too), publish
-///   `t:<lease>` when a reservation was taken, and reply `{1, fence}`.
+///   PX lease`, remember the fence, leave the queue if queued (a reservation
+///   left unused by another client, remembered as the side hash's `rsv`,
+///   drops that client from the queue), publish `t:<lease>` when a
+///   reservation was taken, and reply `{1, fence}`.
 pub const ACQUIRE: &str = r#"
 local v = redis.call('GET', KEYS[1])
 local reserved = false
@@ -103,18 +106,18 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 local t = redis.call('TIME')
 local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local last = tonumber(redis.call('HGET', KEYS[2], 'f'))
+local side = redis.call('HMGET', KEYS[2], 'f', 'rsv')
+local last = tonumber(side[1])
 if last and last >= fence then fence = last + 1 end
 local fs = string.format('%d', fence)
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs, 'PX', ARGV[2])
 redis.call('HSET', KEYS[2], 'f', fs)
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-local rsv = redis.call('HGET', KEYS[4], '~')
-if rsv then
-  if rsv ~= ARGV[4] then redis.call('HDEL', KEYS[4], rsv) end
-  redis.call('HDEL', KEYS[4], '~')
+if side[2] then
+  if side[2] ~= ARGV[4] then redis.call('HDEL', KEYS[4], side[2]) end
+  redis.call('HDEL', KEYS[2], 'rsv')
 end
-if ARGV[4] ~= '' then redis.call('HDEL', KEYS[4], ARGV[4]) end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if reserved or ARGV[6] == '1' then redis.call('HDEL', KEYS[4], ARGV[4]) end
 if reserved then redis.pcall('PUBLISH', ARGV[5], 't:' .. ARGV[2]) end
 return {1, fence}
 "#;
@@ -132,8 +135,8 @@ return {1, fence}
 ///   recently released fences (newest first, cut to `ring_chars`
 ///   characters). Then hand over: if another client is queued, reserve the
 ///   lock for the one waiting longest (`SET lock ~<client> PX grace`,
-///   remember it under `~`, `PUBLISH channel r:<client>`); otherwise `DEL`
-///   the lock and `PUBLISH channel r:`. Reply `1`.
+///   remember it as the side hash's `rsv`, `PUBLISH channel r:<client>`);
+///   otherwise `DEL` the lock and `PUBLISH channel r:`. Reply `1`.
 /// * lock does not hold our token but `fence` is in the ring: this release
 ///   already happened (fred replayed it after the reply was lost); reply `2`,
 ///   so the caller does not report a lock loss that did not happen.
@@ -156,7 +159,7 @@ if v and string.sub(v, 1, #mine) == mine then
   local q = redis.call('HGETALL', KEYS[4])
   local best, best_t = nil, nil
   for i = 1, #q, 2 do
-    if q[i] ~= '~' and q[i] ~= ARGV[6] then
+    if q[i] ~= ARGV[6] then
       local t = tonumber(q[i + 1])
       if t and (best_t == nil or t < best_t) then best, best_t = q[i], t end
     end
@@ -167,7 +170,7 @@ if v and string.sub(v, 1, #mine) == mine then
       redis.call('HSET', KEYS[4], ARGV[6], t[1] .. string.format('%06d', t[2]))
     end
     redis.call('SET', KEYS[1], '~' .. best, 'PX', ARGV[7])
-    redis.call('HSET', KEYS[4], '~', best)
+    redis.call('HSET', KEYS[2], 'rsv', best)
     redis.call('PEXPIRE', KEYS[4], ARGV[4])
     redis.pcall('PUBLISH', ARGV[3], 'r:' .. best)
   else
