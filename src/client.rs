@@ -58,6 +58,9 @@ pub(crate) struct Inner {
     pub(crate) default_lease: Duration,
     pub(crate) strategy: WaitStrategy,
     command_timeout: Duration,
+    /// The fred client enforces a command timeout itself (always when
+    /// relaylock built it): no second timer per command is needed.
+    fred_times_out: bool,
     subscriber: SubscriberClient,
     subscriber_task: JoinHandle<()>,
     owns_redis: bool,
@@ -68,14 +71,17 @@ impl Inner {
         Names::new(&self.prefix, key)
     }
 
-    /// Run a command, bounded by the command timeout whatever the fred
-    /// client's own settings (a client passed in with `fred_client` may have
-    /// none). A command cut short here may still run in Redis: callers that
-    /// care (acquire) arm their own clean-up.
+    /// Run a command, bounded by the command timeout: fred's own when the
+    /// client has one, else a timer here (a client passed in with
+    /// `fred_client` may have none). A command cut short may still run in
+    /// Redis: callers that care (acquire) arm their own clean-up.
     pub(crate) async fn bounded<T>(
         &self,
         command: impl std::future::Future<Output = Result<T, fred::error::Error>>,
     ) -> Result<T> {
+        if self.fred_times_out {
+            return Ok(command.await?);
+        }
         match tokio::time::timeout(self.command_timeout, command).await {
             Ok(result) => Ok(result?),
             Err(_) => Err(Error::Redis(fred::error::Error::new(
@@ -290,8 +296,10 @@ impl LockClientBuilder {
 
     /// How long one Redis command may take, reconnects included, before it
     /// fails. Also the limit after which a connection that answers nothing is
-    /// considered dead and replaced. Default 5 s. relaylock applies it to its
-    /// own commands also on a client passed with [`fred_client`](Self::fred_client).
+    /// considered dead and replaced. Default 5 s. With a client passed in
+    /// with [`fred_client`](Self::fred_client), the client's own
+    /// `default_command_timeout` applies when it has one, and this one when
+    /// it has none.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -382,6 +390,7 @@ impl LockClientBuilder {
         };
         let subscriber = builder.build_subscriber_client()?;
 
+        let fred_times_out = !redis.perf_config().default_command_timeout.is_zero();
         if !redis.is_connected() {
             init_bounded(&redis, self.connect_timeout).await?;
         }
@@ -435,6 +444,7 @@ impl LockClientBuilder {
                 default_lease: self.default_lease,
                 strategy: self.wait_strategy,
                 command_timeout: self.command_timeout,
+                fred_times_out,
                 subscriber,
                 subscriber_task,
                 owns_redis,
