@@ -107,45 +107,20 @@ pub(crate) async fn try_lock(
     }
 }
 
-/// Hands a received wake-up on to the next waiter unless disarmed: a woken
-/// waiter that is cancelled (or fails) before its try completed must not
-/// swallow the wake-up that was meant for "somebody local".
-struct PassOn<'a>(Option<&'a Waiter>);
+/// Runs its action when dropped, unless disarmed first: the clean-up of an
+/// await point that the future may be dropped at.
+struct OnDrop<F: FnOnce()>(Option<F>);
 
-impl PassOn<'_> {
+impl<F: FnOnce()> OnDrop<F> {
     fn disarm(mut self) {
         self.0 = None;
     }
 }
 
-impl Drop for PassOn<'_> {
+impl<F: FnOnce()> Drop for OnDrop<F> {
     fn drop(&mut self) {
-        if let Some(w) = self.0 {
-            w.pass_on();
-        }
-    }
-}
-
-/// Releases the token in the background unless disarmed: covers an acquire
-/// script whose outcome we never learn (future dropped, reply lost, timeout).
-struct Orphan<'a, 'b>(Option<&'b Call<'a>>);
-
-impl Orphan<'_, '_> {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Orphan<'_, '_> {
-    fn drop(&mut self) {
-        if let Some(call) = self.0 {
-            release_in_background(
-                Arc::clone(call.inner),
-                call.names.clone(),
-                call.token.clone(),
-                None,
-                None,
-            );
+        if let Some(action) = self.0.take() {
+            action();
         }
     }
 }
@@ -176,16 +151,17 @@ impl<'a> Call<'a> {
     }
 
     fn into_guard(self, fence: u64) -> LockGuard {
-        LockGuard::new(
-            Arc::clone(self.inner),
-            self.key,
-            self.names,
-            self.token,
+        LockGuard {
+            inner: Arc::clone(self.inner),
+            key: self.key.to_owned(),
+            names: self.names,
+            token: self.token,
             fence,
-            self.name.cloned(),
-            self.started,
-            self.lease,
-        )
+            name: self.name.cloned(),
+            acquired_at: self.started,
+            lease: self.lease,
+            done: false,
+        }
     }
 
     /// One acquire script call. A caller that will wait (with its `queue`
@@ -218,7 +194,17 @@ impl<'a> Call<'a> {
             names.channel.as_str().into(),
             queued.into(),
         ];
-        let orphan = Orphan(Some(self));
+        // An acquire script whose outcome we never learn (future dropped,
+        // reply lost, timeout) may have taken the lock: release that token.
+        let orphan = OnDrop(Some(|| {
+            release_in_background(
+                Arc::clone(self.inner),
+                self.names.clone(),
+                self.token.clone(),
+                None,
+                None,
+            )
+        }));
         let sent = Instant::now();
         let script = &self.inner.scripts.acquire;
         let reply: Vec<i64> = self
@@ -312,7 +298,7 @@ impl<'a> Call<'a> {
             if must_try {
                 // A waiter that leaves during its try (cancelled, error) hands
                 // the duty to re-check to the next local waiter.
-                let baton = PassOn(Some(&waiter));
+                let baton = OnDrop(Some(|| waiter.pass_on()));
                 let attempt = self.attempt(Some(&waiter)).await?;
                 baton.disarm();
                 match attempt {

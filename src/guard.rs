@@ -32,15 +32,16 @@ use crate::scripts::{Names, HANDOFF_GRACE_MS, RING_CHARS, SIDE_RETENTION_MS};
 /// # let _ = fence; Ok(()) }
 /// ```
 pub struct LockGuard {
-    inner: Arc<Inner>,
-    key: String,
-    names: Names,
-    token: String,
-    fence: u64,
-    name: Option<SharedString>,
-    acquired_at: Instant,
-    lease: Duration,
-    done: bool,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) key: String,
+    pub(crate) names: Names,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) name: Option<SharedString>,
+    pub(crate) acquired_at: Instant,
+    pub(crate) lease: Duration,
+    /// Released (or known lost): dropping does nothing more.
+    pub(crate) done: bool,
 }
 
 impl fmt::Debug for LockGuard {
@@ -55,30 +56,6 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        inner: Arc<Inner>,
-        key: &str,
-        names: Names,
-        token: String,
-        fence: u64,
-        name: Option<SharedString>,
-        acquired_at: Instant,
-        lease: Duration,
-    ) -> Self {
-        LockGuard {
-            inner,
-            key: key.to_owned(),
-            names,
-            token,
-            fence,
-            name,
-            acquired_at,
-            lease,
-            done: false,
-        }
-    }
-
     /// The key this guard locks, as given to `lock`.
     pub fn key(&self) -> &str {
         &self.key
