@@ -205,6 +205,9 @@ impl<'a> Call<'a> {
                 None,
             )
         }));
+        if let Some(w) = queue {
+            w.queued_try_in_flight(true);
+        }
         let sent = Instant::now();
         let script = &self.inner.scripts.acquire;
         let reply: Vec<i64> = self
@@ -212,6 +215,9 @@ impl<'a> Call<'a> {
             .bounded(script.evalsha_with_reload(&self.inner.redis, keys, args))
             .await?;
         orphan.disarm();
+        if let Some(w) = queue {
+            w.queued_try_in_flight(false);
+        }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
         match reply.as_slice() {
             [1, fence] if *fence > 0 => Ok(Attempt::Acquired(*fence as u64)),

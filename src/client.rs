@@ -150,6 +150,10 @@ impl LockClient {
     }
 
     /// One attempt, never waits: `Ok(None)` when another owner holds the lock.
+    ///
+    /// It takes only a free lock. While other clients queue for the key,
+    /// each release reserves it for the client that waited longest (fair
+    /// hand-over), so `try_lock` does not succeed until the queue is empty.
     pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
         self.try_lock_with(key, LockOptions::default()).await
     }
@@ -175,6 +179,12 @@ impl LockClient {
     /// inspection with other tools.
     pub fn redis_key(&self, key: &str) -> String {
         self.inner.names(key).lock
+    }
+
+    /// This client's id: how it appears in the queue of clients waiting for
+    /// a lock (`<prefix>:{<key>}:q`) and in hand-over messages.
+    pub fn client_id(&self) -> &str {
+        self.inner.registry.client_id()
     }
 
     /// The prefix of every Redis name this client creates.

@@ -34,6 +34,9 @@ pub enum WaitStrategy {
     PubSub,
     /// Retry every interval (spin polling). The baseline the load test
     /// compares against; every waiter costs Redis one script call per interval.
+    /// Polling callers do not join the queue of waiting clients, so next to
+    /// `PubSub` clients contending for the same key they only get the lock
+    /// when no such client is queued.
     Poll(Duration),
 }
 

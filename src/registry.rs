@@ -83,6 +83,23 @@ impl Entry {
     }
 }
 
+impl Entry {
+    /// Another client took a reservation with this lease. Sets the estimate
+    /// only when none is known: a known one (even one already past) stays,
+    /// so every waiting client probes once its last observed lease has ended
+    /// and queues again if it somehow fell out of the queue, even while
+    /// other clients keep handing the lock to each other. (The message's
+    /// main effect is the new generation, which stops the grace timer.)
+    fn note_taken(&self, lease: Duration) {
+        let mut hint = self.hint.lock().unwrap_or_else(|p| p.into_inner());
+        if hint.expiry.is_none() {
+            let now = Instant::now();
+            hint.seen = Some(now);
+            hint.expiry = Some(now + lease);
+        }
+    }
+}
+
 /// What a message on a lock's channel announces.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Announcement<'a> {
@@ -214,6 +231,7 @@ impl Registry {
             channel: channel.to_owned(),
             entry,
             gauge: None,
+            queued_try: AtomicBool::new(false),
         };
         (waiter, before > 0)
     }
@@ -251,7 +269,7 @@ impl Registry {
                     }
                 });
             }
-            Announcement::Taken(lease) => e.note_expiry(Instant::now(), lease),
+            Announcement::Taken(lease) => e.note_taken(lease),
         }
     }
 
@@ -333,6 +351,11 @@ impl Registry {
             if let Err(e) = self.bounded(leave).await {
                 tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }
+            // A waiter that arrived meanwhile may have queued before the HDEL
+            // ran and been taken out with it: wake one to try (and queue) again.
+            if entry.count.load(SeqCst) > 0 {
+                entry.notify.notify_one();
+            }
         }
         if !self.linger.is_zero() {
             tokio::time::sleep(self.linger).await;
@@ -373,6 +396,9 @@ pub(crate) struct Waiter {
     /// Set once the task really waits: it then counts in the waiters gauge
     /// (under this `name` label, if any) until dropped.
     gauge: Option<Option<SharedString>>,
+    /// A try that may queue this client is in flight: if the waiter is
+    /// dropped before its outcome is known, the client may be queued.
+    queued_try: AtomicBool,
 }
 
 impl Waiter {
@@ -450,6 +476,12 @@ impl Waiter {
         self.entry.queued.load(SeqCst)
     }
 
+    /// A try that may queue this client is about to be sent (`true`) or its
+    /// outcome arrived (`false`).
+    pub(crate) fn queued_try_in_flight(&self, in_flight: bool) {
+        self.queued_try.store(in_flight, SeqCst);
+    }
+
     /// A future completing the next time the shared estimate moves earlier.
     /// Create it BEFORE reading [`until_expiry`](Self::until_expiry).
     pub(crate) fn hint_moved(&self) -> Notified<'_> {
@@ -483,6 +515,11 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         if let Some(name) = &self.gauge {
             m::waiters(name.as_ref(), -1.0);
+        }
+        if self.queued_try.load(SeqCst) {
+            // Dropped (or failed) with a queueing try in flight: it may have
+            // queued this client, so the clean-up must take it out.
+            self.entry.queued.store(true, SeqCst);
         }
         if self.entry.count.fetch_sub(1, SeqCst) == 1 {
             // Never subscribed nor queued (the uncontended path: one try that

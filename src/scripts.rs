@@ -94,9 +94,8 @@ if v then
   else
     if ARGV[4] ~= '' then
       local t = redis.call('TIME')
-      if redis.call('HSETNX', KEYS[4], ARGV[4], t[1] .. string.format('%06d', t[2])) == 1 then
-        redis.call('PEXPIRE', KEYS[4], ARGV[3])
-      end
+      redis.call('HSETNX', KEYS[4], ARGV[4], t[1] .. string.format('%06d', t[2]))
+      redis.call('PEXPIRE', KEYS[4], ARGV[3])
     end
     return {0, redis.call('PTTL', KEYS[1])}
   end
