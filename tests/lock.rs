@@ -1018,3 +1018,105 @@ async fn a_no_show_costs_one_grace_period() {
     );
     holder.release().await.unwrap();
 }
+
+/// Client C waits for a key, and its queue entry disappears (as a clean-up
+/// race or an expired queue hash can make it) while clients A and B then hand
+/// the key to each other continuously. C must queue again and get its turn
+/// within about a lease (1 s here), not starve for as long as A and B go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_fell_out_of_the_queue_queues_again() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let queue = format!("{}:q", a.redis_key("k"));
+    let lease = || LockOptions::default().lease(Duration::from_secs(1));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ping_pong = |cl: &LockClient| {
+        let (cl, stop) = (cl.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let g = cl.lock_with("k", lease()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                g.release().await.unwrap();
+            }
+        })
+    };
+    // A holds; B's tasks and C queue behind it.
+    let first = a.lock_with("k", lease()).await.unwrap();
+    let mut loops: Vec<_> = (0..4).map(|_| ping_pong(&b)).collect();
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.lock_with("k", lease().wait(Duration::from_secs(5))).await })
+    };
+    let c_id = c.client_id().to_owned();
+    let queued = eventually(Duration::from_secs(3), || async {
+        admin
+            .hexists::<bool, _, _>(&queue, c_id.as_str())
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(queued, "C never queued");
+    let b_id = b.client_id().to_owned();
+    let b_queued = eventually(Duration::from_secs(3), || async {
+        admin
+            .hexists::<bool, _, _>(&queue, b_id.as_str())
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(b_queued, "B never queued");
+    loops.extend((0..4).map(|_| ping_pong(&a)));
+    let a_id = a.client_id().to_owned();
+    let a_queued = eventually(Duration::from_secs(3), || async {
+        admin
+            .hexists::<bool, _, _>(&queue, a_id.as_str())
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(a_queued, "A never queued");
+    // C falls out of the queue; then A and B start handing the key over,
+    // always to each other (each is queued when the other releases).
+    let _: i64 = admin.hdel(&queue, c_id.as_str()).await.unwrap();
+    let start = Instant::now();
+    first.release().await.unwrap();
+    let got = waiter.await.unwrap();
+    let took = start.elapsed();
+    let g = got.unwrap_or_else(|e| panic!("C starved after falling out of the queue: {e}"));
+    g.release().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for l in loops {
+        l.await.unwrap();
+    }
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+/// A first try abandoned while in flight may have queued its client: the
+/// client is taken out again, so the next release does not reserve the lock
+/// for a client with nobody waiting (which would idle it for the grace).
+#[tokio::test]
+async fn an_abandoned_first_try_leaves_no_ghost_in_the_queue() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let holder_client = client(&server).await;
+    let lock = client(&server).await;
+    let key = lock.redis_key("k");
+    let holder = holder_client.lock("k").await.unwrap();
+    for _ in 0..5 {
+        // Polled once (the try is sent and queues the client), then dropped.
+        let r = tokio::time::timeout(Duration::ZERO, lock.lock("k")).await;
+        assert!(r.is_err());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release().await.unwrap();
+    let value: Option<String> = admin.get(&key).await.unwrap();
+    assert_eq!(
+        value, None,
+        "the release reserved the lock for a client with nobody waiting"
+    );
+}

@@ -66,6 +66,9 @@ async fn metrics_are_recorded() {
         )
         .await;
     assert!(matches!(r, Err(Error::Timeout)));
+    // Let the timed-out waiter's clean-up (leaving the queue) finish first:
+    // overlapping it, the clean-up may nudge the next waiter into one more try.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     // A waiter woken by the release message.
     let waiter = {
         let lock = lock.clone();
