@@ -40,10 +40,8 @@ const DEGRADED_POLL: Duration = Duration::from_millis(100);
 /// What one acquire script call found.
 enum Attempt {
     Acquired(u64),
-    /// Held by another owner, whose lease ended this long after the try was
-    /// sent (`None`: the key has no expiry, so it was not written by
-    /// relaylock).
-    Held(Option<Duration>, Instant),
+    /// Held by another owner (or reserved for another client).
+    Held,
 }
 
 /// One lock call: everything fixed for its lifetime.
@@ -69,7 +67,7 @@ pub(crate) async fn lock(
         // wait(0): exactly one try
         (Some(Some(d)), _) if d <= call.started => match call.attempt(None).await {
             Ok(Attempt::Acquired(fence)) => Ok(fence),
-            Ok(Attempt::Held(..)) => Err(Error::Timeout),
+            Ok(Attempt::Held) => Err(Error::Timeout),
             Err(e) => Err(e),
         },
         (deadline, WaitStrategy::PubSub) => call.wait_pubsub(deadline.flatten()).await,
@@ -103,7 +101,7 @@ pub(crate) async fn try_lock(
             m::finished(call.name, Outcome::Acquired, call.started.elapsed());
             Ok(Some(call.into_guard(fence)))
         }
-        Attempt::Held(..) => Ok(None),
+        Attempt::Held => Ok(None),
     }
 }
 
@@ -221,10 +219,19 @@ impl<'a> Call<'a> {
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
         match reply.as_slice() {
             [1, fence] if *fence > 0 => Ok(Attempt::Acquired(*fence as u64)),
-            [0, pttl] => Ok(Attempt::Held(
-                u64::try_from(*pttl).ok().map(Duration::from_millis),
-                sent,
-            )),
+            [0, pttl] => {
+                if let Some(w) = queue {
+                    // The try queued this client; every local waiter now knows
+                    // when the holder's lease ends (`-1`: the key has no
+                    // expiry, so relaylock did not write it: re-check after
+                    // the default lease).
+                    let pttl = u64::try_from(*pttl)
+                        .map_or(self.inner.default_lease, Duration::from_millis);
+                    w.mark_queued();
+                    w.note_pttl(sent, pttl);
+                }
+                Ok(Attempt::Held)
+            }
             other => Err(Error::UnexpectedReply(format!("acquire replied {other:?}"))),
         }
     }
@@ -279,12 +286,8 @@ impl<'a> Call<'a> {
         // an idle key).
         let (mut waiter, queued) = registry.join(channel, &self.names.queue);
         if !queued {
-            match self.attempt(Some(&waiter)).await? {
-                Attempt::Acquired(fence) => return Ok(fence),
-                Attempt::Held(p, sent) => {
-                    waiter.mark_queued();
-                    waiter.note_pttl(sent, p.unwrap_or(self.inner.default_lease));
-                }
+            if let Attempt::Acquired(fence) = self.attempt(Some(&waiter)).await? {
+                return Ok(fence);
             }
             if expired(deadline) {
                 return Err(Error::Timeout);
@@ -307,12 +310,8 @@ impl<'a> Call<'a> {
                 let baton = OnDrop(Some(|| waiter.pass_on()));
                 let attempt = self.attempt(Some(&waiter)).await?;
                 baton.disarm();
-                match attempt {
-                    Attempt::Acquired(fence) => return Ok(fence),
-                    Attempt::Held(p, sent) => {
-                        waiter.mark_queued();
-                        waiter.note_pttl(sent, p.unwrap_or(self.inner.default_lease));
-                    }
+                if let Attempt::Acquired(fence) = attempt {
+                    return Ok(fence);
                 }
             }
             if expired(deadline) {
