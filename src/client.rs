@@ -167,8 +167,10 @@ impl LockClient {
         acquire::try_lock(&self.inner, key, &options).await
     }
 
-    /// Whether anybody holds the lock on `key` right now (one `EXISTS`). The
-    /// answer can be stale by the time it arrives; use it for display only.
+    /// Whether anybody holds the lock on `key` right now (one `EXISTS`). A
+    /// lock reserved for the next client during a hand-over (at most 50 ms)
+    /// counts as locked. The answer can be stale by the time it arrives; use
+    /// it for display only.
     pub async fn is_locked(&self, key: &str) -> Result<bool> {
         validate_key(key)?;
         let n: i64 = self.inner.redis.exists(self.inner.names(key).lock).await?;
