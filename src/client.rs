@@ -82,13 +82,7 @@ impl Inner {
         if self.fred_times_out {
             return Ok(command.await?);
         }
-        match tokio::time::timeout(self.command_timeout, command).await {
-            Ok(result) => Ok(result?),
-            Err(_) => Err(Error::Redis(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                "relaylock: command timed out",
-            ))),
-        }
+        Ok(crate::error::bounded(self.command_timeout, command).await?)
     }
 }
 
@@ -419,15 +413,7 @@ impl LockClientBuilder {
             scripts.release.load(&redis).await?;
             scripts.extend.load(&redis).await
         };
-        let loaded = tokio::time::timeout(self.command_timeout, loaded)
-            .await
-            .unwrap_or_else(|_| {
-                Err(fred::error::Error::new(
-                    fred::error::ErrorKind::Timeout,
-                    "relaylock: loading the scripts timed out",
-                ))
-            });
-        if let Err(e) = loaded {
+        if let Err(e) = crate::error::bounded(self.command_timeout, loaded).await {
             let _ = subscriber.quit().await;
             if owns_redis {
                 let _ = redis.quit().await;

@@ -50,3 +50,19 @@ pub enum Error {
 
 /// Shorthand for `Result<T, relaylock::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Await a fred command for at most `limit`; past it, fail with fred's own
+/// `Timeout` error kind (the command may still run in Redis).
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    command: impl std::future::Future<Output = Result<T, fred::error::Error>>,
+) -> Result<T, fred::error::Error> {
+    tokio::time::timeout(limit, command)
+        .await
+        .unwrap_or_else(|_| {
+            Err(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                "relaylock: command timed out",
+            ))
+        })
+}

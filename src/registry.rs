@@ -198,19 +198,13 @@ impl Registry {
             .is_some_and(|e| e.count.load(SeqCst) > 0)
     }
 
-    /// Run a subscriber command, bounded by the command timeout.
+    /// Run a command, bounded by the command timeout whatever the fred
+    /// client's own settings.
     async fn bounded<T>(
         &self,
         command: impl std::future::Future<Output = Result<T, fred::error::Error>>,
     ) -> Result<T, fred::error::Error> {
-        tokio::time::timeout(self.command_timeout, command)
-            .await
-            .unwrap_or_else(|_| {
-                Err(fred::error::Error::new(
-                    fred::error::ErrorKind::Timeout,
-                    "relaylock: subscriber command timed out",
-                ))
-            })
+        crate::error::bounded(self.command_timeout, command).await
     }
 
     /// Register a task for `channel` (before its first try). It stays
