@@ -1,19 +1,22 @@
-//! The acquire loop: try -> register -> subscribe (confirmed) -> try -> wait.
+//! The acquire loop: register -> try -> subscribe (confirmed) -> try if this
+//! waiter confirmed the subscription -> wait.
 //!
 //! # Guarantees
 //!
 //! * Every wait is bounded: by a release message, by the holder's remaining
-//!   lease as the last try saw it (so a lost message costs at most that), by a
-//!   reconnect of the subscriber, and by the caller's deadline.
-//! * One retry per release per process: a release message wakes one local
-//!   waiter, and a newcomer that finds local waiters already queued on a
-//!   confirmed subscription joins the queue instead of trying first.
+//!   lease as the latest local try saw it (so a lost message costs at most
+//!   that), by a reconnect of the subscriber, and by the caller's deadline.
+//! * One retry per release: a release names the client that waited longest
+//!   (or none, when no other client is queued) and wakes one of its local
+//!   waiters; a newcomer that finds other local tasks registered for the key
+//!   queues behind them instead of trying first.
 //! * Cancellation: dropping a lock future at any await point leaves nothing
 //!   behind. Its waiter registration is removed; a wake-up it had received is
 //!   passed to the next local waiter; an acquire script in flight, which may
 //!   have taken the lock without the reply reaching us, is followed by a
-//!   release of that token in the background (fred sends both on the same
-//!   connection, in order), so no orphan lock blocks everyone for a lease.
+//!   release of that token in the background (and a void marker, should the
+//!   acquire reach Redis after it), so no orphan lock blocks everyone for a
+//!   lease.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,21 +76,13 @@ pub(crate) async fn lock(
         (deadline, WaitStrategy::PubSub) => call.wait_pubsub(deadline.flatten()).await,
         (deadline, WaitStrategy::Poll(every)) => call.wait_poll(every, deadline.flatten()).await,
     };
-    let waited = call.started.elapsed();
-    match outcome {
-        Ok(fence) => {
-            m::finished(call.name, Outcome::Acquired, waited);
-            Ok(call.into_guard(fence))
-        }
-        Err(Error::Timeout) => {
-            m::finished(call.name, Outcome::Timeout, waited);
-            Err(Error::Timeout)
-        }
-        Err(e) => {
-            m::finished(call.name, Outcome::Error, waited);
-            Err(e)
-        }
-    }
+    let kind = match &outcome {
+        Ok(_) => Outcome::Acquired,
+        Err(Error::Timeout) => Outcome::Timeout,
+        Err(_) => Outcome::Error,
+    };
+    m::finished(call.name, kind, call.started.elapsed());
+    outcome.map(|fence| call.into_guard(fence))
 }
 
 pub(crate) async fn try_lock(
