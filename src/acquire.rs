@@ -279,7 +279,7 @@ impl<'a> Call<'a> {
         // next release anyway: queue behind them instead of trying first (FIFO,
         // no extra script call, and no herd when many tasks arrive at once at
         // an idle key).
-        let (mut waiter, queued) = registry.join(channel, &self.names.queue);
+        let (mut waiter, queued) = registry.join(channel);
         if !queued {
             if let Attempt::Acquired(fence) = self.attempt(Some(&waiter)).await? {
                 return Ok(fence);

@@ -28,7 +28,7 @@ use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
 use crate::metrics as m;
-use crate::scripts::HANDOFF_GRACE_MS;
+use crate::scripts::{Names, HANDOFF_GRACE_MS};
 
 /// The local waiters of one key.
 #[derive(Debug)]
@@ -52,52 +52,12 @@ pub(crate) struct Entry {
     /// Woken (`notify_waiters`) when the hint moves EARLIER, so sleepers
     /// bounded by an older, longer lease recompute their bound.
     hint_moved: Notify,
-    /// The key's queue hash in Redis (`<prefix>:{<key>}:q`).
-    queue: String,
     /// True once a try of this client registered it in the queue hash; the
     /// last local waiter to leave takes it out again.
     queued: AtomicBool,
     /// Counts the messages of this key's channel, so a grace timer can tell
     /// whether anything was announced after it started.
     announcements: AtomicU64,
-}
-
-impl Entry {
-    /// Record that the lock is taken until `pttl` after `sent` (see
-    /// [`Waiter::note_pttl`]).
-    fn note_expiry(&self, sent: Instant, pttl: Duration) {
-        let expiry = sent + pttl + Duration::from_millis(1);
-        let moved_earlier = {
-            let mut hint = self.hint.lock().unwrap_or_else(|p| p.into_inner());
-            if hint.seen.is_some_and(|seen| seen > sent) {
-                return;
-            }
-            let earlier = hint.expiry.is_none_or(|e| expiry < e);
-            hint.seen = Some(sent);
-            hint.expiry = Some(expiry);
-            earlier
-        };
-        if moved_earlier {
-            self.hint_moved.notify_waiters();
-        }
-    }
-}
-
-impl Entry {
-    /// Another client took a reservation with this lease. Sets the estimate
-    /// only when none is known: a known one (even one already past) stays,
-    /// so every waiting client probes once its last observed lease has ended
-    /// and queues again if it somehow fell out of the queue, even while
-    /// other clients keep handing the lock to each other. (The message's
-    /// main effect is the new generation, which stops the grace timer.)
-    fn note_taken(&self, lease: Duration) {
-        let mut hint = self.hint.lock().unwrap_or_else(|p| p.into_inner());
-        if hint.expiry.is_none() {
-            let now = Instant::now();
-            hint.seen = Some(now);
-            hint.expiry = Some(now + lease);
-        }
-    }
 }
 
 /// What a message on a lock's channel announces.
@@ -133,17 +93,50 @@ struct Hint {
 }
 
 impl Entry {
-    fn new(queue: &str) -> Self {
+    fn new() -> Self {
         Entry {
-            queue: queue.to_owned(),
-            queued: AtomicBool::new(false),
-            announcements: AtomicU64::new(0),
             notify: Notify::new(),
             count: AtomicUsize::new(0),
             confirmed: AtomicBool::new(false),
             subscribed: Mutex::new(false),
             hint: std::sync::Mutex::new(Hint::default()),
             hint_moved: Notify::new(),
+            queued: AtomicBool::new(false),
+            announcements: AtomicU64::new(0),
+        }
+    }
+
+    /// Record that the lock is taken until `pttl` after `sent` (see
+    /// [`Waiter::note_pttl`]).
+    fn note_expiry(&self, sent: Instant, pttl: Duration) {
+        let expiry = sent + pttl + Duration::from_millis(1);
+        let moved_earlier = {
+            let mut hint = self.hint.lock().unwrap_or_else(|p| p.into_inner());
+            if hint.seen.is_some_and(|seen| seen > sent) {
+                return;
+            }
+            let earlier = hint.expiry.is_none_or(|e| expiry < e);
+            hint.seen = Some(sent);
+            hint.expiry = Some(expiry);
+            earlier
+        };
+        if moved_earlier {
+            self.hint_moved.notify_waiters();
+        }
+    }
+
+    /// Another client took a reservation with this lease. Sets the estimate
+    /// only when none is known: a known one (even one already past) stays,
+    /// so every waiting client probes once its last observed lease has ended
+    /// and queues again if it somehow fell out of the queue, even while
+    /// other clients keep handing the lock to each other. (The message's
+    /// main effect is the new generation, which stops the grace timer.)
+    fn note_taken(&self, lease: Duration) {
+        let mut hint = self.hint.lock().unwrap_or_else(|p| p.into_inner());
+        if hint.expiry.is_none() {
+            let now = Instant::now();
+            hint.seen = Some(now);
+            hint.expiry = Some(now + lease);
         }
     }
 }
@@ -211,12 +204,12 @@ impl Registry {
     /// registered until the returned [`Waiter`] is dropped. The flag is true
     /// when other local tasks were already registered: the newcomer should
     /// queue behind them instead of trying first.
-    pub(crate) fn join(self: &Arc<Self>, channel: &str, queue: &str) -> (Waiter, bool) {
+    pub(crate) fn join(self: &Arc<Self>, channel: &str) -> (Waiter, bool) {
         let (entry, before) = {
             let e = self
                 .map
                 .entry(channel.to_owned())
-                .or_insert_with(|| Arc::new(Entry::new(queue)));
+                .or_insert_with(|| Arc::new(Entry::new()));
             let before = e.count.fetch_add(1, SeqCst);
             (Arc::clone(&e), before)
         };
@@ -339,9 +332,10 @@ impl Registry {
         // without waiters would be handed the lock and let it idle for the
         // grace period. A waiter arriving meanwhile queues again on its try.
         if entry.count.load(SeqCst) == 0 && entry.queued.swap(false, SeqCst) {
+            let queue = Names::queue_of_channel(&channel);
             let leave = self
                 .redis
-                .hdel::<i64, _, _>(entry.queue.as_str(), self.client_id.as_str());
+                .hdel::<i64, _, _>(queue.as_str(), self.client_id.as_str());
             if let Err(e) = self.bounded(leave).await {
                 tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }

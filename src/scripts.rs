@@ -243,6 +243,13 @@ pub(crate) struct Names {
 }
 
 impl Names {
+    /// The queue name of the lock whose release channel is `channel` (for
+    /// the rare path that has only the channel at hand).
+    pub(crate) fn queue_of_channel(channel: &str) -> String {
+        let lock = channel.strip_suffix(":ch").unwrap_or(channel);
+        format!("{lock}:q")
+    }
+
     /// `<prefix>:{<key>}:void:<token>`: marks an abandoned acquisition.
     pub(crate) fn void(&self, token: &str) -> String {
         format!("{}:void:{token}", self.lock)
@@ -274,6 +281,9 @@ mod tests {
         assert_eq!(n.side, "relaylock:{orders:42}:fence");
         assert_eq!(n.channel, "relaylock:{orders:42}:ch");
         assert_eq!(n.queue, "relaylock:{orders:42}:q");
+        assert_eq!(Names::queue_of_channel(&n.channel), n.queue);
+        let odd = Names::new("p", "x}:ch");
+        assert_eq!(Names::queue_of_channel(&odd.channel), odd.queue);
     }
 
     #[test]
