@@ -331,20 +331,20 @@ impl LockClientBuilder {
     pub async fn build(self) -> Result<LockClient> {
         validate_prefix(&self.prefix)?;
         validate_lease(self.default_lease)?;
+        let poll = match self.wait_strategy {
+            WaitStrategy::Poll(interval) => Some(("poll interval", interval)),
+            WaitStrategy::PubSub => None,
+        };
         for (what, d) in [
             ("connect_timeout", self.connect_timeout),
             ("command_timeout", self.command_timeout),
-        ] {
+        ]
+        .into_iter()
+        .chain(poll)
+        {
             if d.is_zero() || d > Duration::from_secs(3600) {
                 return Err(Error::InvalidArgument(format!(
                     "{what} {d:?} must be between 1 ms and 1 h"
-                )));
-            }
-        }
-        if let WaitStrategy::Poll(interval) = self.wait_strategy {
-            if interval.is_zero() || interval > Duration::from_secs(3600) {
-                return Err(Error::InvalidArgument(format!(
-                    "poll interval {interval:?} must be between 1 ms and 1 h"
                 )));
             }
         }
