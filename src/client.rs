@@ -360,9 +360,9 @@ impl LockClientBuilder {
                 builder
                     .set_connection_config(client.connection_config().clone())
                     .set_performance_config(client.perf_config());
-                builder.with_performance_config(|p| {
-                    p.broadcast_channel_capacity = self.message_buffer
-                });
+                // Only the subscriber is built here: the client's own command
+                // settings stay as the user set them.
+                bound_commands(&mut builder, self.command_timeout, self.message_buffer);
                 builder.set_policy(
                     client
                         .client_reconnect_policy()
@@ -382,15 +382,9 @@ impl LockClientBuilder {
                         c.connection_timeout = self.connect_timeout;
                         c.internal_command_timeout = self.connect_timeout;
                         c.tcp.nodelay = Some(true);
-                        c.unresponsive.max_timeout = Some(self.command_timeout);
-                        c.unresponsive.interval =
-                            (self.command_timeout / 4).max(Duration::from_millis(10));
-                    })
-                    .with_performance_config(|p| {
-                        p.default_command_timeout = self.command_timeout;
-                        p.broadcast_channel_capacity = self.message_buffer;
                     })
                     .set_policy(default_policy());
+                bound_commands(&mut builder, self.command_timeout, self.message_buffer);
                 (builder.build()?, true, builder)
             }
         };
@@ -449,6 +443,21 @@ impl LockClientBuilder {
             }),
         })
     }
+}
+
+/// Commands time out after `command_timeout`, a connection that leaves one
+/// unanswered that long is replaced, and the message stream buffers
+/// `message_buffer` messages.
+fn bound_commands(builder: &mut Builder, command_timeout: Duration, message_buffer: usize) {
+    builder
+        .with_connection_config(|c| {
+            c.unresponsive.max_timeout = Some(command_timeout);
+            c.unresponsive.interval = (command_timeout / 4).max(Duration::from_millis(10));
+        })
+        .with_performance_config(|p| {
+            p.default_command_timeout = command_timeout;
+            p.broadcast_channel_capacity = message_buffer;
+        });
 }
 
 /// Reconnect forever, 50 ms doubling up to 2 s between attempts.
