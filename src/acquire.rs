@@ -18,19 +18,23 @@
 //!   acquire reach Redis after it), so no orphan lock blocks everyone for a
 //!   lease.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use fred::types::Value;
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::types::config::Options;
+use fred::types::{CustomCommand, Value};
 use metrics::SharedString;
 
 use crate::client::Inner;
 use crate::error::{Error, Result};
-use crate::guard::{release_in_background, LockGuard};
+use crate::guard::{release, release_in_background, LockGuard};
 use crate::metrics::{self as m, Outcome, WakeCause};
-use crate::options::{validate_key, validate_lease, LockOptions, WaitStrategy};
+use crate::options::{validate_key, validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::Waiter;
 use crate::scripts::{Names, SIDE_RETENTION_MS};
+use crate::watchdog::Lease;
 
 /// A probe claimed when a lease ran out (or none was known) has this long to
 /// record the next holder's lease before another local waiter may probe.
@@ -42,7 +46,8 @@ const DEGRADED_POLL: Duration = Duration::from_millis(100);
 
 /// What one acquire script call found.
 enum Attempt {
-    Acquired(u64),
+    /// Taken, with its fencing token and when the call that took it was sent.
+    Acquired(u64, Instant),
     /// Held by another owner (or reserved for another client).
     Held,
 }
@@ -57,6 +62,13 @@ struct Call<'a> {
     lease_ms: u64,
     name: Option<&'a SharedString>,
     started: Instant,
+    /// Renewed by the watchdog.
+    renew: bool,
+    /// `min_replicas`: how many, and the `WAIT` timeout in ms.
+    replicas: Option<(u32, u64)>,
+    /// The connection the acquire script runs on: the command connection, or
+    /// a replica-pool connection, whose `WAIT` then covers the acquire.
+    conn: &'a Client,
 }
 
 pub(crate) async fn lock(
@@ -64,17 +76,21 @@ pub(crate) async fn lock(
     key: &str,
     options: &LockOptions,
 ) -> Result<LockGuard> {
-    let call = Call::new(inner, key, options)?;
+    let call = Call::new(inner, key, options).await?;
     let deadline = options.wait.map(|w| call.started.checked_add(w));
     let outcome = match (deadline, inner.strategy) {
         // wait(0): exactly one try
         (Some(Some(d)), _) if d <= call.started => match call.attempt(None).await {
-            Ok(Attempt::Acquired(fence)) => Ok(fence),
+            Ok(Attempt::Acquired(fence, sent)) => Ok((fence, sent)),
             Ok(Attempt::Held) => Err(Error::Timeout),
             Err(e) => Err(e),
         },
         (deadline, WaitStrategy::PubSub) => call.wait_pubsub(deadline.flatten()).await,
         (deadline, WaitStrategy::Poll(every)) => call.wait_poll(every, deadline.flatten()).await,
+    };
+    let outcome = match outcome {
+        Ok((fence, sent)) => call.replicated(fence).await.map(|()| (fence, sent)),
+        Err(e) => Err(e),
     };
     let kind = match &outcome {
         Ok(_) => Outcome::Acquired,
@@ -82,7 +98,7 @@ pub(crate) async fn lock(
         Err(_) => Outcome::Error,
     };
     m::finished(call.name, kind, call.started.elapsed());
-    outcome.map(|fence| call.into_guard(fence))
+    outcome.map(|(fence, sent)| call.into_guard(fence, sent))
 }
 
 pub(crate) async fn try_lock(
@@ -90,11 +106,15 @@ pub(crate) async fn try_lock(
     key: &str,
     options: &LockOptions,
 ) -> Result<Option<LockGuard>> {
-    let call = Call::new(inner, key, options)?;
+    let call = Call::new(inner, key, options).await?;
     match call.attempt(None).await? {
-        Attempt::Acquired(fence) => {
+        Attempt::Acquired(fence, sent) => {
+            if let Err(e) = call.replicated(fence).await {
+                m::finished(call.name, Outcome::Error, call.started.elapsed());
+                return Err(e);
+            }
             m::finished(call.name, Outcome::Acquired, call.started.elapsed());
-            Ok(Some(call.into_guard(fence)))
+            Ok(Some(call.into_guard(fence, sent)))
         }
         Attempt::Held => Ok(None),
     }
@@ -127,10 +147,18 @@ fn expired(deadline: Option<Instant>) -> bool {
 }
 
 impl<'a> Call<'a> {
-    fn new(inner: &'a Arc<Inner>, key: &'a str, options: &'a LockOptions) -> Result<Self> {
+    async fn new(inner: &'a Arc<Inner>, key: &'a str, options: &'a LockOptions) -> Result<Self> {
         validate_key(key)?;
         let lease = options.lease.unwrap_or(inner.default_lease);
         let lease_ms = validate_lease(lease)?;
+        let replicas = match options.replicas {
+            Some((n, timeout)) => Some((n, validate_replicas(n, timeout)?)),
+            None => None,
+        };
+        let conn = match replicas {
+            Some(_) => inner.replica_client().await?,
+            None => &inner.redis,
+        };
         Ok(Call {
             inner,
             key,
@@ -140,10 +168,62 @@ impl<'a> Call<'a> {
             lease_ms,
             name: options.name.as_ref(),
             started: Instant::now(),
+            renew: options.watchdog.unwrap_or(options.lease.is_none()),
+            replicas,
+            conn,
         })
     }
 
-    fn into_guard(self, fence: u64) -> LockGuard {
+    /// With `min_replicas`: `WAIT` on the connection that took the lock. When
+    /// fewer replicas acknowledge in time, or `WAIT` fails, release the lock
+    /// and fail.
+    async fn replicated(&self, fence: u64) -> Result<()> {
+        let Some((required, timeout_ms)) = self.replicas else {
+            return Ok(());
+        };
+        // WAIT may legitimately take its whole timeout: bound it by that plus
+        // the command timeout, not by the command timeout alone.
+        let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout();
+        let options = Options {
+            timeout: Some(limit),
+            ..Default::default()
+        };
+        let conn = self.conn.with_options(&options);
+        let wait = conn.custom::<i64, _>(
+            CustomCommand::new_static("WAIT", None, true),
+            vec![i64::from(required), timeout_ms as i64],
+        );
+        let acked = crate::error::bounded(limit + Duration::from_millis(100), wait).await;
+        let failure = match acked {
+            Ok(n) if n >= i64::from(required) => return Ok(()),
+            Ok(n) => Error::NotReplicated {
+                acked: u32::try_from(n.max(0)).unwrap_or(0),
+                required,
+            },
+            Err(e) => Error::Redis(e),
+        };
+        tracing::warn!(key = %self.names.lock, error = %failure,
+            "relaylock: not enough replicas acknowledged the acquisition; releasing it");
+        if let Err(e) = release(self.inner, &self.names, &self.token, Some(fence)).await {
+            tracing::warn!(key = %self.names.lock, error = %e,
+                "relaylock: could not release an unreplicated lock; it expires with its lease");
+        }
+        Err(failure)
+    }
+
+    fn into_guard(self, fence: u64, sent: Instant) -> LockGuard {
+        let lease_state = Lease::new(sent, self.lease);
+        let watch = OnceLock::new();
+        if self.renew {
+            let id = self.inner.watchdog.watch(
+                &self.names,
+                &self.token,
+                &lease_state,
+                self.name.cloned(),
+                true,
+            );
+            let _ = watch.set(id);
+        }
         LockGuard {
             inner: Arc::clone(self.inner),
             key: self.key.to_owned(),
@@ -151,8 +231,10 @@ impl<'a> Call<'a> {
             token: self.token,
             fence,
             name: self.name.cloned(),
-            acquired_at: self.started,
+            acquired_at: sent,
             lease: self.lease,
+            lease_state,
+            watch,
             done: false,
         }
     }
@@ -196,6 +278,7 @@ impl<'a> Call<'a> {
                 self.token.clone(),
                 None,
                 None,
+                None,
             )
         }));
         if let Some(w) = queue {
@@ -205,7 +288,7 @@ impl<'a> Call<'a> {
         let script = &self.inner.scripts.acquire;
         let reply: Vec<i64> = self
             .inner
-            .bounded(script.evalsha_with_reload(&self.inner.redis, keys, args))
+            .bounded(script.evalsha_with_reload(self.conn, keys, args))
             .await?;
         orphan.disarm();
         if let Some(w) = queue {
@@ -213,7 +296,7 @@ impl<'a> Call<'a> {
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
         match reply.as_slice() {
-            [1, fence] if *fence > 0 => Ok(Attempt::Acquired(*fence as u64)),
+            [1, fence] if *fence > 0 => Ok(Attempt::Acquired(*fence as u64, sent)),
             [0, pttl] => {
                 if let Some(w) = queue {
                     // The try queued this client; every local waiter now knows
@@ -232,10 +315,14 @@ impl<'a> Call<'a> {
     }
 
     /// The spin-polling baseline: one try per interval.
-    async fn wait_poll(&self, every: Duration, deadline: Option<Instant>) -> Result<u64> {
+    async fn wait_poll(
+        &self,
+        every: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<(u64, Instant)> {
         loop {
-            if let Attempt::Acquired(fence) = self.attempt(None).await? {
-                return Ok(fence);
+            if let Attempt::Acquired(fence, sent) = self.attempt(None).await? {
+                return Ok((fence, sent));
             }
             if expired(deadline) {
                 return Err(Error::Timeout);
@@ -266,7 +353,7 @@ impl<'a> Call<'a> {
         })
     }
 
-    async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<u64> {
+    async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<(u64, Instant)> {
         let registry = &self.inner.registry;
         let channel = self.names.channel.as_str();
         // Created before the first try, so a subscriber reconnect during that
@@ -281,8 +368,8 @@ impl<'a> Call<'a> {
         // an idle key).
         let (mut waiter, queued) = registry.join(channel);
         if !queued {
-            if let Attempt::Acquired(fence) = self.attempt(Some(&waiter)).await? {
-                return Ok(fence);
+            if let Attempt::Acquired(fence, sent) = self.attempt(Some(&waiter)).await? {
+                return Ok((fence, sent));
             }
             if expired(deadline) {
                 return Err(Error::Timeout);
@@ -305,8 +392,8 @@ impl<'a> Call<'a> {
                 let baton = OnDrop(Some(|| waiter.pass_on()));
                 let attempt = self.attempt(Some(&waiter)).await?;
                 baton.disarm();
-                if let Attempt::Acquired(fence) = attempt {
-                    return Ok(fence);
+                if let Attempt::Acquired(fence, sent) = attempt {
+                    return Ok((fence, sent));
                 }
             }
             if expired(deadline) {

@@ -5,10 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::{Client, SubscriberClient};
+use fred::clients::{Client, Pool, SubscriberClient};
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::Builder;
+use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
 
 use crate::acquire;
@@ -19,6 +20,7 @@ use crate::options::{
 };
 use crate::registry::Registry;
 use crate::scripts::{Names, Scripts};
+use crate::watchdog::{self, Watchdog};
 
 /// A handle to relaylock on one Redis deployment.
 ///
@@ -64,6 +66,14 @@ pub(crate) struct Inner {
     subscriber: SubscriberClient,
     subscriber_task: JoinHandle<()>,
     owns_redis: bool,
+    pub(crate) watchdog: Arc<Watchdog>,
+    watchdog_task: JoinHandle<()>,
+    /// Connections for acquisitions that `WAIT` for replicas, opened on first
+    /// use with the command connection's configuration.
+    replica_pool: OnceCell<Pool>,
+    replica_connections: usize,
+    connection_builder: Builder,
+    connect_timeout: Duration,
 }
 
 impl Inner {
@@ -84,18 +94,45 @@ impl Inner {
         }
         Ok(crate::error::bounded(self.command_timeout, command).await?)
     }
+
+    /// How long one command may take (relaylock's setting).
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// A connection of the replica pool, opened on first use: an acquire
+    /// followed by `WAIT` runs on it, so the `WAIT` covers that write and
+    /// blocks no other lock's commands.
+    pub(crate) async fn replica_client(&self) -> Result<&Client> {
+        let pool = self
+            .replica_pool
+            .get_or_try_init(|| async {
+                let pool = self
+                    .connection_builder
+                    .build_pool(self.replica_connections)?;
+                init_bounded(&pool, self.connect_timeout).await?;
+                Ok::<_, Error>(pool)
+            })
+            .await?;
+        Ok(pool.next())
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.subscriber_task.abort();
+        self.watchdog_task.abort();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let subscriber = self.subscriber.clone();
             let redis = self.owns_redis.then(|| self.redis.clone());
+            let pool = self.replica_pool.get().cloned();
             handle.spawn(async move {
                 let _ = subscriber.quit().await;
                 if let Some(redis) = redis {
                     let _ = redis.quit().await;
+                }
+                if let Some(pool) = pool {
+                    let _ = pool.quit().await;
                 }
             });
         }
@@ -141,6 +178,50 @@ impl LockClient {
     /// [`Error::Timeout`] when it runs out), a lease, a metrics name.
     pub async fn lock_with(&self, key: &str, options: LockOptions) -> Result<LockGuard> {
         acquire::lock(&self.inner, key, &options).await
+    }
+
+    /// Run `work` under the lock on `key`: take the lock (with `options`),
+    /// run the closure, release the lock, and return the closure's value.
+    ///
+    /// If the lock is found lost while `work` runs (see
+    /// [`LockGuard::lost`]), the closure's future is dropped at its next
+    /// await point and the call fails with [`Error::LockLost`]. It also fails
+    /// with `LockLost` when the release finds the lease already ran out,
+    /// because another owner may then have run concurrently; the closure's
+    /// value is lost with it, so make its effects safe to repeat (or fence
+    /// them with [`LockGuard::fencing_token`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// use relaylock::LockOptions;
+    ///
+    /// let total = client
+    ///     .with_lock("ledger", LockOptions::default(), async |guard| {
+    ///         // ... the critical section; guard.fencing_token() fences writes ...
+    ///         guard.fencing_token() % 10
+    ///     })
+    ///     .await?;
+    /// # let _ = total; Ok(()) }
+    /// ```
+    pub async fn with_lock<F, T>(&self, key: &str, options: LockOptions, work: F) -> Result<T>
+    where
+        F: AsyncFnOnce(&LockGuard) -> T,
+    {
+        let guard = self.lock_with(key, options).await?;
+        let outcome = {
+            let work = work(&guard);
+            tokio::select! {
+                biased;
+                _ = guard.lost() => None,
+                value = work => Some(value),
+            }
+        };
+        match outcome {
+            Some(value) => guard.release().await.map(|()| value),
+            // Dropping the guard releases in the background, in case the
+            // key is still ours (lost by the local clock alone).
+            None => Err(Error::LockLost),
+        }
     }
 
     /// One attempt, never waits: `Ok(None)` when another owner holds the lock.
@@ -222,6 +303,7 @@ pub struct LockClientBuilder {
     command_timeout: Duration,
     unsubscribe_linger: Duration,
     message_buffer: usize,
+    replica_connections: usize,
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -237,6 +319,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("command_timeout", &self.command_timeout)
             .field("unsubscribe_linger", &self.unsubscribe_linger)
             .field("message_buffer", &self.message_buffer)
+            .field("replica_connections", &self.replica_connections)
             .finish()
     }
 }
@@ -253,6 +336,7 @@ impl Default for LockClientBuilder {
             command_timeout: Duration::from_secs(5),
             unsubscribe_linger: Duration::from_millis(500),
             message_buffer: 1024,
+            replica_connections: 4,
         }
     }
 }
@@ -280,7 +364,9 @@ impl LockClientBuilder {
         self
     }
 
-    /// The lease of a lock taken without [`LockOptions::lease`]. Default 30 s.
+    /// The lease of a lock taken without [`LockOptions::lease`]. The
+    /// watchdog renews it at a third of the lease while the guard lives (see
+    /// [`LockOptions::watchdog`]). Default 30 s.
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.default_lease = lease;
         self
@@ -326,6 +412,16 @@ impl LockClientBuilder {
         self
     }
 
+    /// How many extra connections serve acquisitions with
+    /// [`LockOptions::min_replicas`]. `WAIT` blocks its connection until the
+    /// replicas acknowledge or the timeout passes, so this many such
+    /// acquisitions wait for replicas at the same time. Opened on first use.
+    /// Default 4, between 1 and 64.
+    pub fn replica_connections(mut self, connections: usize) -> Self {
+        self.replica_connections = connections;
+        self
+    }
+
     /// Check the settings, connect both connections, load the scripts and
     /// start the subscriber task.
     pub async fn build(self) -> Result<LockClient> {
@@ -347,6 +443,12 @@ impl LockClientBuilder {
                     "{what} {d:?} must be between 1 ms and 1 h"
                 )));
             }
+        }
+        if !(1..=64).contains(&self.replica_connections) {
+            return Err(Error::InvalidArgument(format!(
+                "replica_connections {} must be between 1 and 64",
+                self.replica_connections
+            )));
         }
         if self.url.is_some() && self.fred_client.is_some() {
             return Err(Error::InvalidArgument(
@@ -405,7 +507,7 @@ impl LockClientBuilder {
         let loaded = async {
             scripts.acquire.load(&redis).await?;
             scripts.release.load(&redis).await?;
-            scripts.extend.load(&redis).await
+            scripts.renew.load(&redis).await
         };
         if let Err(e) = crate::error::bounded(self.command_timeout, loaded).await {
             let _ = subscriber.quit().await;
@@ -427,6 +529,9 @@ impl LockClientBuilder {
             self.command_timeout,
         ));
         let subscriber_task = crate::subscriber::spawn(&subscriber, Arc::clone(&registry));
+        let command_limit = (!fred_times_out).then_some(self.command_timeout);
+        let watchdog = Watchdog::new(redis.clone(), scripts.renew.clone(), command_limit);
+        let watchdog_task = watchdog::spawn(&watchdog);
         Ok(LockClient {
             inner: Arc::new(Inner {
                 redis,
@@ -440,6 +545,12 @@ impl LockClientBuilder {
                 subscriber,
                 subscriber_task,
                 owns_redis,
+                watchdog,
+                watchdog_task,
+                replica_pool: OnceCell::new(),
+                replica_connections: self.replica_connections,
+                connection_builder: builder,
+                connect_timeout: self.connect_timeout,
             }),
         })
     }

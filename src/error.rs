@@ -34,6 +34,17 @@ pub enum Error {
     /// over-long key, a zero or over-long lease, a malformed URL or prefix.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Fewer replicas than
+    /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas) asked
+    /// for acknowledged the acquisition in time. The lock was released (or,
+    /// if even that failed, expires with its lease).
+    #[error("only {acked} of {required} replicas acknowledged the lock in time; it was released")]
+    NotReplicated {
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        required: u32,
+    },
     /// The first connection to Redis did not succeed within the configured
     /// connect timeout.
     #[error("could not connect to Redis within {0:?}")]

@@ -2,19 +2,29 @@
 //! token, extension and release.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use fred::types::Value;
 use metrics::SharedString;
+use tokio_util::sync::CancellationToken;
 
 use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::metrics as m;
 use crate::options::validate_lease;
 use crate::scripts::{Names, HANDOFF_GRACE_MS, RING_CHARS, SIDE_RETENTION_MS};
+use crate::watchdog::Lease;
 
 /// A held lock.
+///
+/// A lock taken without an explicit lease is renewed by the client's
+/// watchdog while the guard lives (see [`LockOptions::watchdog`](crate::LockOptions::watchdog)).
+/// [`lost`](Self::lost) completes, and [`lost_token`](Self::lost_token) is
+/// cancelled, as soon as the lock is known lost: a renewal (or
+/// [`extend`](Self::extend)) found another token or no key, or the lease ran
+/// out by this process's clock before a renewal got through.
+/// [`is_held`](Self::is_held) answers without a round trip.
 ///
 /// Release it with [`release`](Self::release) to learn whether it was still
 /// held. Dropping a guard without releasing releases it in the background: the
@@ -28,6 +38,11 @@ use crate::scripts::{Names, HANDOFF_GRACE_MS, RING_CHARS, SIDE_RETENTION_MS};
 /// let guard = client.lock("reports:daily").await?;
 /// let fence = guard.fencing_token(); // strictly increasing per key: hand it to the resource
 /// guard.extend(Duration::from_secs(60)).await?; // Err(LockLost) if it expired meanwhile
+/// tokio::select! {
+///     _ = guard.lost() => { /* stop: another owner may be running now */ }
+///     _ = tokio::time::sleep(Duration::from_secs(1)) => { /* the work */ }
+/// }
+/// assert!(guard.is_held() || guard.lost_token().is_cancelled());
 /// guard.release().await?;
 /// # let _ = fence; Ok(()) }
 /// ```
@@ -40,6 +55,11 @@ pub struct LockGuard {
     pub(crate) name: Option<SharedString>,
     pub(crate) acquired_at: Instant,
     pub(crate) lease: Duration,
+    /// What is known about the lease; shared with the watchdog.
+    pub(crate) lease_state: Arc<Lease>,
+    /// The watchdog id, once the watchdog looks after this lock (at once for
+    /// a renewed lock, on first `lost`/`lost_token` for a fixed one).
+    pub(crate) watch: OnceLock<u64>,
     /// Released (or known lost): dropping does nothing more.
     pub(crate) done: bool,
 }
@@ -82,36 +102,111 @@ impl LockGuard {
         self.lease
     }
 
-    /// When the acquisition was sent (a lower bound of when the lease began,
-    /// so `acquired_at() + lease()` is a safe local estimate of its end).
+    /// When the successful acquire call was sent: a lower bound of when the
+    /// lease began.
     pub fn acquired_at(&self) -> Instant {
         self.acquired_at
     }
 
-    /// Set the remaining lease to `lease` from now.
+    /// Whether the lock is held as far as this process knows, without a
+    /// round trip: not found lost, and the last confirmed lease (from
+    /// acquisition, renewal or `extend`) has not run out by this process's
+    /// clock, minus a safety margin of a tenth of the lease (at most 1 s).
     ///
-    /// Fails with [`Error::LockLost`] when the lock no longer holds this
-    /// guard's token; the key is then left untouched. Safe to retry.
+    /// `true` is a local belief: a process paused past its lease learns
+    /// otherwise only when it runs again. Fence the resource with
+    /// [`fencing_token`](Self::fencing_token) for safety.
+    pub fn is_held(&self) -> bool {
+        self.lease_state.is_held()
+    }
+
+    /// Completes when the lock is known lost while this guard holds it: a
+    /// renewal or [`extend`](Self::extend) found the key gone or holding
+    /// another token, or the lease ran out by this process's clock (with the
+    /// margin of [`is_held`](Self::is_held)) before a renewal got through,
+    /// for example while Redis is unreachable. For a lock with a fixed lease
+    /// it completes when that lease runs out. Never completes while the lock
+    /// stays held.
+    ///
+    /// Cancel-safe: dropping the future loses nothing; call it again.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// let guard = client.lock("jobs:compact").await?;
+    /// tokio::select! {
+    ///     _ = guard.lost() => return Err(relaylock::Error::LockLost),
+    ///     _ = async { /* the critical section */ } => {}
+    /// }
+    /// guard.release().await
+    /// # }
+    /// ```
+    pub async fn lost(&self) {
+        self.listen();
+        self.lease_state.signal().cancelled().await
+    }
+
+    /// A token cancelled when the lock is known lost (as for
+    /// [`lost`](Self::lost)), and also when this guard is released or dropped:
+    /// hand it to tasks that must stop when the lock is no longer held.
+    /// Cancelling the returned token yourself affects nothing else.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.listen();
+        self.lease_state.signal().child_token()
+    }
+
+    /// Make sure the watchdog fires this lock's signal when its lease runs out.
+    fn listen(&self) {
+        self.watch.get_or_init(|| {
+            self.inner.watchdog.watch(
+                &self.names,
+                &self.token,
+                &self.lease_state,
+                self.name.clone(),
+                false,
+            )
+        });
+    }
+
+    /// Leave the watchdog and fire the signal: the guard is going away.
+    fn close(&self) {
+        if let Some(id) = self.watch.get() {
+            self.inner.watchdog.unwatch(*id);
+        }
+        self.lease_state.close();
+    }
+
+    /// Set the remaining lease to `lease` from now. For a lock the watchdog
+    /// renews, later renewals use `lease` too.
+    ///
+    /// Fails with [`Error::LockLost`] (and fires [`lost`](Self::lost)) when
+    /// the lock no longer holds this guard's token; the key is then left
+    /// untouched. Safe to retry.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         let lease_ms = validate_lease(lease)?;
         let keys = vec![self.names.lock.as_str(), self.names.side.as_str()];
         let args: Vec<Value> = vec![
+            (SIDE_RETENTION_MS as i64).into(),
             self.token.as_str().into(),
             (lease_ms as i64).into(),
-            ((lease_ms + SIDE_RETENTION_MS) as i64).into(),
         ];
-        let script = &self.inner.scripts.extend;
-        let reply: i64 = self
+        let script = &self.inner.scripts.renew;
+        let sent = Instant::now();
+        let reply: Vec<i64> = self
             .inner
             .bounded(script.evalsha_with_reload(&self.inner.redis, keys, args))
             .await?;
-        match reply {
-            1 => Ok(()),
-            0 => {
-                m::lost(self.name.as_ref());
+        match reply.as_slice() {
+            [1] => {
+                self.lease_state.extended(sent, lease);
+                Ok(())
+            }
+            [0 | -1] => {
+                if self.lease_state.mark_lost() {
+                    m::lost(self.name.as_ref());
+                }
                 Err(Error::LockLost)
             }
-            other => Err(Error::UnexpectedReply(format!("extend replied {other}"))),
+            other => Err(Error::UnexpectedReply(format!("renew replied {other:?}"))),
         }
     }
 
@@ -123,9 +218,10 @@ impl LockGuard {
     /// a lost reply is recognised as ours and does not report a false loss.
     pub async fn release(mut self) -> Result<()> {
         self.done = true;
+        self.close();
         m::held(self.name.as_ref(), self.acquired_at.elapsed());
         let outcome = release(&self.inner, &self.names, &self.token, Some(self.fence)).await;
-        account(self.name.as_ref(), &outcome);
+        account(self.name.as_ref(), &outcome, Some(&self.lease_state));
         match outcome? {
             Released::Now | Released::Already => Ok(()),
             Released::NotOurs => Err(Error::LockLost),
@@ -138,6 +234,7 @@ impl Drop for LockGuard {
         if self.done {
             return;
         }
+        self.close();
         m::held(self.name.as_ref(), self.acquired_at.elapsed());
         let names = std::mem::replace(&mut self.names, Names::new("", ""));
         release_in_background(
@@ -146,6 +243,7 @@ impl Drop for LockGuard {
             std::mem::take(&mut self.token),
             Some(self.fence),
             self.name.take(),
+            Some(Arc::clone(&self.lease_state)),
         );
     }
 }
@@ -161,10 +259,16 @@ pub(crate) enum Released {
     NotOurs,
 }
 
-fn account(name: Option<&SharedString>, outcome: &Result<Released>) {
+/// Count a release's outcome; a loss counts only if nobody counted it before
+/// (the watchdog, `extend`).
+fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Option<&Lease>) {
     match outcome {
         Ok(Released::Now | Released::Already) => m::released(name),
-        Ok(Released::NotOurs) => m::lost(name),
+        Ok(Released::NotOurs) => {
+            if lease.is_none_or(Lease::mark_lost) {
+                m::lost(name)
+            }
+        }
         Err(_) => {}
     }
 }
@@ -221,6 +325,7 @@ pub(crate) fn release_in_background(
     token: String,
     fence: Option<u64>,
     name: Option<SharedString>,
+    lease: Option<Arc<Lease>>,
 ) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
@@ -237,7 +342,7 @@ pub(crate) fn release_in_background(
             (Ok(Released::Now), None) => tracing::debug!(key = %names.lock,
                 "relaylock: released an acquisition whose caller went away"),
             (Ok(_), None) => {}
-            (Ok(_), Some(_)) => account(name.as_ref(), &outcome),
+            (Ok(_), Some(_)) => account(name.as_ref(), &outcome, lease.as_deref()),
         }
     });
 }

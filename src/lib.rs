@@ -43,6 +43,7 @@ mod options;
 mod registry;
 pub mod scripts;
 mod subscriber;
+mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{Error, Result};

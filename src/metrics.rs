@@ -14,7 +14,8 @@
 //! | `relaylock_acquired_total` | counter | successful acquisitions | |
 //! | `relaylock_timeouts_total` | counter | waits that ran out | |
 //! | `relaylock_released_total` | counter | releases that freed a lock we held | |
-//! | `relaylock_lost_total` | counter | release or extend found the lock no longer ours | |
+//! | `relaylock_lost_total` | counter | locks found lost while held: by a renewal, `extend` or release finding another token or no key, or by the lease running out before a renewal got through; each lock counted once | |
+//! | `relaylock_renewals_total` | counter | watchdog renewals, per lock | `outcome` = `renewed`, `lost`, `error` |
 //! | `relaylock_wakeups_total` | counter | times a waiter woke up to retry | `cause` = `message`, `ttl`, `reconnect` |
 //! | `relaylock_waiters` | gauge | tasks currently waiting for a lock | |
 //!
@@ -36,8 +37,10 @@ pub const ACQUIRED_TOTAL: &str = "relaylock_acquired_total";
 pub const TIMEOUTS_TOTAL: &str = "relaylock_timeouts_total";
 /// Counter of successful releases.
 pub const RELEASED_TOTAL: &str = "relaylock_released_total";
-/// Counter of releases or extensions that found the lock gone.
+/// Counter of locks found lost while held (each lock once).
 pub const LOST_TOTAL: &str = "relaylock_lost_total";
+/// Counter of watchdog renewals per lock, by outcome.
+pub const RENEWALS_TOTAL: &str = "relaylock_renewals_total";
 /// Counter of waiter wake-ups, by cause.
 pub const WAKEUPS_TOTAL: &str = "relaylock_wakeups_total";
 /// Gauge of tasks currently waiting.
@@ -52,6 +55,7 @@ pub const ALL: &[&str] = &[
     TIMEOUTS_TOTAL,
     RELEASED_TOTAL,
     LOST_TOTAL,
+    RENEWALS_TOTAL,
     WAKEUPS_TOTAL,
     WAITERS,
 ];
@@ -76,6 +80,18 @@ impl WakeCause {
             WakeCause::Reconnect => "reconnect",
         }
     }
+}
+
+/// What one renewal of one lock found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The lease was set again.
+    Renewed,
+    /// The key was gone or held another token.
+    Lost,
+    /// The call failed (Redis unreachable, timeout); retried until the lease
+    /// runs out.
+    Error,
 }
 
 /// How an acquire call ended, for [`ACQUIRE_WAIT_SECONDS`].
@@ -118,7 +134,12 @@ pub(crate) fn describe() {
         metrics::describe_counter!(
             LOST_TOTAL,
             Unit::Count,
-            "Release or extend found the lock no longer ours"
+            "Locks found lost while held (renewal, extend or release found another token or no key, or the lease ran out)"
+        );
+        metrics::describe_counter!(
+            RENEWALS_TOTAL,
+            Unit::Count,
+            "Watchdog lease renewals per lock, by outcome"
         );
         metrics::describe_counter!(WAKEUPS_TOTAL, Unit::Count, "Waiter wake-ups by cause");
         metrics::describe_gauge!(WAITERS, Unit::Count, "Tasks waiting for a lock");
@@ -150,6 +171,15 @@ pub(crate) fn released(name: Option<&SharedString>) {
 
 pub(crate) fn lost(name: Option<&SharedString>) {
     metrics::counter!(LOST_TOTAL, labels(name, None)).increment(1);
+}
+
+pub(crate) fn renewal(name: Option<&SharedString>, outcome: Renewal) {
+    let o = match outcome {
+        Renewal::Renewed => "renewed",
+        Renewal::Lost => "lost",
+        Renewal::Error => "error",
+    };
+    metrics::counter!(RENEWALS_TOTAL, labels(name, Some(("outcome", o)))).increment(1);
 }
 
 pub(crate) fn held(name: Option<&SharedString>, held: Duration) {

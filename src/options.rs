@@ -42,6 +42,11 @@ pub enum WaitStrategy {
 
 /// Options of one lock call.
 ///
+/// A lock taken without [`lease`](Self::lease) is held with the client's
+/// default lease and renewed by the watchdog while its guard lives. A lock
+/// with an explicit lease keeps it fixed, unless
+/// [`watchdog(true)`](Self::watchdog) asks for renewal of that lease too.
+///
 /// ```
 /// use std::time::Duration;
 /// use relaylock::LockOptions;
@@ -57,6 +62,8 @@ pub struct LockOptions {
     pub(crate) wait: Option<Duration>,
     pub(crate) lease: Option<Duration>,
     pub(crate) name: Option<SharedString>,
+    pub(crate) watchdog: Option<bool>,
+    pub(crate) replicas: Option<(u32, Duration)>,
 }
 
 impl LockOptions {
@@ -71,7 +78,9 @@ impl LockOptions {
 
     /// The lease: how long the key lives if the holder never releases it.
     /// Defaults to the client's [`default_lease`](crate::LockClientBuilder::default_lease).
-    /// Must be at least 1 ms and at most [`MAX_LEASE`].
+    /// Must be at least 1 ms and at most [`MAX_LEASE`]. An explicit lease is
+    /// fixed: the lock expires `lease` after acquisition unless extended
+    /// (set [`watchdog(true)`](Self::watchdog) to have it renewed).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
@@ -85,10 +94,69 @@ impl LockOptions {
         self
     }
 
+    /// Whether the client's watchdog renews the lease while the guard lives,
+    /// at a third of the lease, and fires [`LockGuard::lost`](crate::LockGuard::lost)
+    /// when a renewal finds the lock gone or cannot reach Redis before the
+    /// lease runs out. Default: renewed when no explicit
+    /// [`lease`](Self::lease) is set, fixed otherwise.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use relaylock::LockOptions;
+    ///
+    /// // A 5 s lease, renewed every ~1.7 s for as long as the guard lives.
+    /// let opts = LockOptions::default().lease(Duration::from_secs(5)).watchdog(true);
+    /// # let _ = opts;
+    /// ```
+    pub fn watchdog(mut self, renew: bool) -> Self {
+        self.watchdog = Some(renew);
+        self
+    }
+
+    /// After acquiring, wait until at least `replicas` replicas acknowledged
+    /// the lock's write (Redis `WAIT`), for at most `timeout`. When fewer
+    /// acknowledge in time, the lock is released and the call fails with
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated), so a failover
+    /// right after acquisition cannot silently drop a lock that was reported
+    /// taken. `replicas` must be at least 1, `timeout` between 1 ms and 1 h.
+    ///
+    /// `WAIT` blocks the connection it runs on, so such acquisitions run on a
+    /// small pool of extra connections the client opens on first use (see
+    /// [`replica_connections`](crate::LockClientBuilder::replica_connections)),
+    /// never on the connection other locks use.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use relaylock::LockOptions;
+    ///
+    /// let opts = LockOptions::default().min_replicas(1, Duration::from_millis(100));
+    /// # let _ = opts;
+    /// ```
+    pub fn min_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
     /// The wait limit set with [`wait`](Self::wait), if any.
     pub fn wait_limit(&self) -> Option<Duration> {
         self.wait
     }
+}
+
+/// Checks a `min_replicas` setting; returns the timeout in whole ms.
+pub(crate) fn validate_replicas(replicas: u32, timeout: Duration) -> Result<u64> {
+    if replicas == 0 {
+        return Err(Error::InvalidArgument(
+            "min_replicas needs at least 1 replica".into(),
+        ));
+    }
+    // WAIT with a timeout of 0 blocks forever: never send it.
+    if timeout < Duration::from_millis(1) || timeout > Duration::from_secs(3600) {
+        return Err(Error::InvalidArgument(format!(
+            "min_replicas timeout {timeout:?} must be between 1 ms and 1 h"
+        )));
+    }
+    Ok(timeout.as_millis() as u64)
 }
 
 pub(crate) fn validate_key(key: &str) -> Result<()> {
@@ -202,6 +270,18 @@ mod tests {
             validate_lease(Duration::MAX),
             Err(Error::InvalidArgument(_))
         ));
+    }
+
+    #[test]
+    fn replicas() {
+        assert!(validate_replicas(0, Duration::from_secs(1)).is_err());
+        assert!(validate_replicas(1, Duration::ZERO).is_err());
+        assert!(validate_replicas(1, Duration::from_micros(999)).is_err());
+        assert!(validate_replicas(1, Duration::MAX).is_err());
+        assert_eq!(
+            validate_replicas(2, Duration::from_millis(250)).unwrap(),
+            250
+        );
     }
 
     #[test]

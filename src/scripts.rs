@@ -189,33 +189,59 @@ end
 return 0
 "#;
 
-/// Extend.
+/// Renew: extend the leases of one or many locks in one call.
 ///
-/// KEYS: `[lock, side]`; ARGV: `[token, lease_ms, side_ttl_ms]`.
+/// KEYS: `[lock_1, side_1, lock_2, side_2, ...]`;
+/// ARGV: `[side_retention_ms, token_1, lease_ms_1, token_2, lease_ms_2, ...]`.
 ///
-/// If the lock holds our token, set its remaining lease to `lease_ms` and make
-/// sure the side hash lives at least `side_ttl_ms` more; reply `1`. Otherwise
-/// reply `0` and touch nothing. Repeating it is harmless, so a replay after a
-/// lost reply is safe.
-pub const EXTEND: &str = r#"
-local v = redis.call('GET', KEYS[1])
-local mine = ARGV[1] .. ':'
-if v and string.sub(v, 1, #mine) == mine then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+/// For each lock `i`: if it holds token `i`, set its remaining lease to
+/// `lease_ms_i` and make sure its side hash lives at least
+/// `lease_ms_i + side_retention_ms` more. Reply one integer per lock, in
+/// order: `1` renewed, `0` the key is gone, `-1` the key holds another
+/// token (or a hand-over reservation). Only `PEXPIRE` is used, so a renewal
+/// can never re-create a released key, and a key holding another token is
+/// never touched. Repeating a call is harmless, so a replay after a lost reply
+/// is safe.
+///
+/// The watchdog sends every due lock of a client in one call (see
+/// [`RENEW_BATCH`]); [`LockGuard::extend`](crate::LockGuard::extend) sends
+/// one. In Redis Cluster all keys of one call must share a slot.
+pub const RENEW: &str = r#"
+local keep = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lock, side = KEYS[2 * i - 1], KEYS[2 * i]
+  local mine = ARGV[2 * i] .. ':'
+  local lease = tonumber(ARGV[2 * i + 1])
+  local v = redis.call('GET', lock)
+  if v and string.sub(v, 1, #mine) == mine then
+    redis.call('PEXPIRE', lock, lease)
+    if redis.call('PTTL', side) < lease + keep then
+      redis.call('PEXPIRE', side, lease + keep)
+    end
+    out[i] = 1
+  elseif v then
+    out[i] = -1
+  else
+    out[i] = 0
   end
-  return 1
 end
-return 0
+return out
 "#;
+
+/// Most locks one [`RENEW`] call carries. A round with more due locks sends
+/// several calls, one after the other, so other clients' commands run in
+/// between: one call renewing 1,000 locks takes about 3.6 ms of Redis time
+/// (measured by `a_thousand_watched_locks_cost_one_round_trip_per_period` in
+/// `tests/watchdog.rs`, which prints it).
+pub const RENEW_BATCH: usize = 1000;
 
 /// The three scripts, hashed once per client.
 #[derive(Clone, Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
-    pub(crate) extend: Script,
+    pub(crate) renew: Script,
 }
 
 impl Scripts {
@@ -223,7 +249,7 @@ impl Scripts {
         Scripts {
             acquire: Script::from_lua(ACQUIRE),
             release: Script::from_lua(RELEASE),
-            extend: Script::from_lua(EXTEND),
+            renew: Script::from_lua(RENEW),
         }
     }
 }
@@ -299,6 +325,6 @@ mod tests {
     fn scripts_have_distinct_hashes() {
         let s = Scripts::new();
         assert_ne!(s.acquire.sha1(), s.release.sha1());
-        assert_ne!(s.release.sha1(), s.extend.sha1());
+        assert_ne!(s.release.sha1(), s.renew.sha1());
     }
 }

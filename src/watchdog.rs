@@ -1,0 +1,492 @@
+//! The watchdog: ONE task per client that renews every watched lock and fires
+//! the lost-lock signal of every guard somebody listens to.
+//!
+//! # Guarantees
+//!
+//! * **Batched.** A lock is due for renewal a third of its lease after its
+//!   lease was last set. A round starts when at least one lock is due and
+//!   carries every lock that is due within the next half period too, in one
+//!   [`RENEW`](crate::scripts::RENEW) call (up to
+//!   [`RENEW_BATCH`](crate::scripts::RENEW_BATCH) locks per call). Locks
+//!   taken at different moments so fall into step, and a client holding N
+//!   watched locks sends about one call per period, not N.
+//! * **Only while the guard lives.** A guard leaves the watchdog before its
+//!   release is sent, and the outcome of a round for a guard that left meanwhile
+//!   is ignored (no signal, no metric). A renewal only ever runs `PEXPIRE` on
+//!   a key holding its token: it can neither re-create a released key nor
+//!   extend another owner's lock.
+//! * **Lost is known.** The signal fires when a renewal finds the key gone or
+//!   holding another token, or when the local monotonic clock passes the end
+//!   of the last confirmed lease minus a safety margin ([`margin`]), whichever
+//!   comes first, also while a renewal round is stuck on an unreachable
+//!   server. A lease counts from when the command that set it was SENT, which
+//!   is no later than when Redis started it.
+//! * **What it cannot do.** A process that is itself paused (GC, SIGSTOP, a VM
+//!   migration) past its lease learns of the loss only when it runs again,
+//!   possibly after touching the resource. Fencing tokens close that hole: see
+//!   `docs/design.md`.
+//!
+//! Cancellation: the task lives as long as the client; a round in flight when
+//! the client is dropped is abandoned, which is safe because renewing is
+//! idempotent and the leases then simply run out.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use fred::clients::Client;
+use fred::types::scripts::Script;
+use fred::types::Value;
+use metrics::SharedString;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::metrics::{self as m, Renewal};
+use crate::scripts::{Names, RENEW_BATCH, SIDE_RETENTION_MS};
+
+/// After a round fails (Redis unreachable, timeout), its locks are retried
+/// this long later (and again until their lease runs out).
+const RETRY: Duration = Duration::from_millis(100);
+
+/// How long before the end of a lease, as this process's clock sees it, the
+/// lock stops counting as held: a tenth of the lease, at most 1 s, plus 1 ms
+/// for Redis's millisecond expiry resolution. It absorbs the drift between
+/// this clock and the server's while the lease runs.
+pub(crate) fn margin(lease: Duration) -> Duration {
+    (lease / 10).min(Duration::from_secs(1)) + Duration::from_millis(1)
+}
+
+/// What a guard and the watchdog know about one lease.
+pub(crate) struct Lease {
+    state: Mutex<LeaseState>,
+    lost: AtomicBool,
+    /// Cancelled when the lock is known lost, or when its guard is released
+    /// or dropped.
+    signal: CancellationToken,
+}
+
+#[derive(Clone, Copy)]
+struct LeaseState {
+    /// When the command that last set the lease was sent: the lease began no
+    /// earlier than this.
+    sent: Instant,
+    /// The lease that command set.
+    lease: Duration,
+    /// The lease renewals set (changed by `extend`).
+    renew_with: Duration,
+}
+
+impl LeaseState {
+    fn safe_until(&self) -> Instant {
+        self.sent + self.lease.saturating_sub(margin(self.lease))
+    }
+}
+
+impl Lease {
+    pub(crate) fn new(sent: Instant, lease: Duration) -> Arc<Self> {
+        Arc::new(Lease {
+            state: Mutex::new(LeaseState {
+                sent,
+                lease,
+                renew_with: lease,
+            }),
+            lost: AtomicBool::new(false),
+            signal: CancellationToken::new(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, LeaseState> {
+        // The lock is never held across a panic point that leaves the state
+        // inconsistent: recover from poisoning.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A command sent at `sent` set the lease to `lease`. A confirmation of
+    /// an older command arriving late is ignored.
+    pub(crate) fn confirm(&self, sent: Instant, lease: Duration) {
+        let mut s = self.state();
+        if sent >= s.sent {
+            s.sent = sent;
+            s.lease = lease;
+        }
+    }
+
+    /// `extend(lease)` succeeded: renewals use `lease` from now on.
+    pub(crate) fn extended(&self, sent: Instant, lease: Duration) {
+        self.state().renew_with = lease;
+        self.confirm(sent, lease);
+    }
+
+    /// Until when the lock is certainly still ours, by this process's clock.
+    pub(crate) fn safe_until(&self) -> Instant {
+        self.state().safe_until()
+    }
+
+    /// Held as far as this process knows, without a round trip.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.lost.load(Ordering::SeqCst)
+            && !self.signal.is_cancelled()
+            && Instant::now() < self.safe_until()
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// The lock is known lost: fire the signal. True the first time, so the
+    /// loss is counted once whoever finds it (watchdog, extend, release).
+    pub(crate) fn mark_lost(&self) -> bool {
+        let first = !self.lost.swap(true, Ordering::SeqCst);
+        self.signal.cancel();
+        first
+    }
+
+    /// The guard is gone (released or dropped): fire the signal without
+    /// counting a loss.
+    pub(crate) fn close(&self) {
+        self.signal.cancel();
+    }
+
+    pub(crate) fn signal(&self) -> &CancellationToken {
+        &self.signal
+    }
+}
+
+/// One lock the watchdog looks after.
+struct Entry {
+    lock: String,
+    side: String,
+    token: String,
+    lease: Arc<Lease>,
+    name: Option<SharedString>,
+    /// Renew it (watchdog lock), or only fire its signal when the lease
+    /// runs out (fixed lease somebody listens to).
+    renew: bool,
+    /// Part of the round in flight.
+    in_flight: bool,
+    /// After a failed renewal: not before this.
+    retry_at: Option<Instant>,
+}
+
+/// One lock of a round.
+struct Item {
+    id: u64,
+    lock: String,
+    side: String,
+    token: String,
+    lease: Duration,
+}
+
+/// The outcome of one lock in a round (`None`: the call failed; it was
+/// logged), the lease it asked for, and when its call was sent.
+type Outcome = (u64, Duration, Instant, Option<i64>);
+type Round = Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>;
+
+/// The state the guards and the task share.
+pub(crate) struct Watchdog {
+    redis: Client,
+    script: Script,
+    /// `Some(limit)` when the fred client enforces no command timeout itself.
+    command_limit: Option<Duration>,
+    entries: Mutex<HashMap<u64, Entry>>,
+    next_id: AtomicU64,
+    wake: Notify,
+    /// When the task will next wake by itself, in µs since `epoch`.
+    planned: AtomicU64,
+    epoch: Instant,
+}
+
+impl Watchdog {
+    pub(crate) fn new(redis: Client, script: Script, command_limit: Option<Duration>) -> Arc<Self> {
+        Arc::new(Watchdog {
+            redis,
+            script,
+            command_limit,
+            entries: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            wake: Notify::new(),
+            planned: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
+        })
+    }
+
+    fn entries(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn micros(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_micros() as u64
+    }
+
+    /// Look after one lock: renew it (`renew`), and fire its signal when it
+    /// is found lost or its lease runs out. Returns the id to
+    /// [`unwatch`](Self::unwatch) it with.
+    pub(crate) fn watch(
+        &self,
+        names: &Names,
+        token: &str,
+        lease: &Arc<Lease>,
+        name: Option<SharedString>,
+        renew: bool,
+    ) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sent, current) = {
+            let s = lease.state();
+            (s.sent, s.lease)
+        };
+        let first_event = if renew {
+            sent + current / 3
+        } else {
+            lease.safe_until()
+        };
+        self.entries().insert(
+            id,
+            Entry {
+                lock: names.lock.clone(),
+                side: names.side.clone(),
+                token: token.to_owned(),
+                lease: Arc::clone(lease),
+                name,
+                renew,
+                in_flight: false,
+                retry_at: None,
+            },
+        );
+        // Wake the task only when it would otherwise sleep past this lock's
+        // first event; a burst of acquisitions wakes it once.
+        if self.micros(first_event) < self.planned.load(Ordering::SeqCst) {
+            self.wake.notify_one();
+        }
+        id
+    }
+
+    /// Stop looking after a lock: no renewal is sent for it from now on, and
+    /// the outcome of one in flight is ignored.
+    pub(crate) fn unwatch(&self, id: u64) {
+        self.entries().remove(&id);
+    }
+
+    /// Fire the signals of leases that ran out, start a round if a lock is
+    /// due and none is in flight, and return when to look again.
+    fn plan(self: &Arc<Self>, round: &mut Option<Round>) -> Instant {
+        let now = Instant::now();
+        let mut next = now + Duration::from_secs(3600);
+        let mut due = Vec::new();
+        let mut early = Vec::new();
+        let mut expired = Vec::new();
+        let mut entries = self.entries();
+        for (&id, e) in entries.iter() {
+            if e.lease.is_lost() {
+                expired.push(id);
+                continue;
+            }
+            let s = *e.lease.state();
+            let safe_until = s.safe_until();
+            if now >= safe_until {
+                expired.push(id);
+                continue;
+            }
+            next = next.min(safe_until);
+            if !e.renew || e.in_flight || round.is_some() {
+                // A round in flight wakes the task when it ends.
+                continue;
+            }
+            let period = s.lease / 3;
+            let at = (s.sent + period).max(e.retry_at.unwrap_or(now));
+            if at <= now {
+                due.push(id);
+            } else {
+                if at <= now + period / 2 {
+                    early.push(id);
+                }
+                next = next.min(at);
+            }
+        }
+        for id in expired {
+            let Some(e) = entries.remove(&id) else {
+                continue;
+            };
+            if e.lease.mark_lost() {
+                // Not found by a script: the lease ran out unconfirmed.
+                m::lost(e.name.as_ref());
+                tracing::warn!(key = %e.lock,
+                    "relaylock: lock lost: its lease ran out before a renewal got through");
+            }
+        }
+        if !due.is_empty() {
+            due.extend(early);
+            let items: Vec<Item> = due
+                .into_iter()
+                .filter_map(|id| {
+                    let e = entries.get_mut(&id)?;
+                    e.in_flight = true;
+                    Some(Item {
+                        id,
+                        lock: e.lock.clone(),
+                        side: e.side.clone(),
+                        token: e.token.clone(),
+                        lease: e.lease.state().renew_with,
+                    })
+                })
+                .collect();
+            *round = Some(Box::pin(Arc::clone(self).renew(items)));
+        }
+        next
+    }
+
+    /// One round: every item, in calls of at most `RENEW_BATCH` locks.
+    async fn renew(self: Arc<Self>, items: Vec<Item>) -> Vec<Outcome> {
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(RENEW_BATCH) {
+            let mut keys: Vec<&str> = Vec::with_capacity(chunk.len() * 2);
+            let mut args: Vec<Value> = Vec::with_capacity(chunk.len() * 2 + 1);
+            args.push((SIDE_RETENTION_MS as i64).into());
+            for it in chunk {
+                keys.push(&it.lock);
+                keys.push(&it.side);
+                args.push(it.token.as_str().into());
+                args.push((it.lease.as_millis() as i64).into());
+            }
+            let sent = Instant::now();
+            let call = self.script.evalsha_with_reload(&self.redis, keys, args);
+            let reply: Result<Vec<i64>> = match self.command_limit {
+                None => call.await.map_err(Error::from),
+                Some(limit) => crate::error::bounded(limit, call)
+                    .await
+                    .map_err(Error::from),
+            };
+            let codes = match reply {
+                Ok(codes) if codes.len() == chunk.len() => codes.into_iter().map(Some).collect(),
+                Ok(codes) => {
+                    tracing::warn!(
+                        "relaylock: renew replied {} codes for {} locks",
+                        codes.len(),
+                        chunk.len()
+                    );
+                    vec![None; chunk.len()]
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, locks = chunk.len(),
+                        "relaylock: renewal failed; retrying until the leases run out");
+                    vec![None; chunk.len()]
+                }
+            };
+            out.extend(
+                chunk
+                    .iter()
+                    .zip(codes)
+                    .map(|(it, c)| (it.id, it.lease, sent, c)),
+            );
+        }
+        out
+    }
+
+    /// Apply the outcome of a round.
+    fn finish(&self, outcomes: Vec<Outcome>) {
+        let now = Instant::now();
+        let mut entries = self.entries();
+        for (id, lease, sent, outcome) in outcomes {
+            // Unwatched meanwhile (released, dropped): not ours to judge.
+            let Some(e) = entries.get_mut(&id) else {
+                continue;
+            };
+            e.in_flight = false;
+            match outcome {
+                Some(1) => {
+                    e.lease.confirm(sent, lease);
+                    e.retry_at = None;
+                    m::renewal(e.name.as_ref(), Renewal::Renewed);
+                }
+                Some(code @ (0 | -1)) => {
+                    m::renewal(e.name.as_ref(), Renewal::Lost);
+                    if e.lease.mark_lost() {
+                        m::lost(e.name.as_ref());
+                        let found = if code == 0 {
+                            "the key is gone"
+                        } else {
+                            "the key holds another token"
+                        };
+                        tracing::warn!(key = %e.lock, "relaylock: lock lost: {found}");
+                    }
+                    entries.remove(&id);
+                }
+                other => {
+                    if let Some(code) = other {
+                        tracing::warn!(key = %e.lock, "relaylock: renew replied {code}");
+                    }
+                    e.retry_at = Some(now + RETRY);
+                    m::renewal(e.name.as_ref(), Renewal::Error);
+                }
+            }
+        }
+    }
+}
+
+/// Start the client's watchdog task.
+pub(crate) fn spawn(dog: &Arc<Watchdog>) -> JoinHandle<()> {
+    let dog = Arc::clone(dog);
+    tokio::spawn(async move {
+        let mut round: Option<Round> = None;
+        loop {
+            let next = dog.plan(&mut round);
+            dog.planned.store(dog.micros(next), Ordering::SeqCst);
+            tokio::select! {
+                outcomes = async { round.as_mut().expect("checked").await }, if round.is_some() => {
+                    round = None;
+                    dog.finish(outcomes);
+                }
+                _ = tokio::time::sleep_until(next.into()) => {}
+                _ = dog.wake.notified() => {}
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn margins() {
+        assert_eq!(margin(Duration::from_secs(30)), Duration::from_millis(1001));
+        assert_eq!(margin(Duration::from_secs(3)), Duration::from_millis(301));
+        assert_eq!(
+            margin(Duration::from_millis(1)),
+            Duration::from_micros(1100)
+        );
+    }
+
+    #[test]
+    fn lease_confirmations_only_move_forward() {
+        let t0 = Instant::now();
+        let l = Lease::new(t0, Duration::from_secs(3));
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(l.safe_until(), at(3000 - 301));
+        l.confirm(at(1000), Duration::from_secs(3));
+        assert_eq!(l.safe_until(), at(4000 - 301));
+        // An older command's confirmation arriving late changes nothing.
+        l.confirm(at(500), Duration::from_secs(30));
+        assert_eq!(l.safe_until(), at(4000 - 301));
+        // A lease shorter than its margin is never safe.
+        let tiny = Lease::new(t0, Duration::from_millis(1));
+        assert!(tiny.safe_until() <= t0);
+        assert!(!tiny.is_held());
+    }
+
+    #[test]
+    fn loss_is_counted_once_and_closing_is_not_a_loss() {
+        let l = Lease::new(Instant::now(), Duration::from_secs(10));
+        assert!(l.is_held());
+        l.close();
+        assert!(!l.is_held() && !l.is_lost());
+        let l = Lease::new(Instant::now(), Duration::from_secs(10));
+        assert!(l.mark_lost());
+        assert!(!l.mark_lost());
+        assert!(l.signal().is_cancelled() && !l.is_held());
+    }
+}
