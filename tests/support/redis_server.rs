@@ -120,6 +120,71 @@ impl RedisServer {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// Start a replica of `primary` (`--replicaof`), and wait until its
+    /// link to the primary is up (at most 10 s).
+    pub fn start_replica_of(primary: &RedisServer) -> Self {
+        let port = primary.port.to_string();
+        let replica =
+            Self::try_start(&["--replicaof", "127.0.0.1", &port]).unwrap_or_else(|e| panic!("{e}"));
+        let started = Instant::now();
+        while !replica.info_has("replication", "master_link_status:up") {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "replica on port {} did not sync with its primary",
+                replica.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        replica
+    }
+
+    /// Whether `INFO <section>` has a line equal to `line`.
+    pub fn info_has(&self, section: &str, line: &str) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        if s.write_all(format!("INFO {section}\r\n").as_bytes())
+            .is_err()
+        {
+            return false;
+        }
+        // A bulk reply: "$<len>\r\n<body>\r\n".
+        let mut reader = BufReader::new(s);
+        let mut header = String::new();
+        if reader.read_line(&mut header).is_err() {
+            return false;
+        }
+        let Ok(len) = header.trim_start_matches('$').trim().parse::<usize>() else {
+            return false;
+        };
+        let mut body = vec![0u8; len];
+        if reader.read_exact(&mut body).is_err() {
+            return false;
+        }
+        String::from_utf8_lossy(&body).lines().any(|l| l == line)
+    }
+
+    /// Freeze the server process (SIGSTOP): it accepts no command until
+    /// [`resume`](Self::resume), while its connections stay open.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Let a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("server is running").to_string();
+        let status = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig} {pid} failed");
+    }
+
     /// Kill the server (SIGKILL: no persistence, nothing saved).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -1,0 +1,542 @@
+//! The lease watchdog, the lost-lock signal, `with_lock` and replica
+//! acknowledgement, against real redis-server processes.
+//!
+//! Its own test binary: it installs a process-wide metrics recorder. Every
+//! test uses its own `name` label, so tests running in parallel do not mix
+//! their counts.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use relaylock::{metrics as names, Error, LockClient, LockOptions};
+use support::{command_calls, delta, eventually, Admin, RedisServer};
+
+/// The value of counter `name` with exactly the labels `labels`.
+fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    let snapshotter = SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().expect("install the test recorder");
+        snapshotter
+    });
+    let mut want: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    want.sort();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let (_, key) = key.into_parts();
+        let mut have: Vec<(String, String)> = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        have.sort();
+        if key.name() == name && have == want {
+            if let DebugValue::Counter(c) = value {
+                return c;
+            }
+        }
+    }
+    0
+}
+
+fn renewals(name: &str, outcome: &str) -> u64 {
+    counter(
+        names::RENEWALS_TOTAL,
+        &[("name", name), ("outcome", outcome)],
+    )
+}
+
+fn lost(name: &str) -> u64 {
+    counter(names::LOST_TOTAL, &[("name", name)])
+}
+
+/// A client whose watchdog locks have `lease` (renewed every `lease / 3`).
+async fn client(server: &RedisServer, lease: Duration) -> LockClient {
+    // Install the recorder before the first metric is recorded.
+    counter("", &[]);
+    LockClient::builder()
+        .url(server.url())
+        .default_lease(lease)
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn named(name: &'static str) -> LockOptions {
+    LockOptions::default().name(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_lock_alive_across_several_leases() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lease = Duration::from_millis(600);
+    let lock = client(&server, lease).await;
+    let g = lock.lock_with("alive", named("alive")).await.unwrap();
+    let key = lock.redis_key("alive");
+    let value = format!("{}:{}", g.token(), g.fencing_token());
+
+    // Four leases long, checked every 50 ms.
+    let start = Instant::now();
+    while start.elapsed() < lease * 4 {
+        let v: Option<String> = admin.get(&key).await.unwrap();
+        assert_eq!(
+            v.as_deref(),
+            Some(value.as_str()),
+            "lock lost after {:?}",
+            start.elapsed()
+        );
+        let pttl: i64 = admin.pttl(&key).await.unwrap();
+        assert!(pttl > 0, "pttl {pttl}");
+        assert!(g.is_held());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let renewed = renewals("alive", "renewed");
+    // One renewal per 200 ms over 2.4 s: about 12 (early batching may add some).
+    assert!(renewed >= 8, "only {renewed} renewals in four leases");
+    assert_eq!(renewals("alive", "error") + renewals("alive", "lost"), 0);
+    g.release().await.unwrap();
+    assert_eq!(lost("alive"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_lease_is_fixed_unless_watchdog_is_asked_for() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = client(&server, Duration::from_secs(30)).await;
+    let lease = Duration::from_millis(400);
+
+    let fixed = lock
+        .lock_with("fixed", named("fixed").lease(lease))
+        .await
+        .unwrap();
+    let renewed = lock
+        .lock_with("renewed", named("renewed").lease(lease).watchdog(true))
+        .await
+        .unwrap();
+    let token = fixed.lost_token();
+    assert!(fixed.is_held() && !token.is_cancelled());
+
+    // A fixed lease: lost() fires when the lease runs out (minus the margin),
+    // and the key expires: nothing renewed it.
+    let start = Instant::now();
+    tokio::time::timeout(Duration::from_secs(2), fixed.lost())
+        .await
+        .expect("lost() fires when a fixed lease runs out");
+    let fired = start.elapsed();
+    assert!(fired < lease, "fired after {fired:?}");
+    assert!(token.is_cancelled() && !fixed.is_held());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            admin
+                .exists::<i64, _>(lock.redis_key("fixed"))
+                .await
+                .unwrap()
+                == 0
+        })
+        .await
+    );
+    assert_eq!(renewals("fixed", "renewed"), 0);
+    assert_eq!(lost("fixed"), 1);
+    // Counted once, although the release finds it lost too.
+    assert!(matches!(fixed.release().await, Err(Error::LockLost)));
+    assert_eq!(lost("fixed"), 1);
+
+    // watchdog(true): the custom lease is renewed.
+    tokio::time::sleep(lease * 2).await;
+    assert!(renewed.is_held());
+    let pttl: i64 = admin.pttl(lock.redis_key("renewed")).await.unwrap();
+    assert!(pttl > 0 && pttl <= 400, "pttl {pttl}");
+    assert!(renewals("renewed", "renewed") >= 3);
+    renewed.release().await.unwrap();
+}
+
+/// Deleted or overwritten behind the holder's back: `lost()` fires within
+/// one renewal period, and the other owner's key is left untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_or_overwritten_key_fires_lost_within_one_period() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lease = Duration::from_millis(900);
+    let period = lease / 3;
+    let lock = client(&server, lease).await;
+
+    for (name, intrude) in [("deleted", false), ("overwritten", true)] {
+        let g = lock.lock_with(name, named(name)).await.unwrap();
+        let key = lock.redis_key(name);
+        let token = g.lost_token();
+        // Let a renewal or two pass first.
+        tokio::time::sleep(period + period / 2).await;
+        assert!(g.is_held());
+        let start = Instant::now();
+        if intrude {
+            let _: () = admin
+                .set(&key, "intruder", None, None, false)
+                .await
+                .unwrap();
+        } else {
+            let _: i64 = admin.del(&key).await.unwrap();
+        }
+        tokio::time::timeout(lease * 3, g.lost())
+            .await
+            .expect("lost() fires");
+        let took = start.elapsed();
+        println!("{name}: lost() fired {took:?} after the change (period {period:?})");
+        assert!(
+            took <= period + Duration::from_millis(150),
+            "{name}: lost() fired {took:?} after the change, period {period:?}"
+        );
+        assert!(token.is_cancelled() && !g.is_held());
+        assert_eq!(renewals(name, "lost"), 1);
+        assert_eq!(lost(name), 1);
+        if intrude {
+            // The intruder's key: same value, still no expiry.
+            let v: String = admin.get(&key).await.unwrap();
+            assert_eq!(v, "intruder");
+            assert_eq!(admin.pttl::<i64, _>(&key).await.unwrap(), -1);
+        }
+        assert!(matches!(g.release().await, Err(Error::LockLost)));
+        assert_eq!(lost(name), 1, "a loss is counted once");
+        if intrude {
+            let v: String = admin.get(&key).await.unwrap();
+            assert_eq!(v, "intruder", "release touched another owner's key");
+        }
+    }
+}
+
+/// Redis frozen (SIGSTOP) or shut down while a watched lock is held: the
+/// holder learns of the loss before the lease could have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_redis_fires_lost_before_the_lease_ends() {
+    for shut_down in [false, true] {
+        let mut server = RedisServer::start();
+        let lease = Duration::from_millis(1500);
+        let lock = client(&server, lease).await;
+        let name = if shut_down { "shut_down" } else { "frozen" };
+        let g = lock.lock_with(name, named(name)).await.unwrap();
+        // A renewal or two get through first.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(renewals(name, "renewed") >= 1);
+        // Every renewal that got through was sent before this instant, so the
+        // lease ends by `cut + lease` at the latest.
+        let cut = Instant::now();
+        if shut_down {
+            server.kill();
+        } else {
+            server.pause();
+        }
+        let fired = tokio::time::timeout(lease * 2, g.lost()).await;
+        let took = cut.elapsed();
+        if !shut_down {
+            server.resume();
+        }
+        fired.expect("lost() fires while Redis is unreachable");
+        println!("{name}: lost() fired {took:?} after Redis became unreachable (lease {lease:?})");
+        assert!(
+            took < lease,
+            "{name}: fired {took:?} after the cut, lease {lease:?}"
+        );
+        // Not before the last confirmed lease (sent at most one period before
+        // the cut) minus the margin could end: 1500 - 500 - 151 ms.
+        assert!(
+            took >= Duration::from_millis(800),
+            "{name}: fired too early, {took:?}"
+        );
+        assert!(!g.is_held());
+        assert_eq!(lost(name), 1);
+        drop(g);
+    }
+}
+
+/// Release and drop stop renewal at once: no renewal call reaches Redis
+/// afterwards, none is counted, and the key is not re-created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_and_drop_stop_renewal() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lease = Duration::from_millis(600);
+    let lock = client(&server, lease).await;
+    let released = lock.lock_with("released", named("released")).await.unwrap();
+    let dropped = lock.lock_with("dropped", named("dropped")).await.unwrap();
+    tokio::time::sleep(lease + lease / 2).await;
+    assert!(renewals("released", "renewed") >= 3);
+    assert!(renewals("dropped", "renewed") >= 3);
+
+    released.release().await.unwrap();
+    drop(dropped);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            admin
+                .exists::<i64, _>(vec![lock.redis_key("released"), lock.redis_key("dropped")])
+                .await
+                .unwrap()
+                == 0
+        })
+        .await
+    );
+    let counted = |n| renewals(n, "renewed") + renewals(n, "lost") + renewals(n, "error");
+    let (before_released, before_dropped) = (counted("released"), counted("dropped"));
+    let calls = command_calls(&admin).await;
+    tokio::time::sleep(lease * 2).await;
+    let after = command_calls(&admin).await;
+    assert_eq!(
+        delta(&calls, &after, "evalsha"),
+        0,
+        "a script ran after release"
+    );
+    assert_eq!(counted("released"), before_released);
+    assert_eq!(counted("dropped"), before_dropped);
+    let n: i64 = admin
+        .exists(vec![lock.redis_key("released"), lock.redis_key("dropped")])
+        .await
+        .unwrap();
+    assert_eq!(n, 0, "a key was re-created");
+    assert_eq!(lost("released") + lost("dropped"), 0);
+}
+
+/// 1,000 watched locks in one client: one renewal call per period, not 1,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_watched_locks_cost_one_round_trip_per_period() {
+    const LOCKS: usize = 1000;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lease = Duration::from_millis(900);
+    let period = lease / 3;
+    let lock = client(&server, lease).await;
+    let guards = futures::future::try_join_all(
+        (0..LOCKS).map(|i| lock.lock_with_owned(format!("many:{i}"), named("many"))),
+    )
+    .await
+    .unwrap();
+
+    let calls = command_calls(&admin).await;
+    let usec = command_usec(&admin).await;
+    let window = period * 7;
+    tokio::time::sleep(window).await;
+    let after = command_calls(&admin).await;
+    let rounds = delta(&calls, &after, "evalsha");
+    let usec = command_usec(&admin).await - usec;
+    println!(
+        "{LOCKS} locks, {window:?}: {rounds} renewal calls, {} renewals, {} us per call in Redis",
+        renewals("many", "renewed"),
+        usec / rounds.max(1)
+    );
+    // Seven periods: seven rounds, plus at most a few while the locks
+    // acquired over a spread of time fall into step.
+    assert!(
+        (5..=10).contains(&rounds),
+        "{rounds} renewal calls for {LOCKS} locks over 7 periods"
+    );
+    assert!(renewals("many", "renewed") >= 5 * LOCKS as u64);
+    assert!(guards.iter().all(|g| g.is_held()));
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    assert_eq!(lost("many"), 0);
+}
+
+/// Total microseconds Redis spent in EVALSHA.
+async fn command_usec(admin: &Client) -> u64 {
+    let info: String = admin
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|f| f.split(',').find_map(|x| x.strip_prefix("usec=")))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+trait LockOwned {
+    fn lock_with_owned(
+        &self,
+        key: String,
+        options: LockOptions,
+    ) -> impl std::future::Future<Output = relaylock::Result<relaylock::LockGuard>>;
+}
+
+impl LockOwned for LockClient {
+    async fn lock_with_owned(
+        &self,
+        key: String,
+        options: LockOptions,
+    ) -> relaylock::Result<relaylock::LockGuard> {
+        self.lock_with(&key, options).await
+    }
+}
+
+/// Drops set a flag, so the test can see the closure's future was dropped.
+struct Dropped(Arc<AtomicBool>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_runs_releases_and_abandons_work_when_the_lock_is_lost() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lease = Duration::from_millis(600);
+    let lock = client(&server, lease).await;
+
+    // The normal case, from a spawned task (the future is Send).
+    let l = lock.clone();
+    let value = tokio::spawn(async move {
+        l.with_lock("job", named("with_lock"), async |guard| {
+            assert!(guard.is_held());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            guard.fencing_token()
+        })
+        .await
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(value > 0);
+    assert_eq!(
+        admin.exists::<i64, _>(lock.redis_key("job")).await.unwrap(),
+        0
+    );
+
+    // The lock is deleted behind the holder's back: the closure's future is
+    // dropped and the call fails with LockLost.
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&dropped);
+    let key = lock.redis_key("job");
+    let deleter = {
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let _: i64 = admin.del(key).await.unwrap();
+        })
+    };
+    let start = Instant::now();
+    let outcome = lock
+        .with_lock("job", named("with_lock"), async |_guard| {
+            let _flag = Dropped(flag);
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        })
+        .await;
+    deleter.await.unwrap();
+    assert!(matches!(outcome, Err(Error::LockLost)), "{outcome:?}");
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the closure's future was not dropped"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(lost("with_lock"), 1);
+}
+
+/// `min_replicas`: acknowledged with one replica up; with it stopped, the
+/// lock is released and the call fails with `NotReplicated`. A WAIT never
+/// blocks the connection other locks use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_waits_for_a_real_replica() {
+    let primary = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&primary);
+    let admin = primary.admin().await;
+    let replica_admin = replica.admin().await;
+    let lock = client(&primary, Duration::from_secs(30)).await;
+    let one = |ms| named("replicas").min_replicas(1, Duration::from_millis(ms));
+
+    let g = lock.lock_with("acked", one(2000)).await.unwrap();
+    let on_replica: Option<String> = replica_admin.get(lock.redis_key("acked")).await.unwrap();
+    assert_eq!(
+        on_replica,
+        Some(format!("{}:{}", g.token(), g.fencing_token())),
+        "acknowledged, so the replica has the lock"
+    );
+    g.release().await.unwrap();
+
+    // Two asked for, one exists.
+    let r = lock
+        .lock_with(
+            "two",
+            named("replicas").min_replicas(2, Duration::from_millis(100)),
+        )
+        .await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::NotReplicated {
+                acked: 1,
+                required: 2
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        admin.exists::<i64, _>(lock.redis_key("two")).await.unwrap(),
+        0
+    );
+
+    // The replica stops: error, and the lock is released.
+    replica.kill();
+    let start = Instant::now();
+    let waiting = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock_with("lonely", one(600)).await })
+    };
+    // Meanwhile the command connection is not blocked by that WAIT.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let plain = Instant::now();
+    lock.lock("other").await.unwrap().release().await.unwrap();
+    let plain = plain.elapsed();
+    let r = waiting.await.unwrap();
+    let took = start.elapsed();
+    assert!(
+        matches!(
+            r,
+            Err(Error::NotReplicated {
+                acked: 0,
+                required: 1
+            })
+        ),
+        "{r:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(600),
+        "WAIT returned early: {took:?}"
+    );
+    assert!(
+        plain < Duration::from_millis(400),
+        "a plain lock waited {plain:?} behind a WAIT"
+    );
+    assert_eq!(
+        admin
+            .exists::<i64, _>(lock.redis_key("lonely"))
+            .await
+            .unwrap(),
+        0
+    );
+    let g = lock
+        .try_lock_with("lonely", LockOptions::default())
+        .await
+        .unwrap()
+        .expect("released after the failed WAIT");
+    g.release().await.unwrap();
+
+    // Bad settings are typed errors, before anything is sent.
+    for bad in [
+        LockOptions::default().min_replicas(0, Duration::from_secs(1)),
+        LockOptions::default().min_replicas(1, Duration::ZERO),
+    ] {
+        assert!(matches!(
+            lock.lock_with("bad", bad).await,
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}
