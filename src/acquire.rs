@@ -152,7 +152,7 @@ impl<'a> Call<'a> {
         let lease = options.lease.unwrap_or(inner.default_lease);
         let lease_ms = validate_lease(lease)?;
         let replicas = match options.replicas {
-            Some((n, timeout)) => Some((n, validate_replicas(n, timeout)?)),
+            Some((n, timeout)) => Some((n, validate_replicas(n, timeout, lease)?)),
             None => None,
         };
         let conn = match replicas {
@@ -176,11 +176,22 @@ impl<'a> Call<'a> {
 
     /// With `min_replicas`: `WAIT` on the connection that took the lock. When
     /// fewer replicas acknowledge in time, or `WAIT` fails, release the lock
-    /// and fail.
+    /// and fail. Dropped at any await point, it releases the lock in the
+    /// background: no guard exists yet to do it.
     async fn replicated(&self, fence: u64) -> Result<()> {
         let Some((required, timeout_ms)) = self.replicas else {
             return Ok(());
         };
+        let orphan = OnDrop(Some(|| {
+            release_in_background(
+                Arc::clone(self.inner),
+                self.names.clone(),
+                self.token.clone(),
+                Some(fence),
+                None,
+                None,
+            )
+        }));
         // WAIT may legitimately take its whole timeout: bound it by that plus
         // the command timeout, not by the command timeout alone.
         let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout();
@@ -195,7 +206,10 @@ impl<'a> Call<'a> {
         );
         let acked = crate::error::bounded(limit + Duration::from_millis(100), wait).await;
         let failure = match acked {
-            Ok(n) if n >= i64::from(required) => return Ok(()),
+            Ok(n) if n >= i64::from(required) => {
+                orphan.disarm();
+                return Ok(());
+            }
             Ok(n) => Error::NotReplicated {
                 acked: u32::try_from(n.max(0)).unwrap_or(0),
                 required,
@@ -208,6 +222,7 @@ impl<'a> Call<'a> {
             tracing::warn!(key = %self.names.lock, error = %e,
                 "relaylock: could not release an unreplicated lock; it expires with its lease");
         }
+        orphan.disarm();
         Err(failure)
     }
 

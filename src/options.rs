@@ -118,7 +118,8 @@ impl LockOptions {
     /// acknowledge in time, the lock is released and the call fails with
     /// [`Error::NotReplicated`](crate::Error::NotReplicated), so a failover
     /// right after acquisition cannot silently drop a lock that was reported
-    /// taken. `replicas` must be at least 1, `timeout` between 1 ms and 1 h.
+    /// taken. `replicas` must be at least 1, `timeout` at least 1 ms and at
+    /// most half the lock's lease (the lease runs while `WAIT` waits).
     ///
     /// `WAIT` blocks the connection it runs on, so such acquisitions run on a
     /// small pool of extra connections the client opens on first use (see
@@ -143,8 +144,9 @@ impl LockOptions {
     }
 }
 
-/// Checks a `min_replicas` setting; returns the timeout in whole ms.
-pub(crate) fn validate_replicas(replicas: u32, timeout: Duration) -> Result<u64> {
+/// Checks a `min_replicas` setting against the lock's lease; returns the
+/// timeout in whole ms.
+pub(crate) fn validate_replicas(replicas: u32, timeout: Duration, lease: Duration) -> Result<u64> {
     if replicas == 0 {
         return Err(Error::InvalidArgument(
             "min_replicas needs at least 1 replica".into(),
@@ -154,6 +156,13 @@ pub(crate) fn validate_replicas(replicas: u32, timeout: Duration) -> Result<u64>
     if timeout < Duration::from_millis(1) || timeout > Duration::from_secs(3600) {
         return Err(Error::InvalidArgument(format!(
             "min_replicas timeout {timeout:?} must be between 1 ms and 1 h"
+        )));
+    }
+    // The lease runs while WAIT waits: a lock must not expire before its
+    // caller even got it.
+    if timeout > lease / 2 {
+        return Err(Error::InvalidArgument(format!(
+            "min_replicas timeout {timeout:?} must be at most half the lease {lease:?}"
         )));
     }
     Ok(timeout.as_millis() as u64)
@@ -274,12 +283,14 @@ mod tests {
 
     #[test]
     fn replicas() {
-        assert!(validate_replicas(0, Duration::from_secs(1)).is_err());
-        assert!(validate_replicas(1, Duration::ZERO).is_err());
-        assert!(validate_replicas(1, Duration::from_micros(999)).is_err());
-        assert!(validate_replicas(1, Duration::MAX).is_err());
+        let lease = Duration::from_secs(30);
+        assert!(validate_replicas(0, Duration::from_secs(1), lease).is_err());
+        assert!(validate_replicas(1, Duration::ZERO, lease).is_err());
+        assert!(validate_replicas(1, Duration::from_micros(999), lease).is_err());
+        assert!(validate_replicas(1, Duration::MAX, lease).is_err());
+        assert!(validate_replicas(1, Duration::from_secs(16), lease).is_err());
         assert_eq!(
-            validate_replicas(2, Duration::from_millis(250)).unwrap(),
+            validate_replicas(2, Duration::from_millis(250), lease).unwrap(),
             250
         );
     }

@@ -529,10 +529,38 @@ async fn min_replicas_waits_for_a_real_replica() {
         .expect("released after the failed WAIT");
     g.release().await.unwrap();
 
+    // A call dropped while it waits for replicas leaves no lock behind
+    // (its lease is 30 s; the key must go long before that).
+    let abandoned = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock_with("abandoned", one(2000)).await })
+    };
+    let key = lock.redis_key("abandoned");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            admin.exists::<i64, _>(&key).await.unwrap() == 1
+        })
+        .await,
+        "the acquisition never happened"
+    );
+    abandoned.abort();
+    assert!(abandoned.await.unwrap_err().is_cancelled());
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            admin.exists::<i64, _>(&key).await.unwrap() == 0
+        })
+        .await,
+        "a call dropped during WAIT left its lock held"
+    );
+
     // Bad settings are typed errors, before anything is sent.
     for bad in [
         LockOptions::default().min_replicas(0, Duration::from_secs(1)),
         LockOptions::default().min_replicas(1, Duration::ZERO),
+        // WAIT longer than half the lease: the lock could expire meanwhile.
+        LockOptions::default()
+            .lease(Duration::from_secs(1))
+            .min_replicas(1, Duration::from_millis(600)),
     ] {
         assert!(matches!(
             lock.lock_with("bad", bad).await,
