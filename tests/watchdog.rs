@@ -568,3 +568,21 @@ async fn min_replicas_waits_for_a_real_replica() {
         ));
     }
 }
+
+#[allow(dead_code)]
+#[path = "../examples/fencing.rs"]
+mod fencing;
+
+/// `examples/fencing.rs` against a real server: the paused holder's late
+/// write is rejected by the fenced store, and its guard knew it lost the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_example_rejects_the_paused_holder() {
+    let server = RedisServer::start();
+    let r = fencing::run(&server.url()).await.unwrap();
+    println!("{r:?}");
+    assert!(r.b_token > r.a_token);
+    assert!(r.b_accepted, "{r:?}");
+    assert!(!r.a_accepted, "the store accepted a stale write: {r:?}");
+    assert!(r.a_knew, "{r:?}");
+    assert_eq!(r.stored, "written by B");
+}
