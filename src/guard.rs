@@ -201,9 +201,7 @@ impl LockGuard {
                 Ok(())
             }
             [0 | -1] => {
-                if self.lease_state.mark_lost() {
-                    m::lost(self.name.as_ref());
-                }
+                self.lease_state.mark_lost(|| m::lost(self.name.as_ref()));
                 Err(Error::LockLost)
             }
             other => Err(Error::UnexpectedReply(format!("renew replied {other:?}"))),
@@ -264,11 +262,12 @@ pub(crate) enum Released {
 fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Option<&Lease>) {
     match outcome {
         Ok(Released::Now | Released::Already) => m::released(name),
-        Ok(Released::NotOurs) => {
-            if lease.is_none_or(Lease::mark_lost) {
-                m::lost(name)
+        Ok(Released::NotOurs) => match lease {
+            Some(lease) => {
+                lease.mark_lost(|| m::lost(name));
             }
-        }
+            None => m::lost(name),
+        },
         Err(_) => {}
     }
 }

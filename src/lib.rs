@@ -13,6 +13,12 @@
 //! * **Never hangs**: pub/sub is at-most-once, so every wait is also bounded by
 //!   the holder's remaining lease, and a subscriber reconnect wakes every
 //!   waiter to re-check.
+//! * **A holder knows when its lock is lost**: a lock taken without an
+//!   explicit lease is renewed by one watchdog task per client (one script
+//!   call per round for every due lock), and
+//!   [`LockGuard::lost`] fires when a renewal finds the key gone or replaced,
+//!   or when Redis stays unreachable until the lease would run out.
+//!   [`LockClient::with_lock`] stops the critical section when it does.
 //! * **Observable**: wait time, attempts, timeouts, lost locks through the
 //!   [`metrics`](https://docs.rs/metrics) facade; see [`metrics`](mod@crate::metrics) for the names.
 //!

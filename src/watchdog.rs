@@ -138,12 +138,17 @@ impl Lease {
         self.lost.load(Ordering::SeqCst)
     }
 
-    /// The lock is known lost: fire the signal. True the first time, so the
-    /// loss is counted once whoever finds it (watchdog, extend, release).
-    pub(crate) fn mark_lost(&self) -> bool {
-        let first = !self.lost.swap(true, Ordering::SeqCst);
+    /// The lock is known lost: run `first` (count and log it) if nobody
+    /// found it before, whoever finds it (watchdog, extend, release), then
+    /// fire the signal, so that whoever the signal wakes sees the count.
+    /// Returns whether this call was the first.
+    pub(crate) fn mark_lost(&self, first: impl FnOnce()) -> bool {
+        let is_first = !self.lost.swap(true, Ordering::SeqCst);
+        if is_first {
+            first();
+        }
         self.signal.cancel();
-        first
+        is_first
     }
 
     /// The guard is gone (released or dropped): fire the signal without
@@ -311,12 +316,12 @@ impl Watchdog {
             let Some(e) = entries.remove(&id) else {
                 continue;
             };
-            if e.lease.mark_lost() {
-                // Not found by a script: the lease ran out unconfirmed.
+            // Not found by a script: the lease ran out unconfirmed.
+            e.lease.mark_lost(|| {
                 m::lost(e.name.as_ref());
                 tracing::warn!(key = %e.lock,
                     "relaylock: lock lost: its lease ran out before a renewal got through");
-            }
+            });
         }
         if !due.is_empty() {
             due.extend(early);
@@ -404,7 +409,7 @@ impl Watchdog {
                 }
                 Some(code @ (0 | -1)) => {
                     m::renewal(e.name.as_ref(), Renewal::Lost);
-                    if e.lease.mark_lost() {
+                    e.lease.mark_lost(|| {
                         m::lost(e.name.as_ref());
                         let found = if code == 0 {
                             "the key is gone"
@@ -412,7 +417,7 @@ impl Watchdog {
                             "the key holds another token"
                         };
                         tracing::warn!(key = %e.lock, "relaylock: lock lost: {found}");
-                    }
+                    });
                     entries.remove(&id);
                 }
                 other => {
@@ -485,8 +490,10 @@ mod tests {
         l.close();
         assert!(!l.is_held() && !l.is_lost());
         let l = Lease::new(Instant::now(), Duration::from_secs(10));
-        assert!(l.mark_lost());
-        assert!(!l.mark_lost());
+        let mut counted = 0;
+        assert!(l.mark_lost(|| counted += 1));
+        assert!(!l.mark_lost(|| counted += 1));
+        assert_eq!(counted, 1);
         assert!(l.signal().is_cancelled() && !l.is_held());
     }
 }

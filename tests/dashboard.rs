@@ -60,6 +60,7 @@ fn dashboard_queries_only_emitted_metrics() {
         relaylock::metrics::LOST_TOTAL,
         relaylock::metrics::ACQUIRE_ATTEMPTS_TOTAL,
         relaylock::metrics::WAITERS,
+        relaylock::metrics::RENEWALS_TOTAL,
     ] {
         assert!(
             series.iter().any(|s| base_name(s) == needed),
@@ -112,6 +113,16 @@ mod rendered {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(80)).await;
         assert!(matches!(short.release().await, Err(Error::LockLost)));
+        // Watchdog renewals: a lease of 300 ms is renewed every 100 ms.
+        let renewing = LockClient::builder()
+            .url(server.url())
+            .default_lease(Duration::from_millis(300))
+            .build()
+            .await
+            .unwrap();
+        let g = renewing.lock_with("c", opts()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        g.release().await.unwrap();
 
         let text = handle.render();
         for s in super::queried_series() {
