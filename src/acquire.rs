@@ -21,7 +21,6 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::config::Options;
 use fred::types::{CustomCommand, Value};
@@ -66,9 +65,6 @@ struct Call<'a> {
     renew: bool,
     /// `min_replicas`: how many, and the `WAIT` timeout in ms.
     replicas: Option<(u32, u64)>,
-    /// The connection the acquire script runs on: the command connection, or
-    /// a replica-pool connection, whose `WAIT` then covers the acquire.
-    conn: &'a Client,
 }
 
 pub(crate) async fn lock(
@@ -155,10 +151,6 @@ impl<'a> Call<'a> {
             Some((n, timeout)) => Some((n, validate_replicas(n, timeout, lease)?)),
             None => None,
         };
-        let conn = match replicas {
-            Some(_) => inner.replica_client().await?,
-            None => &inner.redis,
-        };
         Ok(Call {
             inner,
             key,
@@ -170,14 +162,22 @@ impl<'a> Call<'a> {
             started: Instant::now(),
             renew: options.watchdog.unwrap_or(options.lease.is_none()),
             replicas,
-            conn,
         })
     }
 
-    /// With `min_replicas`: `WAIT` on the connection that took the lock. When
-    /// fewer replicas acknowledge in time, or `WAIT` fails, release the lock
-    /// and fail. Dropped at any await point, it releases the lock in the
-    /// background: no guard exists yet to do it.
+    /// With `min_replicas`: make sure enough replicas have the lock, else
+    /// release it and fail.
+    ///
+    /// `WAIT` counts the replicas that acknowledged the writes of ITS
+    /// connection, and it blocks that connection. So it runs on a connection
+    /// of the replica pool, checked out for this call alone, after a write on
+    /// that same connection: a renewal of the lock (which also proves it is
+    /// still ours). Replication is one ordered stream per primary, and that
+    /// renewal was sent after the acquire's reply arrived, so a replica that
+    /// acknowledged it has the lock too.
+    ///
+    /// Dropped at any await point, it releases the lock in the background:
+    /// no guard exists yet to do it.
     async fn replicated(&self, fence: u64) -> Result<()> {
         let Some((required, timeout_ms)) = self.replicas else {
             return Ok(());
@@ -189,41 +189,67 @@ impl<'a> Call<'a> {
                 self.token.clone(),
                 Some(fence),
                 None,
-                None,
             )
         }));
-        // WAIT may legitimately take its whole timeout: bound it by that plus
-        // the command timeout, not by the command timeout alone.
-        let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout();
-        let options = Options {
-            timeout: Some(limit),
-            ..Default::default()
-        };
-        let conn = self.conn.with_options(&options);
-        let wait = conn.custom::<i64, _>(
-            CustomCommand::new_static("WAIT", None, true),
-            vec![i64::from(required), timeout_ms as i64],
-        );
-        let acked = crate::error::bounded(limit + Duration::from_millis(100), wait).await;
-        let failure = match acked {
-            Ok(n) if n >= i64::from(required) => {
+        let failure = match self.wait_for_replicas(required, timeout_ms).await {
+            Ok(()) => {
                 orphan.disarm();
                 return Ok(());
             }
-            Ok(n) => Error::NotReplicated {
-                acked: u32::try_from(n.max(0)).unwrap_or(0),
-                required,
-            },
-            Err(e) => Error::Redis(e),
+            Err(e) => e,
         };
         tracing::warn!(key = %self.names.lock, error = %failure,
-            "relaylock: not enough replicas acknowledged the acquisition; releasing it");
+            "relaylock: the acquisition was not replicated as asked; releasing it");
         if let Err(e) = release(self.inner, &self.names, &self.token, Some(fence)).await {
             tracing::warn!(key = %self.names.lock, error = %e,
                 "relaylock: could not release an unreplicated lock; it expires with its lease");
         }
         orphan.disarm();
         Err(failure)
+    }
+
+    async fn wait_for_replicas(&self, required: u32, timeout_ms: u64) -> Result<()> {
+        let checkout = self.inner.replica_connection().await?;
+        let conn = checkout.client();
+        let names = &self.names;
+        let keys = vec![names.lock.as_str(), names.side.as_str()];
+        let args: Vec<Value> = vec![
+            (SIDE_RETENTION_MS as i64).into(),
+            "0".into(), // always write: the write WAIT waits for
+            self.token.as_str().into(),
+            (self.lease_ms as i64).into(),
+        ];
+        let renew = self
+            .inner
+            .scripts
+            .renew
+            .evalsha_with_reload(conn, keys, args);
+        let renewed: Vec<i64> = self.inner.bounded(renew).await?;
+        if renewed != [1] {
+            return Err(Error::LockLost);
+        }
+        // WAIT may legitimately take its whole timeout: bound it by that plus
+        // the command timeout, not by the command timeout alone. One attempt
+        // only: a WAIT that fred replayed on a new connection would cover
+        // none of this connection's writes.
+        let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout();
+        let options = Options {
+            timeout: Some(limit),
+            max_attempts: Some(1),
+            ..Default::default()
+        };
+        let conn = conn.with_options(&options);
+        let wait = conn.custom::<i64, _>(
+            CustomCommand::new_static("WAIT", None, true),
+            vec![i64::from(required), timeout_ms as i64],
+        );
+        match crate::error::bounded(limit + Duration::from_millis(100), wait).await? {
+            n if n >= i64::from(required) => Ok(()),
+            n => Err(Error::NotReplicated {
+                acked: u32::try_from(n.max(0)).unwrap_or(0),
+                required,
+            }),
+        }
     }
 
     fn into_guard(self, fence: u64, sent: Instant) -> LockGuard {
@@ -293,7 +319,6 @@ impl<'a> Call<'a> {
                 self.token.clone(),
                 None,
                 None,
-                None,
             )
         }));
         if let Some(w) = queue {
@@ -303,7 +328,7 @@ impl<'a> Call<'a> {
         let script = &self.inner.scripts.acquire;
         let reply: Vec<i64> = self
             .inner
-            .bounded(script.evalsha_with_reload(self.conn, keys, args))
+            .bounded(script.evalsha_with_reload(&self.inner.redis, keys, args))
             .await?;
         orphan.disarm();
         if let Some(w) = queue {

@@ -2,14 +2,14 @@
 //! registry and the subscriber task.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::clients::{Client, Pool, SubscriberClient};
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::Builder;
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 use tokio::task::JoinHandle;
 
 use crate::acquire;
@@ -68,9 +68,9 @@ pub(crate) struct Inner {
     owns_redis: bool,
     pub(crate) watchdog: Arc<Watchdog>,
     watchdog_task: JoinHandle<()>,
-    /// Connections for acquisitions that `WAIT` for replicas, opened on first
-    /// use with the command connection's configuration.
-    replica_pool: OnceCell<Pool>,
+    /// Connections for `WAIT`ing for replicas, opened on first use with the
+    /// command connection's configuration.
+    replica_pool: OnceCell<ReplicaPool>,
     replica_connections: usize,
     connection_builder: Builder,
     connect_timeout: Duration,
@@ -100,21 +100,36 @@ impl Inner {
         self.command_timeout
     }
 
-    /// A connection of the replica pool, opened on first use: an acquire
-    /// followed by `WAIT` runs on it, so the `WAIT` covers that write and
-    /// blocks no other lock's commands.
-    pub(crate) async fn replica_client(&self) -> Result<&Client> {
-        let pool = self
-            .replica_pool
-            .get_or_try_init(|| async {
-                let pool = self
-                    .connection_builder
-                    .build_pool(self.replica_connections)?;
-                init_bounded(&pool, self.connect_timeout).await?;
-                Ok::<_, Error>(pool)
-            })
-            .await?;
-        Ok(pool.next())
+    /// Check out a connection of the replica pool for exclusive use (WAIT
+    /// blocks its connection, so no other command may queue behind it). The
+    /// pool is opened on first use, in a task of its own: a caller that goes
+    /// away meanwhile neither leaks half-open connections nor makes the next
+    /// caller open another pool.
+    pub(crate) async fn replica_connection(self: &Arc<Self>) -> Result<Checkout<'_>> {
+        if self.replica_pool.get().is_none() {
+            let inner = Arc::clone(self);
+            let opened = tokio::spawn(async move {
+                inner
+                    .replica_pool
+                    .get_or_try_init(|| async {
+                        let pool = inner
+                            .connection_builder
+                            .build_pool(inner.replica_connections)?;
+                        init_bounded(&pool, inner.connect_timeout).await?;
+                        Ok::<_, Error>(ReplicaPool::new(pool))
+                    })
+                    .await
+                    .map(|_| ())
+            });
+            opened.await.map_err(|e| {
+                Error::Redis(fred::error::Error::new(
+                    fred::error::ErrorKind::Unknown,
+                    format!("opening the replica connections failed: {e}"),
+                ))
+            })??;
+        }
+        let pool = self.replica_pool.get().expect("opened above");
+        pool.checkout().await
     }
 }
 
@@ -125,7 +140,7 @@ impl Drop for Inner {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let subscriber = self.subscriber.clone();
             let redis = self.owns_redis.then(|| self.redis.clone());
-            let pool = self.replica_pool.get().cloned();
+            let pool = self.replica_pool.get().map(|p| p.pool.clone());
             handle.spawn(async move {
                 let _ = subscriber.quit().await;
                 if let Some(redis) = redis {
@@ -553,6 +568,71 @@ impl LockClientBuilder {
                 connect_timeout: self.connect_timeout,
             }),
         })
+    }
+}
+
+/// The connections `min_replicas` acquisitions `WAIT` on, each checked out
+/// by one call at a time.
+pub(crate) struct ReplicaPool {
+    pool: Pool,
+    free: Mutex<Vec<usize>>,
+    permits: Semaphore,
+}
+
+/// One replica-pool connection, returned to the pool on drop.
+pub(crate) struct Checkout<'a> {
+    pool: &'a ReplicaPool,
+    index: usize,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl ReplicaPool {
+    fn new(pool: Pool) -> Self {
+        let n = pool.clients().len();
+        ReplicaPool {
+            pool,
+            free: Mutex::new((0..n).collect()),
+            permits: Semaphore::new(n),
+        }
+    }
+
+    /// Wait for a free connection. Each holder keeps it for one bounded
+    /// renew + `WAIT`, so the wait is bounded too.
+    async fn checkout(&self) -> Result<Checkout<'_>> {
+        let permit = self.permits.acquire().await.map_err(|_| {
+            Error::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::Canceled,
+                "relaylock: replica pool closed",
+            ))
+        })?;
+        let index = self
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .expect("a permit guarantees a free connection");
+        Ok(Checkout {
+            pool: self,
+            index,
+            _permit: permit,
+        })
+    }
+}
+
+impl Checkout<'_> {
+    pub(crate) fn client(&self) -> &Client {
+        &self.pool.pool.clients()[self.index]
+    }
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        // Back before the permit (a field, dropped after this) is returned.
+        self.pool
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.index);
     }
 }
 

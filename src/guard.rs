@@ -186,6 +186,7 @@ impl LockGuard {
         let keys = vec![self.names.lock.as_str(), self.names.side.as_str()];
         let args: Vec<Value> = vec![
             (SIDE_RETENTION_MS as i64).into(),
+            "0".into(), // set, also when shorter
             self.token.as_str().into(),
             (lease_ms as i64).into(),
         ];
@@ -198,6 +199,10 @@ impl LockGuard {
         match reply.as_slice() {
             [1] => {
                 self.lease_state.extended(sent, lease);
+                if self.watch.get().is_some() {
+                    // The watchdog planned with the old lease.
+                    self.inner.watchdog.replan();
+                }
                 Ok(())
             }
             [0 | -1] => {
@@ -240,8 +245,7 @@ impl Drop for LockGuard {
             names,
             std::mem::take(&mut self.token),
             Some(self.fence),
-            self.name.take(),
-            Some(Arc::clone(&self.lease_state)),
+            Some((self.name.take(), Arc::clone(&self.lease_state))),
         );
     }
 }
@@ -315,16 +319,20 @@ pub(crate) async fn release(
     }
 }
 
+/// A dropped guard's metrics name and lease, so its background release is
+/// counted like a release.
+pub(crate) type Report = (Option<SharedString>, Arc<Lease>);
+
 /// Release `token` without waiting for the outcome: for a dropped guard
-/// (`fence` known) and for an acquisition abandoned in flight (`fence` None,
-/// and no metrics: it was never reported as acquired).
+/// (`report` given) and for an acquisition its caller abandoned (in flight:
+/// `fence` None; or during `WAIT`), which records no metrics because it was
+/// never reported as acquired.
 pub(crate) fn release_in_background(
     inner: Arc<Inner>,
     names: Names,
     token: String,
     fence: Option<u64>,
-    name: Option<SharedString>,
-    lease: Option<Arc<Lease>>,
+    report: Option<Report>,
 ) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
@@ -335,13 +343,13 @@ pub(crate) fn release_in_background(
     };
     handle.spawn(async move {
         let outcome = release(&inner, &names, &token, fence).await;
-        match (&outcome, fence) {
+        match (&outcome, report) {
             (Err(e), _) => tracing::warn!(key = %names.lock, error = %e,
                 "relaylock: background release failed; the lock stays held until its lease ends"),
             (Ok(Released::Now), None) => tracing::debug!(key = %names.lock,
                 "relaylock: released an acquisition whose caller went away"),
             (Ok(_), None) => {}
-            (Ok(_), Some(_)) => account(name.as_ref(), &outcome, lease.as_deref()),
+            (Ok(_), Some((name, lease))) => account(name.as_ref(), &outcome, Some(&lease)),
         }
     });
 }

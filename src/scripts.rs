@@ -192,11 +192,13 @@ return 0
 /// Renew: extend the leases of one or many locks in one call.
 ///
 /// KEYS: `[lock_1, side_1, lock_2, side_2, ...]`;
-/// ARGV: `[side_retention_ms, token_1, lease_ms_1, token_2, lease_ms_2, ...]`.
+/// ARGV: `[side_retention_ms, grow_only, token_1, lease_ms_1, token_2, lease_ms_2, ...]`.
 ///
 /// For each lock `i`: if it holds token `i`, set its remaining lease to
-/// `lease_ms_i` and make sure its side hash lives at least
-/// `lease_ms_i + side_retention_ms` more. Reply one integer per lock, in
+/// `lease_ms_i` (with `grow_only == '1'`, only if that lengthens it, so a
+/// watchdog renewal racing an `extend` to a longer lease cannot undo it) and
+/// make sure its side hash lives at least `lease_ms_i + side_retention_ms`
+/// more. Reply one integer per lock, in
 /// order: `1` renewed, `0` the key is gone, `-1` the key holds another
 /// token (or a hand-over reservation). Only `PEXPIRE` is used, so a renewal
 /// can never re-create a released key, and a key holding another token is
@@ -208,14 +210,17 @@ return 0
 /// one. In Redis Cluster all keys of one call must share a slot.
 pub const RENEW: &str = r#"
 local keep = tonumber(ARGV[1])
+local grow_only = ARGV[2] == '1'
 local out = {}
 for i = 1, #KEYS / 2 do
   local lock, side = KEYS[2 * i - 1], KEYS[2 * i]
-  local mine = ARGV[2 * i] .. ':'
-  local lease = tonumber(ARGV[2 * i + 1])
+  local mine = ARGV[2 * i + 1] .. ':'
+  local lease = tonumber(ARGV[2 * i + 2])
   local v = redis.call('GET', lock)
   if v and string.sub(v, 1, #mine) == mine then
-    redis.call('PEXPIRE', lock, lease)
+    if not grow_only or redis.call('PTTL', lock) < lease then
+      redis.call('PEXPIRE', lock, lease)
+    end
     if redis.call('PTTL', side) < lease + keep then
       redis.call('PEXPIRE', side, lease + keep)
     end

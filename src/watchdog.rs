@@ -79,6 +79,9 @@ struct LeaseState {
     lease: Duration,
     /// The lease renewals set (changed by `extend`).
     renew_with: Duration,
+    /// Bumped by every `extend`: a renewal built before it may have reached
+    /// Redis before or after it, so its reply confirms nothing.
+    generation: u64,
 }
 
 impl LeaseState {
@@ -94,6 +97,7 @@ impl Lease {
                 sent,
                 lease,
                 renew_with: lease,
+                generation: 0,
             }),
             lost: AtomicBool::new(false),
             signal: CancellationToken::new(),
@@ -106,20 +110,28 @@ impl Lease {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A command sent at `sent` set the lease to `lease`. A confirmation of
-    /// an older command arriving late is ignored.
-    pub(crate) fn confirm(&self, sent: Instant, lease: Duration) {
+    /// `extend(lease)` succeeded: renewals use `lease` from now on, and the
+    /// lease is known to run from `sent`. A renewal in flight meanwhile is not
+    /// trusted: on the wire it may have run before or after the extend.
+    pub(crate) fn extended(&self, sent: Instant, lease: Duration) {
         let mut s = self.state();
+        s.renew_with = lease;
+        s.generation += 1;
+        // Exact if the extend ran last. A renewal that ran after it only ever
+        // lengthens the lease (`RENEW` in grow-only mode): the safe direction.
         if sent >= s.sent {
             s.sent = sent;
             s.lease = lease;
         }
     }
 
-    /// `extend(lease)` succeeded: renewals use `lease` from now on.
-    pub(crate) fn extended(&self, sent: Instant, lease: Duration) {
-        self.state().renew_with = lease;
-        self.confirm(sent, lease);
+    /// A renewal of generation `generation`, sent at `sent`, set `lease`.
+    fn renewed(&self, generation: u64, sent: Instant, lease: Duration) {
+        let mut s = self.state();
+        if s.generation == generation && sent >= s.sent {
+            s.sent = sent;
+            s.lease = lease;
+        }
     }
 
     /// Until when the lock is certainly still ours, by this process's clock.
@@ -185,11 +197,19 @@ struct Item {
     side: String,
     token: String,
     lease: Duration,
+    generation: u64,
 }
 
-/// The outcome of one lock in a round (`None`: the call failed; it was
-/// logged), the lease it asked for, and when its call was sent.
-type Outcome = (u64, Duration, Instant, Option<i64>);
+/// The outcome of one lock in a round.
+struct Outcome {
+    id: u64,
+    lease: Duration,
+    generation: u64,
+    /// When its call was sent.
+    sent: Instant,
+    /// The script's code for it; `None`: the call failed (it was logged).
+    code: Option<i64>,
+}
 type Round = Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>;
 
 /// The state the guards and the task share.
@@ -201,7 +221,9 @@ pub(crate) struct Watchdog {
     entries: Mutex<HashMap<u64, Entry>>,
     next_id: AtomicU64,
     wake: Notify,
-    /// When the task will next wake by itself, in µs since `epoch`.
+    /// When the task will next wake by itself, in µs since `epoch`. Written
+    /// and read only under the `entries` lock, so a registration either is
+    /// seen by the planning pass or sees its result.
     planned: AtomicU64,
     epoch: Instant,
 }
@@ -249,7 +271,8 @@ impl Watchdog {
         } else {
             lease.safe_until()
         };
-        self.entries().insert(
+        let mut entries = self.entries();
+        entries.insert(
             id,
             Entry {
                 lock: names.lock.clone(),
@@ -267,7 +290,13 @@ impl Watchdog {
         if self.micros(first_event) < self.planned.load(Ordering::SeqCst) {
             self.wake.notify_one();
         }
+        drop(entries);
         id
+    }
+
+    /// A lease changed outside the task (`extend`): plan again.
+    pub(crate) fn replan(&self) {
+        self.wake.notify_one();
     }
 
     /// Stop looking after a lock: no renewal is sent for it from now on, and
@@ -330,17 +359,21 @@ impl Watchdog {
                 .filter_map(|id| {
                     let e = entries.get_mut(&id)?;
                     e.in_flight = true;
+                    let s = *e.lease.state();
                     Some(Item {
                         id,
                         lock: e.lock.clone(),
                         side: e.side.clone(),
                         token: e.token.clone(),
-                        lease: e.lease.state().renew_with,
+                        lease: s.renew_with,
+                        generation: s.generation,
                     })
                 })
                 .collect();
             *round = Some(Box::pin(Arc::clone(self).renew(items)));
         }
+        self.planned.store(self.micros(next), Ordering::SeqCst);
+        drop(entries);
         next
     }
 
@@ -349,8 +382,10 @@ impl Watchdog {
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(RENEW_BATCH) {
             let mut keys: Vec<&str> = Vec::with_capacity(chunk.len() * 2);
-            let mut args: Vec<Value> = Vec::with_capacity(chunk.len() * 2 + 1);
+            let mut args: Vec<Value> = Vec::with_capacity(chunk.len() * 2 + 2);
             args.push((SIDE_RETENTION_MS as i64).into());
+            // Grow only: a renewal racing an `extend` never shortens the lease.
+            args.push("1".into());
             for it in chunk {
                 keys.push(&it.lock);
                 keys.push(&it.side);
@@ -381,12 +416,13 @@ impl Watchdog {
                     vec![None; chunk.len()]
                 }
             };
-            out.extend(
-                chunk
-                    .iter()
-                    .zip(codes)
-                    .map(|(it, c)| (it.id, it.lease, sent, c)),
-            );
+            out.extend(chunk.iter().zip(codes).map(|(it, code)| Outcome {
+                id: it.id,
+                lease: it.lease,
+                generation: it.generation,
+                sent,
+                code,
+            }));
         }
         out
     }
@@ -395,15 +431,22 @@ impl Watchdog {
     fn finish(&self, outcomes: Vec<Outcome>) {
         let now = Instant::now();
         let mut entries = self.entries();
-        for (id, lease, sent, outcome) in outcomes {
+        for Outcome {
+            id,
+            lease,
+            generation,
+            sent,
+            code,
+        } in outcomes
+        {
             // Unwatched meanwhile (released, dropped): not ours to judge.
             let Some(e) = entries.get_mut(&id) else {
                 continue;
             };
             e.in_flight = false;
-            match outcome {
+            match code {
                 Some(1) => {
-                    e.lease.confirm(sent, lease);
+                    e.lease.renewed(generation, sent, lease);
                     e.retry_at = None;
                     m::renewal(e.name.as_ref(), Renewal::Renewed);
                 }
@@ -439,7 +482,6 @@ pub(crate) fn spawn(dog: &Arc<Watchdog>) -> JoinHandle<()> {
         let mut round: Option<Round> = None;
         loop {
             let next = dog.plan(&mut round);
-            dog.planned.store(dog.micros(next), Ordering::SeqCst);
             tokio::select! {
                 outcomes = async { round.as_mut().expect("checked").await }, if round.is_some() => {
                     round = None;
@@ -472,11 +514,19 @@ mod tests {
         let l = Lease::new(t0, Duration::from_secs(3));
         let at = |ms| t0 + Duration::from_millis(ms);
         assert_eq!(l.safe_until(), at(3000 - 301));
-        l.confirm(at(1000), Duration::from_secs(3));
+        l.renewed(0, at(1000), Duration::from_secs(3));
         assert_eq!(l.safe_until(), at(4000 - 301));
         // An older command's confirmation arriving late changes nothing.
-        l.confirm(at(500), Duration::from_secs(30));
+        l.renewed(0, at(500), Duration::from_secs(30));
         assert_eq!(l.safe_until(), at(4000 - 301));
+        // After an extend, a renewal built before it confirms nothing, even
+        // one sent later: on the wire it may have run first.
+        l.extended(at(2000), Duration::from_secs(1));
+        assert_eq!(l.safe_until(), at(3000 - 101));
+        l.renewed(0, at(2500), Duration::from_secs(3));
+        assert_eq!(l.safe_until(), at(3000 - 101));
+        l.renewed(1, at(2500), Duration::from_secs(1));
+        assert_eq!(l.safe_until(), at(3500 - 101));
         // A lease shorter than its margin is never safe.
         let tiny = Lease::new(t0, Duration::from_millis(1));
         assert!(tiny.safe_until() <= t0);
