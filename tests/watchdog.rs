@@ -440,6 +440,19 @@ async fn with_lock_runs_releases_and_abandons_work_when_the_lock_is_lost() {
     assert_eq!(lost("with_lock"), 1);
 }
 
+/// The call failed with `NotReplicated { acked, required }`.
+fn not_replicated(r: &relaylock::Result<relaylock::LockGuard>, acked: u32, required: u32) {
+    match r {
+        Err(Error::NotReplicated {
+            acked: a,
+            required: q,
+        }) if (*a, *q) == (acked, required) => {}
+        other => panic!(
+            "expected NotReplicated {{ acked: {acked}, required: {required} }}, got {other:?}"
+        ),
+    }
+}
+
 /// `min_replicas`: acknowledged with one replica up; with it stopped, the
 /// lock is released and the call fails with `NotReplicated`. A WAIT never
 /// blocks the connection other locks use.
@@ -468,16 +481,7 @@ async fn min_replicas_waits_for_a_real_replica() {
             named("replicas").min_replicas(2, Duration::from_millis(100)),
         )
         .await;
-    assert!(
-        matches!(
-            r,
-            Err(Error::NotReplicated {
-                acked: 1,
-                required: 2
-            })
-        ),
-        "{r:?}"
-    );
+    not_replicated(&r, 1, 2);
     assert_eq!(
         admin.exists::<i64, _>(lock.redis_key("two")).await.unwrap(),
         0
@@ -497,16 +501,7 @@ async fn min_replicas_waits_for_a_real_replica() {
     let plain = plain.elapsed();
     let r = waiting.await.unwrap();
     let took = start.elapsed();
-    assert!(
-        matches!(
-            r,
-            Err(Error::NotReplicated {
-                acked: 0,
-                required: 1
-            })
-        ),
-        "{r:?}"
-    );
+    not_replicated(&r, 0, 1);
     assert!(
         took >= Duration::from_millis(600),
         "WAIT returned early: {took:?}"
@@ -680,16 +675,7 @@ async fn min_replicas_calls_queue_for_a_connection() {
     let took = start.elapsed();
     replica.resume();
     for r in [&a, &b] {
-        assert!(
-            matches!(
-                r,
-                Err(Error::NotReplicated {
-                    acked: 0,
-                    required: 1
-                })
-            ),
-            "{r:?}"
-        );
+        not_replicated(r, 0, 1);
     }
     // One after the other on the single connection.
     assert!(took >= Duration::from_millis(3000), "{took:?}");
