@@ -32,7 +32,7 @@ use crate::guard::{release, release_in_background, LockGuard};
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_key, validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::Waiter;
-use crate::scripts::{Names, SIDE_RETENTION_MS};
+use crate::scripts::Names;
 use crate::watchdog::Lease;
 
 /// A probe claimed when a lease ran out (or none was known) has this long to
@@ -214,7 +214,7 @@ impl<'a> Call<'a> {
         let names = &self.names;
         let keys = vec![names.lock.as_str(), names.side.as_str()];
         let args: Vec<Value> = vec![
-            (SIDE_RETENTION_MS as i64).into(),
+            (self.inner.side_retention_ms as i64).into(),
             "0".into(), // always write: the write WAIT waits for
             self.token.as_str().into(),
             (self.lease_ms as i64).into(),
@@ -305,7 +305,7 @@ impl<'a> Call<'a> {
         let args: Vec<Value> = vec![
             self.token.as_str().into(),
             (self.lease_ms as i64).into(),
-            ((self.lease_ms + SIDE_RETENTION_MS) as i64).into(),
+            ((self.lease_ms + self.inner.side_retention_ms) as i64).into(),
             client.into(),
             names.channel.as_str().into(),
             queued.into(),

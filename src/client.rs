@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::options::{
     validate_key, validate_lease, validate_prefix, validate_url_scheme, LockOptions, WaitStrategy,
+    MAX_LEASE,
 };
 use crate::registry::Registry;
 use crate::scripts::{Names, Scripts};
@@ -59,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     pub(crate) default_lease: Duration,
     pub(crate) strategy: WaitStrategy,
+    /// How long a lock's side hash, queue and void markers outlive it, in ms.
+    pub(crate) side_retention_ms: u64,
     command_timeout: Duration,
     /// The fred client enforces a command timeout itself (always when
     /// relaylock built it): no second timer per command is needed.
@@ -319,6 +322,7 @@ pub struct LockClientBuilder {
     unsubscribe_linger: Duration,
     message_buffer: usize,
     replica_connections: usize,
+    side_retention: Duration,
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -335,6 +339,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("unsubscribe_linger", &self.unsubscribe_linger)
             .field("message_buffer", &self.message_buffer)
             .field("replica_connections", &self.replica_connections)
+            .field("side_retention", &self.side_retention)
             .finish()
     }
 }
@@ -352,6 +357,7 @@ impl Default for LockClientBuilder {
             unsubscribe_linger: Duration::from_millis(500),
             message_buffer: 1024,
             replica_connections: 4,
+            side_retention: Duration::from_millis(crate::scripts::SIDE_RETENTION_MS),
         }
     }
 }
@@ -437,6 +443,19 @@ impl LockClientBuilder {
         self
     }
 
+    /// How long a lock's bookkeeping outlives its last use: the side hash
+    /// (fencing counter, recently released tokens), the queue of waiting
+    /// clients and the markers of abandoned acquisitions. Within this window
+    /// a replayed release is recognised as ours and a server clock stepping
+    /// back cannot make fencing tokens go backwards; past it, nothing of the
+    /// lock stays in Redis. Default 60 s
+    /// ([`SIDE_RETENTION_MS`](crate::scripts::SIDE_RETENTION_MS)), between
+    /// 1 s and 1 day. Every client of one prefix should use the same value.
+    pub fn side_retention(mut self, retention: Duration) -> Self {
+        self.side_retention = retention;
+        self
+    }
+
     /// Check the settings, connect both connections, load the scripts and
     /// start the subscriber task.
     pub async fn build(self) -> Result<LockClient> {
@@ -458,6 +477,12 @@ impl LockClientBuilder {
                     "{what} {d:?} must be between 1 ms and 1 h"
                 )));
             }
+        }
+        if self.side_retention < Duration::from_secs(1) || self.side_retention > MAX_LEASE {
+            return Err(Error::InvalidArgument(format!(
+                "side_retention {:?} must be between 1 s and 1 day",
+                self.side_retention
+            )));
         }
         if !(1..=64).contains(&self.replica_connections) {
             return Err(Error::InvalidArgument(format!(
@@ -545,7 +570,13 @@ impl LockClientBuilder {
         ));
         let subscriber_task = crate::subscriber::spawn(&subscriber, Arc::clone(&registry));
         let command_limit = (!fred_times_out).then_some(self.command_timeout);
-        let watchdog = Watchdog::new(redis.clone(), scripts.renew.clone(), command_limit);
+        let side_retention_ms = self.side_retention.as_millis() as u64;
+        let watchdog = Watchdog::new(
+            redis.clone(),
+            scripts.renew.clone(),
+            command_limit,
+            side_retention_ms,
+        );
         let watchdog_task = watchdog::spawn(&watchdog);
         Ok(LockClient {
             inner: Arc::new(Inner {
@@ -555,6 +586,7 @@ impl LockClientBuilder {
                 prefix: self.prefix,
                 default_lease: self.default_lease,
                 strategy: self.wait_strategy,
+                side_retention_ms,
                 command_timeout: self.command_timeout,
                 fred_times_out,
                 subscriber,

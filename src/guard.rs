@@ -13,7 +13,7 @@ use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::metrics as m;
 use crate::options::validate_lease;
-use crate::scripts::{Names, HANDOFF_GRACE_MS, RING_CHARS, SIDE_RETENTION_MS};
+use crate::scripts::{Names, HANDOFF_GRACE_MS, RING_CHARS};
 use crate::watchdog::Lease;
 
 /// A held lock.
@@ -185,7 +185,7 @@ impl LockGuard {
         let lease_ms = validate_lease(lease)?;
         let keys = vec![self.names.lock.as_str(), self.names.side.as_str()];
         let args: Vec<Value> = vec![
-            (SIDE_RETENTION_MS as i64).into(),
+            (self.inner.side_retention_ms as i64).into(),
             "0".into(), // set, also when shorter
             self.token.as_str().into(),
             (lease_ms as i64).into(),
@@ -302,7 +302,7 @@ pub(crate) async fn release(
         token.into(),
         fence.map(|f| f.to_string()).unwrap_or_default().into(),
         names.channel.as_str().into(),
-        (SIDE_RETENTION_MS as i64).into(),
+        (inner.side_retention_ms as i64).into(),
         (RING_CHARS as i64).into(),
         requeue.into(),
         (HANDOFF_GRACE_MS as i64).into(),

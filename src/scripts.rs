@@ -41,7 +41,8 @@
 
 use fred::types::scripts::Script;
 
-/// How long the side hash outlives the lock that last touched it, in ms.
+/// How long the side hash outlives the lock that last touched it, in ms, by
+/// default (see [`LockClientBuilder::side_retention`](crate::LockClientBuilder::side_retention)).
 ///
 /// It bounds the memory relaylock leaves behind per lock name, and it is the
 /// window in which (a) a replayed release is still recognised as ours and (b) a

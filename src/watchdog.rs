@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::metrics::{self as m, Renewal};
-use crate::scripts::{Names, RENEW_BATCH, SIDE_RETENTION_MS};
+use crate::scripts::{Names, RENEW_BATCH};
 
 /// After a round fails (Redis unreachable, timeout), its locks are retried
 /// this long later (and again until their lease runs out).
@@ -218,6 +218,7 @@ pub(crate) struct Watchdog {
     script: Script,
     /// `Some(limit)` when the fred client enforces no command timeout itself.
     command_limit: Option<Duration>,
+    side_retention_ms: u64,
     entries: Mutex<HashMap<u64, Entry>>,
     next_id: AtomicU64,
     wake: Notify,
@@ -229,11 +230,17 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn new(redis: Client, script: Script, command_limit: Option<Duration>) -> Arc<Self> {
+    pub(crate) fn new(
+        redis: Client,
+        script: Script,
+        command_limit: Option<Duration>,
+        side_retention_ms: u64,
+    ) -> Arc<Self> {
         Arc::new(Watchdog {
             redis,
             script,
             command_limit,
+            side_retention_ms,
             entries: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wake: Notify::new(),
@@ -383,7 +390,7 @@ impl Watchdog {
         for chunk in items.chunks(RENEW_BATCH) {
             let mut keys: Vec<&str> = Vec::with_capacity(chunk.len() * 2);
             let mut args: Vec<Value> = Vec::with_capacity(chunk.len() * 2 + 2);
-            args.push((SIDE_RETENTION_MS as i64).into());
+            args.push((self.side_retention_ms as i64).into());
             // Grow only: a renewal racing an `extend` never shortens the lease.
             args.push("1".into());
             for it in chunk {
