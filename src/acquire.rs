@@ -18,6 +18,8 @@
 //!   acquire reach Redis after it), so no orphan lock blocks everyone for a
 //!   lease.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -32,7 +34,7 @@ use crate::guard::{release, release_in_background, LockGuard};
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_key, validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::Waiter;
-use crate::scripts::Names;
+use crate::scripts::{Names, HANDOFF_GRACE_MS};
 use crate::watchdog::Lease;
 
 /// A probe claimed when a lease ran out (or none was known) has this long to
@@ -40,8 +42,18 @@ use crate::watchdog::Lease;
 const PROBE_SLICE: Duration = Duration::from_millis(50);
 
 /// While a channel's subscription cannot be confirmed (subscriber connection
-/// down, ACL forbids the channel), waiters re-check at least this often.
-const DEGRADED_POLL: Duration = Duration::from_millis(100);
+/// down or silent, ACL forbids the channel), ONE local waiter per key
+/// re-checks this often: under half the hand-over grace, so a lock reserved
+/// for this client is taken before the reservation lapses.
+const DEGRADED_POLL: Duration = Duration::from_millis(HANDOFF_GRACE_MS / 2);
+
+/// ... and the other waiters of the key wake this often, to take over the
+/// polling when the poller leaves.
+const DEGRADED_IDLE: Duration = Duration::from_millis(250);
+
+/// While degraded, a waiter tries to subscribe again at most this often, in
+/// the background of its polling.
+const DEGRADED_RESUBSCRIBE: Duration = Duration::from_secs(1);
 
 /// What one acquire script call found.
 enum Attempt {
@@ -422,8 +434,18 @@ impl<'a> Call<'a> {
         // the confirmation wakes some local waiter (or leaves a permit). A
         // queued newcomer tries first only if no local waiter knows the
         // holder's lease yet, and then only one of them (the probe claim).
-        let mut confirmed = self.subscribe(&waiter, deadline).await;
+        // A channel whose subscription just failed is polled at once; the
+        // next attempt runs beside the polling (below).
+        let mut confirmed = if waiter.failed_recently(DEGRADED_RESUBSCRIBE) {
+            Err(())
+        } else {
+            self.subscribe(&waiter, deadline).await
+        };
         let mut must_try = confirmed != Ok(true) || (queued && waiter.claim_probe(PROBE_SLICE));
+        // While degraded: a subscription attempt running beside the polling
+        // (it may take a command timeout on a silent connection).
+        let mut resubscribe: Option<Pin<Box<dyn Future<Output = _> + Send + '_>>> = None;
+        let mut last_subscribe = Instant::now();
 
         loop {
             if must_try {
@@ -447,7 +469,11 @@ impl<'a> Call<'a> {
             let moved = waiter.hint_moved();
             let mut bound = waiter.until_expiry().unwrap_or(PROBE_SLICE);
             if confirmed.is_err() {
-                bound = bound.min(DEGRADED_POLL);
+                bound = bound.min(if must_try {
+                    DEGRADED_POLL
+                } else {
+                    DEGRADED_IDLE
+                });
             }
             if let Some(left) = remaining(deadline) {
                 bound = bound.min(left);
@@ -456,6 +482,14 @@ impl<'a> Call<'a> {
                 biased;
                 _ = waiter.notified() => WakeCause::Message,
                 _ = &mut reconnect => WakeCause::Reconnect,
+                outcome = async { resubscribe.as_mut().expect("checked").await }, if resubscribe.is_some() => {
+                    resubscribe = None;
+                    confirmed = outcome;
+                    // This call confirmed it: a release published before that
+                    // reached nobody, so try once.
+                    must_try = confirmed == Ok(false);
+                    continue;
+                }
                 _ = moved => {
                     must_try = false;
                     continue;
@@ -469,7 +503,15 @@ impl<'a> Call<'a> {
                 }
                 WakeCause::Reconnect => {
                     reconnect.set(registry.reconnected());
-                    confirmed = self.subscribe(&waiter, deadline).await;
+                    // The subscriber task re-subscribed before waking us; if
+                    // that failed, poll (degraded) until a retry succeeds.
+                    if !waiter.is_confirmed() {
+                        confirmed = Err(());
+                    }
+                    if resubscribe.is_none() {
+                        resubscribe = Some(Box::pin(self.subscribe(&waiter, deadline)));
+                        last_subscribe = Instant::now();
+                    }
                     true
                 }
                 WakeCause::Ttl => {
@@ -477,8 +519,12 @@ impl<'a> Call<'a> {
                         return Err(Error::Timeout);
                     }
                     if confirmed.is_err() {
-                        confirmed = self.subscribe(&waiter, deadline).await;
-                        true
+                        if resubscribe.is_none() && last_subscribe.elapsed() >= DEGRADED_RESUBSCRIBE
+                        {
+                            resubscribe = Some(Box::pin(self.subscribe(&waiter, deadline)));
+                            last_subscribe = Instant::now();
+                        }
+                        waiter.claim_poll(DEGRADED_POLL)
                     } else {
                         // The lease ran out without a message (holder died, or
                         // the message was lost): one local waiter probes.

@@ -568,7 +568,9 @@ impl LockClientBuilder {
             self.unsubscribe_linger,
             self.command_timeout,
         ));
-        let subscriber_task = crate::subscriber::spawn(&subscriber, Arc::clone(&registry));
+        let subscriber_task =
+            crate::subscriber::spawn(&subscriber, Arc::clone(&registry), self.command_timeout);
+
         let command_limit = (!fred_times_out).then_some(self.command_timeout);
         let side_retention_ms = self.side_retention.as_millis() as u64;
         let watchdog = Watchdog::new(

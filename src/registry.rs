@@ -16,13 +16,15 @@
 //!   failed try and the wait is not lost). A reconnect or a lagged message
 //!   stream wakes EVERY waiter of every key ([`Registry::wake_all`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::{ClientLike, HashesInterface, PubsubInterface};
+use fred::interfaces::{ClientInterface, ClientLike, HashesInterface, PubsubInterface};
+use fred::types::config::Server;
 use metrics::SharedString;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
@@ -90,9 +92,19 @@ struct Hint {
     /// When the try that produced `expiry` was sent.
     seen: Option<Instant>,
     expiry: Option<Instant>,
+    /// While the channel is degraded (not confirmed): when the next poll of
+    /// the lock may start.
+    poll_at: Option<Instant>,
+    /// When the last attempt to subscribe the channel failed (cleared by a
+    /// success).
+    failed_at: Option<Instant>,
 }
 
 impl Entry {
+    fn hint(&self) -> std::sync::MutexGuard<'_, Hint> {
+        self.hint.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn new() -> Self {
         Entry {
             notify: Notify::new(),
@@ -183,6 +195,12 @@ impl Registry {
         &self.client_id
     }
 
+    /// Whether any channel is subscribed or being subscribed (entries live
+    /// while they have waiters, and for the linger after the last one left).
+    pub(crate) fn has_channels(&self) -> bool {
+        !self.map.is_empty()
+    }
+
     /// Whether local tasks are registered for `channel` (a releasing client
     /// with waiters queues again behind the other clients).
     pub(crate) fn has_waiters(&self, channel: &str) -> bool {
@@ -260,6 +278,25 @@ impl Registry {
         }
     }
 
+    /// The subscriber connection's identity (`CLIENT ID` per server, which
+    /// fred records when it connects).
+    fn connection(&self) -> HashMap<Server, i64> {
+        self.subscriber.connection_ids()
+    }
+
+    /// Fails when the subscriber connection changed since `before`: a
+    /// SUBSCRIBE written on the old one is gone, while the PING behind it,
+    /// written on the new one, still succeeds and would confirm nothing.
+    fn same_connection(&self, before: &HashMap<Server, i64>) -> Result<(), fred::error::Error> {
+        if !before.is_empty() && *before == self.connection() {
+            return Ok(());
+        }
+        Err(fred::error::Error::new(
+            fred::error::ErrorKind::IO,
+            "relaylock: the subscriber connection changed while subscribing",
+        ))
+    }
+
     /// Wake every waiter of every key to re-check.
     pub(crate) fn wake_all(&self) {
         self.wake_all.notify_waiters();
@@ -280,6 +317,7 @@ impl Registry {
             .map(|r| (r.key().clone(), Arc::clone(r.value())))
             .collect();
         let mut resubscribed = Vec::new();
+        let connection = self.connection();
         for (channel, entry) in entries {
             let sub = entry.subscribed.lock().await;
             if *sub {
@@ -295,7 +333,8 @@ impl Registry {
             }
         }
         if !resubscribed.is_empty() {
-            match self.bounded(self.subscriber.ping::<()>(None)).await {
+            let pinged = self.bounded(self.subscriber.ping::<()>(None)).await;
+            match pinged.and_then(|()| self.same_connection(&connection)) {
                 Ok(()) => {
                     for entry in &resubscribed {
                         let sub = entry.subscribed.lock().await;
@@ -421,16 +460,35 @@ impl Waiter {
         // is queued), and a repeated SUBSCRIBE is harmless. The flag is raised
         // first, so a cleanup always undoes whatever reached Redis.
         *sub = true;
-        registry
-            .bounded(registry.subscriber.subscribe(self.channel.as_str()))
-            .await?;
-        // A PING behind it on the same connection answers only after Redis
-        // processed the SUBSCRIBE, and carries its error if it failed.
-        registry
-            .bounded(registry.subscriber.ping::<()>(None))
-            .await?;
+        let connection = registry.connection();
+        let confirmed = async {
+            registry
+                .bounded(registry.subscriber.subscribe(self.channel.as_str()))
+                .await?;
+            // A PING behind it on the same connection answers only after
+            // Redis processed the SUBSCRIBE, and carries its error if it
+            // failed. Same connection: checked, since fred sends the PING on
+            // a new one if the old one died in between.
+            registry
+                .bounded(registry.subscriber.ping::<()>(None))
+                .await?;
+            registry.same_connection(&connection)
+        }
+        .await;
+        self.entry.hint().failed_at = confirmed.is_err().then(Instant::now);
+        confirmed?;
         self.entry.confirmed.store(true, SeqCst);
         Ok(false)
+    }
+
+    /// Whether an attempt to subscribe the channel failed within `window`:
+    /// a newcomer then polls at once instead of spending a command timeout
+    /// on another attempt that is likely to fail too.
+    pub(crate) fn failed_recently(&self, window: Duration) -> bool {
+        self.entry
+            .hint()
+            .failed_at
+            .is_some_and(|at| at.elapsed() < window)
     }
 
     /// A future completing on the next release message for this key (or on a
@@ -451,6 +509,11 @@ impl Waiter {
     /// earlier, sleepers are woken to recompute their bound.
     pub(crate) fn note_pttl(&self, sent: Instant, pttl: Duration) {
         self.entry.note_expiry(sent, pttl);
+    }
+
+    /// Whether the key's channel is subscribed and confirmed right now.
+    pub(crate) fn is_confirmed(&self) -> bool {
+        self.entry.confirmed.load(SeqCst)
     }
 
     /// A try of this client registered it in the key's queue hash.
@@ -479,7 +542,7 @@ impl Waiter {
     /// How long until the holder's lease ends, as last seen by any local
     /// waiter of this key (zero if that moment passed); `None` when unknown.
     pub(crate) fn until_expiry(&self) -> Option<Duration> {
-        let hint = self.entry.hint.lock().unwrap_or_else(|p| p.into_inner());
+        let hint = self.entry.hint();
         hint.expiry
             .map(|e| e.saturating_duration_since(Instant::now()))
     }
@@ -490,11 +553,25 @@ impl Waiter {
     /// until its try records the next holder's lease. Costs no round trip.
     pub(crate) fn claim_probe(&self, slice: Duration) -> bool {
         let now = Instant::now();
-        let mut hint = self.entry.hint.lock().unwrap_or_else(|p| p.into_inner());
+        let mut hint = self.entry.hint();
         if hint.expiry.is_some_and(|e| e > now) {
             return false;
         }
         hint.expiry = Some(now + slice);
+        true
+    }
+
+    /// While the channel's subscription is not confirmed: claim the right to
+    /// poll the lock now, whatever the known lease (a hand-over reservation
+    /// for this client must be taken within the grace period, and no message
+    /// announces it). One local waiter per `slice` wins.
+    pub(crate) fn claim_poll(&self, slice: Duration) -> bool {
+        let now = Instant::now();
+        let mut hint = self.entry.hint();
+        if hint.poll_at.is_some_and(|p| p > now) {
+            return false;
+        }
+        hint.poll_at = Some(now + slice);
         true
     }
 }

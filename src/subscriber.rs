@@ -11,15 +11,25 @@
 //! * a lagged message stream (`RecvError::Lagged`): fred's broadcast buffer
 //!   overflowed and messages were dropped.
 //!
+//! A subscriber connection that went silent without closing (a half-open TCP
+//! connection behind a NAT or firewall, a blackholed network) delivers no
+//! message and no error: nothing is pending on it, so fred never notices.
+//! While any channel is subscribed, the task therefore PINGs the connection
+//! every half command timeout (at least 100 ms, at most 5 s); a PING
+//! unanswered within the command timeout forces a reconnect, which
+//! resubscribes and wakes everyone. A silent connection is so detected within
+//! 1.5 command timeouts.
+//!
 //! fred's own `manage_subscriptions()` is deliberately not used: it resubscribes
 //! from fred's channel set concurrently with this task, so the wake-up could
 //! reach waiters before their channel is subscribed again, and its SUBSCRIBE
 //! could overtake the registry's UNSUBSCRIBE of a channel nobody waits on.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use fred::clients::SubscriberClient;
-use fred::interfaces::EventInterface;
+use fred::interfaces::{ClientLike, EventInterface};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
@@ -27,10 +37,19 @@ use crate::registry::Registry;
 
 /// Spawn the subscriber task. It ends when the subscriber client quits (its
 /// streams close) or when the handle is aborted.
-pub(crate) fn spawn(subscriber: &SubscriberClient, registry: Arc<Registry>) -> JoinHandle<()> {
+pub(crate) fn spawn(
+    subscriber: &SubscriberClient,
+    registry: Arc<Registry>,
+    command_timeout: Duration,
+) -> JoinHandle<()> {
+    let heartbeat = (command_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
+    let subscriber = subscriber.clone();
     tokio::spawn(async move {
+        let mut beats = tokio::time::interval(heartbeat);
+        beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut probe: Option<JoinHandle<()>> = None;
         loop {
             tokio::select! {
                 biased;
@@ -54,8 +73,26 @@ pub(crate) fn spawn(subscriber: &SubscriberClient, registry: Arc<Registry>) -> J
                     }
                     Err(RecvError::Closed) => break,
                 },
+                _ = beats.tick() => {
+                    let idle = probe.as_ref().is_none_or(JoinHandle::is_finished);
+                    if idle && registry.has_channels() {
+                        probe = Some(tokio::spawn(check_alive(subscriber.clone(), command_timeout)));
+                    }
+                }
             }
+        }
+        if let Some(p) = probe {
+            p.abort();
         }
         tracing::debug!("relaylock: subscriber task ended");
     })
+}
+
+/// PING the subscriber connection; if it does not answer within `limit`,
+/// force a reconnect (which resubscribes and wakes every waiter).
+async fn check_alive(subscriber: SubscriberClient, limit: Duration) {
+    if let Err(e) = crate::error::bounded(limit, subscriber.ping::<()>(None)).await {
+        tracing::warn!(error = %e, "relaylock: the subscriber connection did not answer a PING within {limit:?}; reconnecting");
+        let _ = crate::error::bounded(limit, subscriber.force_reconnection()).await;
+    }
 }

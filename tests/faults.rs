@@ -1,0 +1,854 @@
+//! Fault injection against real redis-server processes and real client
+//! processes: no double holders, no stuck waiters, nothing leaked.
+//!
+//! Every critical section writes its fencing token to a guarded resource, the
+//! *ledger*, which runs on a redis-server of its own that no fault touches.
+//! The ledger rejects a token lower than the last one it accepted (a stale
+//! write), and records an *overlap* whenever a holder enters while another
+//! holder of the same key is still inside: observed independently of the
+//! lock. After each scenario:
+//!
+//! * zero stale writes accepted (the ledger's own check) and, unless the
+//!   scenario injects a fault the docs say can break safety, zero overlaps
+//!   and zero stale writes attempted;
+//! * every worker that waits without a deadline acquired (workers retry
+//!   errors, as a caller would), within a bound: no stuck waiter;
+//! * no key and no subscribed channel left under the scenario's prefix.
+//!
+//! Each test prints what it measured (`--nocapture`); docs/reliability.md
+//! quotes those lines.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use fred::types::CustomCommand;
+use relaylock::{Error, LockClient, LockGuard, LockOptions};
+use support::proxy::{Mode, Proxy};
+use support::{channels, eventually, keys, Admin, RedisServer};
+
+const LEASE: Duration = Duration::from_secs(1);
+const RETENTION: Duration = Duration::from_secs(1);
+
+/// A client as the scenarios use it: a 1 s lease renewed by the watchdog,
+/// bookkeeping kept 1 s, 1 s command timeout.
+async fn lock_client(url: &str, prefix: &str) -> LockClient {
+    LockClient::builder()
+        .url(url)
+        .prefix(prefix)
+        .default_lease(LEASE)
+        .side_retention(RETENTION)
+        .unsubscribe_linger(Duration::from_millis(50))
+        .command_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// KEYS: `[ledger hash, inside set]`; ARGV: `[fence, writer, enter]`.
+/// `enter == '1'`: the writer enters (an overlap if somebody else is inside)
+/// and writes; `'0'`: a second write of the same critical section, which may
+/// repeat the last accepted token. Replies 1 accepted, 0 stale.
+const WRITE: &str = r#"
+local enter = ARGV[3] == '1'
+if enter then
+  redis.call('SADD', KEYS[2], ARGV[2])
+  if redis.call('SCARD', KEYS[2]) > 1 then redis.call('HINCRBY', KEYS[1], 'overlaps', 1) end
+end
+local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '0')
+local fence = tonumber(ARGV[1])
+if fence < last or (fence == last and enter) then
+  redis.call('HINCRBY', KEYS[1], 'stale', 1)
+  return 0
+end
+redis.call('HSET', KEYS[1], 'last', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'accepted', 1)
+return 1
+"#;
+
+/// The guarded resource.
+struct Ledger {
+    db: Client,
+    write: Script,
+    _server: RedisServer,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Totals {
+    accepted: u64,
+    stale: u64,
+    overlaps: u64,
+}
+
+impl Ledger {
+    async fn start() -> Arc<Ledger> {
+        let server = RedisServer::start();
+        let db = server.admin().await;
+        Arc::new(Ledger {
+            db,
+            write: Script::from_lua(WRITE),
+            _server: server,
+        })
+    }
+
+    fn url(&self) -> String {
+        self._server.url()
+    }
+
+    async fn write(&self, key: &str, fence: u64, writer: &str, enter: bool) -> bool {
+        let keys = vec![format!("ledger:{key}"), format!("inside:{key}")];
+        let args = vec![
+            fence.to_string(),
+            writer.to_owned(),
+            if enter { "1" } else { "0" }.to_owned(),
+        ];
+        let accepted: i64 = self
+            .write
+            .evalsha_with_reload(&self.db, keys, args)
+            .await
+            .expect("ledger write");
+        accepted == 1
+    }
+
+    async fn leave(&self, key: &str, writer: &str) {
+        let _: i64 = self
+            .db
+            .srem(format!("inside:{key}"), writer)
+            .await
+            .expect("ledger leave");
+    }
+
+    async fn totals(&self, keys: &[String]) -> Totals {
+        let mut t = Totals::default();
+        for k in keys {
+            let h: std::collections::HashMap<String, u64> =
+                self.db.hgetall(format!("ledger:{k}")).await.unwrap();
+            t.accepted += h.get("accepted").copied().unwrap_or(0);
+            t.stale += h.get("stale").copied().unwrap_or(0);
+            t.overlaps += h.get("overlaps").copied().unwrap_or(0);
+        }
+        t
+    }
+}
+
+/// Inside a critical section. Leaving takes the writer out of the ledger:
+/// awaited at the end of the section, and in the background when the
+/// section's future is dropped because the lock was lost.
+struct Inside {
+    ledger: Arc<Ledger>,
+    key: String,
+    writer: String,
+}
+
+impl Inside {
+    async fn leave(mut self) {
+        let (key, writer) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.writer),
+        );
+        self.ledger.leave(&key, &writer).await;
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        if self.writer.is_empty() {
+            return;
+        }
+        let (ledger, key, writer) = (
+            Arc::clone(&self.ledger),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.writer),
+        );
+        tokio::spawn(async move { ledger.leave(&key, &writer).await });
+    }
+}
+
+/// One critical section: enter and write the fencing token, hold, write
+/// again (a second write that a stale holder would get rejected), leave.
+async fn critical(ledger: &Arc<Ledger>, key: &str, g: &LockGuard, hold: Duration) {
+    let inside = Inside {
+        ledger: Arc::clone(ledger),
+        key: key.to_owned(),
+        writer: g.token().to_owned(),
+    };
+    ledger.write(key, g.fencing_token(), g.token(), true).await;
+    tokio::time::sleep(hold).await;
+    ledger.write(key, g.fencing_token(), g.token(), false).await;
+    inside.leave().await;
+}
+
+#[derive(Default)]
+struct Stats {
+    acquired: AtomicU64,
+    lost: AtomicU64,
+    errors: AtomicU64,
+    max_wait_us: AtomicU64,
+}
+
+impl Stats {
+    fn line(&self) -> String {
+        format!(
+            "acquired {}, lost while held {}, errors retried {}, longest wait {:?}",
+            self.acquired.load(Ordering::SeqCst),
+            self.lost.load(Ordering::SeqCst),
+            self.errors.load(Ordering::SeqCst),
+            Duration::from_micros(self.max_wait_us.load(Ordering::SeqCst))
+        )
+    }
+}
+
+/// Lock, run a critical section, repeat until `until`; a call that fails is
+/// retried (a waiter without a deadline must eventually acquire).
+async fn worker(
+    lock: LockClient,
+    ledger: Arc<Ledger>,
+    keys: Arc<Vec<String>>,
+    first: usize,
+    until: Instant,
+    hold: Duration,
+    stats: Arc<Stats>,
+) {
+    let mut i = first;
+    while Instant::now() < until {
+        let key = &keys[i % keys.len()];
+        i += 1;
+        let started = Instant::now();
+        loop {
+            let outcome = lock
+                .with_lock(key, LockOptions::default(), async |g| {
+                    let waited = started.elapsed().as_micros() as u64;
+                    stats.max_wait_us.fetch_max(waited, Ordering::SeqCst);
+                    critical(&ledger, key, g, hold).await
+                })
+                .await;
+            match outcome {
+                Ok(()) => {
+                    stats.acquired.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
+                Err(Error::LockLost) => {
+                    stats.lost.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
+                Err(_) => {
+                    stats.errors.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+}
+
+/// `tasks` workers over `keys` until `run` has passed; returns once all
+/// finished (panics if one is stuck past `run + bound`).
+async fn contend(
+    lock: &LockClient,
+    ledger: &Arc<Ledger>,
+    keys: &Arc<Vec<String>>,
+    tasks: usize,
+    run: Duration,
+    hold: Duration,
+    bound: Duration,
+) -> Arc<Stats> {
+    let stats = Arc::new(Stats::default());
+    let until = Instant::now() + run;
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| {
+            tokio::spawn(worker(
+                lock.clone(),
+                Arc::clone(ledger),
+                Arc::clone(keys),
+                i,
+                until,
+                hold,
+                Arc::clone(&stats),
+            ))
+        })
+        .collect();
+    let all = futures::future::join_all(handles);
+    let done = tokio::time::timeout(run + bound, all).await;
+    assert!(done.is_ok(), "a worker is stuck: {}", stats.line());
+    stats
+}
+
+fn key_set(n: usize) -> Arc<Vec<String>> {
+    Arc::new((0..n).map(|i| format!("k{i}")).collect())
+}
+
+/// Nothing left under `prefix`: no key (after the bookkeeping's retention)
+/// and no subscribed channel.
+async fn assert_clean(admin: &Client, prefix: &str) {
+    let pattern = format!("{prefix}:*");
+    let clean = eventually(LEASE + RETENTION + Duration::from_secs(3), || async {
+        keys(admin, &pattern).await.is_empty() && channels(admin, &pattern).await.is_empty()
+    })
+    .await;
+    assert!(
+        clean,
+        "left behind under {prefix}: keys {:?}, channels {:?}",
+        keys(admin, &pattern).await,
+        channels(admin, &pattern).await
+    );
+}
+
+fn assert_safe(name: &str, t: Totals) {
+    assert!(t.accepted > 0, "{name}: nothing was written");
+    assert_eq!(t.overlaps, 0, "{name}: two holders overlapped: {t:?}");
+    assert_eq!(t.stale, 0, "{name}: a stale holder wrote: {t:?}");
+}
+
+async fn client_kill(admin: &Client, kind: &str) {
+    let _: Value = admin
+        .custom(
+            CustomCommand::new_static("CLIENT", None, false),
+            vec!["KILL", "TYPE", kind],
+        )
+        .await
+        .unwrap();
+}
+
+const CHILD_ENV: &str = "RELAYLOCK_FAULT_CHILD";
+
+/// A holder process SIGKILLed while holding: the next waiter gets the lock
+/// within lease + 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_process_is_replaced_within_the_lease() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        // Child: take the lock, write to the ledger, say so, hang.
+        let mut parts = spec.split(' ');
+        let (url, prefix, ledger_url) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        let lock = lock_client(url, prefix).await;
+        let g = lock.lock("k").await.unwrap();
+        let db = Builder::from_config(Config::from_url(ledger_url).unwrap())
+            .build()
+            .unwrap();
+        db.init().await.unwrap();
+        let write = Script::from_lua(WRITE);
+        let _: i64 = write
+            .evalsha_with_reload(
+                &db,
+                vec!["ledger:k".to_owned(), "inside:k".to_owned()],
+                vec![
+                    g.fencing_token().to_string(),
+                    g.token().to_owned(),
+                    "1".into(),
+                ],
+            )
+            .await
+            .unwrap();
+        println!("HELD {}", g.token());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        return;
+    }
+    const RUNS: usize = 5;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    let prefix = "killed";
+    let lock = lock_client(&server.url(), prefix).await;
+    let mut worst = Duration::ZERO;
+    let mut all = Vec::new();
+    for run in 0..RUNS {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "a_killed_holder_process_is_replaced_within_the_lease",
+                "--exact",
+                "--nocapture",
+            ])
+            .env(
+                CHILD_ENV,
+                format!("{} {prefix} {}", server.url(), ledger.url()),
+            )
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let token = tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .find_map(|l| l.strip_prefix("HELD ").map(str::to_owned))
+        })
+        .await
+        .unwrap()
+        .expect("the child took the lock");
+        // Waiters in this process, then the holder dies.
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let (lock, ledger) = (lock.clone(), Arc::clone(&ledger));
+                tokio::spawn(async move {
+                    lock.with_lock("k", LockOptions::default(), async |g| {
+                        let at = Instant::now();
+                        critical(&ledger, "k", g, Duration::from_millis(5)).await;
+                        at
+                    })
+                    .await
+                    .unwrap()
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        child.kill().unwrap();
+        let killed = Instant::now();
+        child.wait().unwrap();
+        // A dead writer leaves nothing behind in the resource.
+        ledger.leave("k", &token).await;
+        let mut first = None::<Instant>;
+        for w in waiters {
+            let at = tokio::time::timeout(Duration::from_secs(10), w)
+                .await
+                .expect("a waiter is stuck")
+                .unwrap();
+            first = Some(first.map_or(at, |f| f.min(at)));
+        }
+        let took = first.unwrap() - killed;
+        println!("run {run}: next holder {took:?} after SIGKILL of the holder (lease {LEASE:?})");
+        worst = worst.max(took);
+        all.push(took);
+    }
+    println!("holder killed: worst {worst:?} over {RUNS} runs, all {all:?}");
+    assert!(worst <= LEASE + Duration::from_secs(1), "{worst:?}");
+    assert_safe("killed", ledger.totals(&["k".into()]).await);
+    drop(lock);
+    assert_clean(&admin, prefix).await;
+}
+
+/// `CLIENT KILL TYPE pubsub` and `TYPE normal`, alternately every 200 ms,
+/// during contention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_kill_during_contention_breaks_nothing() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    let prefix = "ckill";
+    let lock = lock_client(&server.url(), prefix).await;
+    let keys = key_set(3);
+    let run = Duration::from_secs(4);
+    let killer = {
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            let mut kills = 0;
+            let until = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                client_kill(&admin, if kills % 2 == 0 { "pubsub" } else { "normal" }).await;
+                kills += 1;
+            }
+            kills
+        })
+    };
+    let stats = contend(
+        &lock,
+        &ledger,
+        &keys,
+        24,
+        run,
+        Duration::from_millis(2),
+        Duration::from_secs(10),
+    )
+    .await;
+    let kills = killer.await.unwrap();
+    let t = ledger.totals(&keys).await;
+    println!("client kill: {kills} kills; {}; ledger {t:?}", stats.line());
+    assert_safe("client kill", t);
+    drop(lock);
+    assert_clean(&admin, prefix).await;
+}
+
+/// How a scenario freezes Redis.
+#[derive(Clone, Copy, Debug)]
+enum Freeze {
+    ClientPause,
+    DebugSleep,
+    Sigstop,
+}
+
+async fn freeze(server: &RedisServer, admin: &Client, how: Freeze, d: Duration) {
+    match how {
+        Freeze::ClientPause => {
+            let _: Value = admin
+                .custom(
+                    CustomCommand::new_static("CLIENT", None, false),
+                    vec!["PAUSE".to_owned(), d.as_millis().to_string(), "ALL".into()],
+                )
+                .await
+                .unwrap();
+            tokio::time::sleep(d).await;
+        }
+        Freeze::DebugSleep => {
+            let _: Value = admin
+                .custom(
+                    CustomCommand::new_static("DEBUG", None, false),
+                    vec!["SLEEP".to_owned(), format!("{}", d.as_secs_f64())],
+                )
+                .await
+                .unwrap();
+        }
+        Freeze::Sigstop => {
+            server.pause();
+            tokio::time::sleep(d).await;
+            server.resume();
+        }
+    }
+}
+
+/// Redis frozen shorter and longer than the lease, during contention.
+async fn frozen(how: Freeze) {
+    let server = RedisServer::try_start(&["--enable-debug-command", "yes"]).unwrap();
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    for (pause, label) in [
+        (Duration::from_millis(300), "short"),
+        (Duration::from_millis(2500), "long"),
+    ] {
+        let prefix = format!("{how:?}-{label}").to_lowercase();
+        let lock = lock_client(&server.url(), &prefix).await;
+        let keys = Arc::new(vec![format!("{prefix}-k")]);
+        let run = Duration::from_millis(1500) + pause;
+        let freezer = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let start = Instant::now();
+            freeze(&server, &admin, how, pause).await;
+            start.elapsed()
+        };
+        let (stats, froze) = tokio::join!(
+            contend(
+                &lock,
+                &ledger,
+                &keys,
+                8,
+                run,
+                Duration::from_millis(20),
+                Duration::from_secs(10),
+            ),
+            freezer
+        );
+        let t = ledger.totals(&keys).await;
+        println!(
+            "{how:?} {froze:?} ({label}, lease {LEASE:?}): {}; ledger {t:?}",
+            stats.line()
+        );
+        assert_safe(&prefix, t);
+        drop(lock);
+        assert_clean(&admin, &prefix).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_pause_shorter_and_longer_than_the_lease() {
+    frozen(Freeze::ClientPause).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_sleep_shorter_and_longer_than_the_lease() {
+    frozen(Freeze::DebugSleep).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_shorter_and_longer_than_the_lease() {
+    frozen(Freeze::Sigstop).await;
+}
+
+/// Redis restarted without persistence while locks are held and waiters
+/// wait. Every lock disappears, so a new holder can overlap with an old one
+/// until the old one's watchdog notices (the docs say a restart breaks
+/// mutual exclusion). What must hold: the old holders learn their lock is
+/// lost, the waiters recover, fencing tokens keep increasing, and the
+/// resource rejects every write of a holder that was overtaken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_without_persistence() {
+    let mut server = RedisServer::start();
+    let ledger = Ledger::start().await;
+    let prefix = "restart";
+    let lock = lock_client(&server.url(), prefix).await;
+    let keys = key_set(3);
+    let holders: Vec<_> = {
+        let mut v = Vec::new();
+        for k in keys.iter() {
+            v.push(lock.lock(k).await.unwrap());
+        }
+        v
+    };
+    let fences_before: Vec<u64> = holders.iter().map(|g| g.fencing_token()).collect();
+    for (k, g) in keys.iter().zip(&holders) {
+        ledger.write(k, g.fencing_token(), g.token(), true).await;
+    }
+    let waiting = {
+        let (lock, ledger, keys) = (lock.clone(), Arc::clone(&ledger), Arc::clone(&keys));
+        tokio::spawn(async move {
+            contend(
+                &lock,
+                &ledger,
+                &keys,
+                12,
+                Duration::from_millis(2500),
+                Duration::from_millis(5),
+                Duration::from_secs(10),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart();
+    let restarted = Instant::now();
+    let mut noticed = Duration::ZERO;
+    for g in &holders {
+        tokio::time::timeout(LEASE * 2, g.lost())
+            .await
+            .expect("a holder never learned its lock was lost");
+        noticed = noticed.max(restarted.elapsed());
+    }
+    // The old holders now write the end of their critical sections: every
+    // key has a newer holder by now, so the resource rejects them.
+    let mut rejected = 0;
+    for (k, g) in keys.iter().zip(&holders) {
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                ledger.totals(std::slice::from_ref(k)).await.accepted > 1
+            })
+            .await
+        );
+        if !ledger.write(k, g.fencing_token(), g.token(), false).await {
+            rejected += 1;
+        }
+        ledger.leave(k, g.token()).await;
+    }
+    let stats = waiting.await.unwrap();
+    let admin = server.admin().await;
+    let after: Vec<u64> = {
+        let mut v = Vec::new();
+        for k in keys.iter() {
+            let g = lock.lock(k).await.unwrap();
+            v.push(g.fencing_token());
+            g.release().await.unwrap();
+        }
+        v
+    };
+    let t = ledger.totals(&keys).await;
+    println!(
+        "restart: holders learned the loss within {noticed:?}; stale writes of overtaken holders rejected {rejected}/{}; waiters: {}; ledger {t:?}",
+        holders.len(),
+        stats.line()
+    );
+    assert_eq!(rejected, holders.len());
+    assert!(
+        after.iter().zip(&fences_before).all(|(a, b)| a > b),
+        "fencing tokens went backwards: {fences_before:?} then {after:?}"
+    );
+    for g in holders {
+        assert!(matches!(g.release().await, Err(Error::LockLost)));
+    }
+    drop(lock);
+    assert_clean(&admin, prefix).await;
+}
+
+/// One client behind a proxy that delays every chunk by 20 ms, one direct:
+/// both keep acquiring, safely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_stays_safe() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    let proxy = Proxy::start(server.port).await;
+    proxy.set_mode(Mode::Delay(Duration::from_millis(20)));
+    let prefix = "slow";
+    let slow = lock_client(&proxy.url(), prefix).await;
+    let fast = lock_client(&server.url(), prefix).await;
+    let keys = key_set(2);
+    let run = Duration::from_secs(3);
+    let hold = Duration::from_millis(5);
+    let bound = Duration::from_secs(10);
+    let (s, f) = tokio::join!(
+        contend(&slow, &ledger, &keys, 8, run, hold, bound),
+        contend(&fast, &ledger, &keys, 8, run, hold, bound)
+    );
+    let t = ledger.totals(&keys).await;
+    println!(
+        "delay 20 ms: slow client {}; fast client {}; ledger {t:?}",
+        s.line(),
+        f.line()
+    );
+    assert!(s.acquired.load(Ordering::SeqCst) > 0);
+    assert_safe("slow", t);
+    drop((slow, fast));
+    assert_clean(&admin, prefix).await;
+}
+
+/// The proxy resets every connection of one client every 300 ms during
+/// contention: it reconnects, re-subscribes, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_recover() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    let proxy = Proxy::start(server.port).await;
+    let prefix = "dropped";
+    let flaky = lock_client(&proxy.url(), prefix).await;
+    let steady = lock_client(&server.url(), prefix).await;
+    let keys = key_set(2);
+    let dropper = async {
+        let until = Instant::now() + Duration::from_secs(3);
+        let mut drops = 0;
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            proxy.drop_connections();
+            drops += 1;
+        }
+        drops
+    };
+    let run = Duration::from_secs(4);
+    let hold = Duration::from_millis(5);
+    let bound = Duration::from_secs(10);
+    let (s, f, drops) = tokio::join!(
+        contend(&flaky, &ledger, &keys, 8, run, hold, bound),
+        contend(&steady, &ledger, &keys, 8, run, hold, bound),
+        dropper
+    );
+    let t = ledger.totals(&keys).await;
+    println!(
+        "{drops} connection resets: flaky client {}; steady client {}; {} connections accepted; ledger {t:?}",
+        s.line(),
+        f.line(),
+        proxy.accepted()
+    );
+    assert!(s.acquired.load(Ordering::SeqCst) > 0);
+    assert_safe("dropped", t);
+    drop((flaky, steady));
+    assert_clean(&admin, prefix).await;
+}
+
+/// The holder's network goes silent (blackhole): its watchdog cannot renew,
+/// so it learns of the loss and its critical section is dropped before the
+/// lease runs out in Redis; only then does the waiter get the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackholed_holder_stops_before_the_next_holder_starts() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    let proxy = Proxy::start(server.port).await;
+    let prefix = "blackhole";
+    let holder = lock_client(&proxy.url(), prefix).await;
+    let waiter = lock_client(&server.url(), prefix).await;
+    let (entered, in_cs) = tokio::sync::oneshot::channel();
+    let held = {
+        let (holder, ledger) = (holder.clone(), Arc::clone(&ledger));
+        tokio::spawn(async move {
+            let outcome = holder
+                .with_lock("k", LockOptions::default(), async |g| {
+                    let _ = entered.send(());
+                    critical(&ledger, "k", g, Duration::from_secs(30)).await
+                })
+                .await;
+            (outcome, Instant::now())
+        })
+    };
+    in_cs.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let next = {
+        let (waiter, ledger) = (waiter.clone(), Arc::clone(&ledger));
+        tokio::spawn(async move {
+            waiter
+                .with_lock("k", LockOptions::default(), async |g| {
+                    let at = Instant::now();
+                    critical(&ledger, "k", g, Duration::from_millis(5)).await;
+                    at
+                })
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set_mode(Mode::Blackhole);
+    let cut = Instant::now();
+    let (outcome, stopped) = held.await.unwrap();
+    assert!(matches!(outcome, Err(Error::LockLost)), "{outcome:?}");
+    let started = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("the waiter is stuck")
+        .unwrap();
+    println!(
+        "blackholed holder: stopped {:?} after the cut, next holder started {:?} after the cut ({:?} after the old one stopped)",
+        stopped - cut,
+        started - cut,
+        started - stopped
+    );
+    assert!(stopped < started, "the blackholed holder was still running");
+    assert!(started - cut <= LEASE + Duration::from_secs(1));
+    assert_safe("blackhole", ledger.totals(&["k".into()]).await);
+    proxy.set_mode(Mode::Pass);
+    drop((holder, waiter));
+    assert_clean(&admin, prefix).await;
+}
+
+/// Only one client's subscriber connection goes silent (blackholed, not
+/// closed): release messages never arrive and fred sees no error. The
+/// subscriber heartbeat detects it within 1.5 command timeouts and
+/// reconnects; re-subscribing fails too (the proxy silences every
+/// subscriber connection), so that client's waiters poll, one per key every
+/// 25 ms. Every wait stays bounded by detection + one re-subscribe timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackholed_subscriber_only_delays_waiters() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    let proxy = Proxy::start(server.port).await;
+    let prefix = "deaf";
+    let deaf = lock_client(&proxy.url(), prefix).await;
+    let other = lock_client(&server.url(), prefix).await;
+    let keys = key_set(1);
+    // Subscribe first, then silence the subscriber connection.
+    let g = other.lock("k0").await.unwrap();
+    let probe = {
+        let deaf = deaf.clone();
+        tokio::spawn(async move { deaf.lock("k0").await.unwrap().release().await.unwrap() })
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            support::numsub(&admin, &format!("{prefix}:{{k0}}:ch")).await == 2
+                || support::numsub(&admin, &format!("{prefix}:{{k0}}:ch")).await == 1
+        })
+        .await
+    );
+    proxy.set_subscriber_mode(Some(Mode::Blackhole));
+    g.release().await.unwrap();
+    probe.await.unwrap();
+    let run = Duration::from_secs(6);
+    let hold = Duration::from_millis(5);
+    let bound = Duration::from_secs(10);
+    let (d, o) = tokio::join!(
+        contend(&deaf, &ledger, &keys, 4, run, hold, bound),
+        contend(&other, &ledger, &keys, 4, run, hold, bound)
+    );
+    let t = ledger.totals(&keys).await;
+    println!(
+        "deaf subscriber: deaf client {}; other client {}; ledger {t:?}",
+        d.line(),
+        o.line()
+    );
+    assert!(d.acquired.load(Ordering::SeqCst) > 0);
+    // 1.5 command timeouts to detect, one to fail re-subscribing, then
+    // polling; one more of slack for a waiter whose own first attempt to
+    // subscribe hit the silent connection.
+    let command_timeout = Duration::from_secs(1);
+    assert!(
+        Duration::from_micros(d.max_wait_us.load(Ordering::SeqCst))
+            <= command_timeout * 7 / 2 + Duration::from_millis(500),
+        "{}",
+        d.line()
+    );
+    assert_safe("deaf", t);
+    proxy.set_subscriber_mode(None);
+    drop((deaf, other));
+    assert_clean(&admin, prefix).await;
+}
