@@ -1,0 +1,193 @@
+//! Property tests over bad input, against a real redis-server: keys (empty,
+//! huge, binary-looking, braces, spaces, unicode), durations (0, under 1 ms,
+//! 1 ms, `u64::MAX` ms, `Duration::MAX`), replica settings and URLs. Every
+//! call returns a typed error or a correct lock; none panics or hangs.
+
+mod support;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use relaylock::{Error, LockClient, LockOptions, MAX_KEY_LEN, MAX_LEASE};
+use support::RedisServer;
+
+struct World {
+    runtime: tokio::runtime::Runtime,
+    server: RedisServer,
+    client: LockClient,
+}
+
+/// One server and one client for every case of this binary.
+fn world() -> &'static World {
+    static WORLD: OnceLock<World> = OnceLock::new();
+    WORLD.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = RedisServer::start();
+        let client = runtime
+            .block_on(LockClient::connect(&server.url()))
+            .expect("connect");
+        World {
+            runtime,
+            server,
+            client,
+        }
+    })
+}
+
+fn keys() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        "\\PC{1,40}",
+        "[{} a-z]{1,12}",
+        "[\\x00-\\x1f\\x7f]{1,8}",
+        (MAX_KEY_LEN - 2..MAX_KEY_LEN + 3).prop_map(|n| "k".repeat(n)),
+        (1usize..4).prop_map(|n| "é".repeat(MAX_KEY_LEN / 2 - 1 + n)),
+        (MAX_KEY_LEN + 1..20 * MAX_KEY_LEN).prop_map(|n| "x".repeat(n)),
+    ]
+}
+
+fn durations() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::from_millis(1)),
+        Just(Duration::from_millis(u64::MAX)),
+        Just(Duration::MAX),
+        Just(MAX_LEASE),
+        Just(MAX_LEASE + Duration::from_nanos(1)),
+        (0u64..2_000_000).prop_map(Duration::from_nanos),
+        (1u64..600_000).prop_map(Duration::from_millis),
+    ]
+}
+
+fn key_ok(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN
+}
+
+fn lease_ok(lease: Duration) -> bool {
+    lease >= Duration::from_millis(1) && lease <= MAX_LEASE
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// try_lock, extend and release with any key and lease.
+    #[test]
+    fn keys_and_leases(key in keys(), lease in durations(), extend in durations()) {
+        let w = world();
+        w.runtime.block_on(async {
+            let r = w.client.try_lock_with(&key, LockOptions::default().lease(lease)).await;
+            if !(key_ok(&key) && lease_ok(lease)) {
+                prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
+                return Ok(());
+            }
+            let g = r.unwrap().expect("a fresh key is free");
+            prop_assert!(g.fencing_token() > 0);
+            prop_assert_eq!(g.key(), key.as_str());
+            let e = g.extend(extend).await;
+            if lease_ok(extend) {
+                prop_assert!(e.is_ok(), "{:?}", e);
+            } else {
+                prop_assert!(matches!(e, Err(Error::InvalidArgument(_))), "{:?}", e);
+            }
+            // A lease of a few ms may have run out meanwhile: then LockLost.
+            let released = g.release().await;
+            prop_assert!(
+                matches!(released, Ok(()) | Err(Error::LockLost)),
+                "{:?}",
+                released
+            );
+            Ok(())
+        })?;
+    }
+
+    /// lock_with with any wait limit (zero, huge, `Duration::MAX`) on a free
+    /// key acquires at once; with_lock runs and releases.
+    #[test]
+    fn waits(key in keys(), wait in durations()) {
+        let w = world();
+        w.runtime.block_on(async {
+            let started = Instant::now();
+            let r = w.client.lock_with(&key, LockOptions::default().wait(wait)).await;
+            if !key_ok(&key) {
+                prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
+                return Ok(());
+            }
+            r.unwrap().release().await.unwrap();
+            prop_assert!(started.elapsed() < Duration::from_secs(5));
+            let v = w
+                .client
+                .with_lock(&key, LockOptions::default().wait(wait), async |g| g.fencing_token())
+                .await
+                .unwrap();
+            prop_assert!(v > 0);
+            Ok(())
+        })?;
+    }
+
+    /// min_replicas with any count and timeout: a typed error either way
+    /// (this server has no replica).
+    #[test]
+    fn replica_settings(replicas in prop_oneof![Just(0u32), Just(1), Just(u32::MAX), 2u32..5], timeout in durations()) {
+        let w = world();
+        w.runtime.block_on(async {
+            // Keep the valid cases short: WAIT then waits its whole timeout.
+            let timeout = if timeout > Duration::from_millis(50) && timeout <= Duration::from_secs(3600) {
+                Duration::from_millis(50)
+            } else {
+                timeout
+            };
+            let opts = LockOptions::default().min_replicas(replicas, timeout);
+            let r = w.client.lock_with("replicas", opts).await;
+            let valid = replicas >= 1 && timeout >= Duration::from_millis(1) && timeout <= Duration::from_secs(15);
+            if valid {
+                prop_assert!(
+                    matches!(r, Err(Error::NotReplicated { acked: 0, required }) if required == replicas),
+                    "{:?}",
+                    r
+                );
+            } else {
+                prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
+            }
+            Ok(())
+        })?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Any URL: a client or a typed error, within the connect timeout.
+    #[test]
+    fn urls(url in prop_oneof![
+        "\\PC{0,30}",
+        "(redis|rediss|valkey|redis-sentinel|redis-cluster|http)://[a-z0-9.:@/%?=]{0,24}",
+        (0u32..40).prop_map(|db| format!("redis://127.0.0.1:{}/{db}", world().server.port)),
+        (0u32..70000).prop_map(|p| format!("redis://127.0.0.1:{p}")),
+    ]) {
+        let w = world();
+        w.runtime.block_on(async {
+            let started = Instant::now();
+            let r = LockClient::builder()
+                .url(url.clone())
+                .connect_timeout(Duration::from_millis(300))
+                .build()
+                .await;
+            prop_assert!(started.elapsed() < Duration::from_secs(3), "{url}: {:?}", started.elapsed());
+            match r {
+                Ok(c) => {
+                    // Only our own server, with a database that exists.
+                    prop_assert!(url.contains(&w.server.port.to_string()), "{url}");
+                    c.try_lock("u").await.unwrap().unwrap().release().await.unwrap();
+                }
+                Err(Error::InvalidArgument(_) | Error::ConnectTimeout(_) | Error::Redis(_)) => {}
+                Err(e) => prop_assert!(false, "{url}: unexpected {e:?}"),
+            }
+            Ok(())
+        })?;
+    }
+}
