@@ -86,6 +86,14 @@ impl<'a> Announcement<'a> {
     }
 }
 
+/// When a lease of `lease` seen at `at` ends, for waking waiters: capped at
+/// [`MAX_LEASE`](crate::MAX_LEASE). A longer one (a key written by something
+/// else, a garbage `t:` message) is re-checked after that instead of
+/// overflowing the clock.
+pub(crate) fn expiry_after(at: Instant, lease: Duration) -> Instant {
+    at + lease.min(crate::MAX_LEASE)
+}
+
 /// The shared estimate of when the holder's lease ends.
 #[derive(Debug, Default)]
 struct Hint {
@@ -121,7 +129,7 @@ impl Entry {
     /// Record that the lock is taken until `pttl` after `sent` (see
     /// [`Waiter::note_pttl`]).
     fn note_expiry(&self, sent: Instant, pttl: Duration) {
-        let expiry = sent + pttl + Duration::from_millis(1);
+        let expiry = expiry_after(sent, pttl) + Duration::from_millis(1);
         let moved_earlier = {
             let mut hint = self.hint.lock().unwrap_or_else(|p| p.into_inner());
             if hint.seen.is_some_and(|seen| seen > sent) {
@@ -148,7 +156,7 @@ impl Entry {
         if hint.expiry.is_none() {
             let now = Instant::now();
             hint.seen = Some(now);
-            hint.expiry = Some(now + lease);
+            hint.expiry = Some(expiry_after(now, lease));
         }
     }
 }

@@ -852,3 +852,82 @@ async fn a_blackholed_subscriber_only_delays_waiters() {
     drop((deaf, other));
     assert_clean(&admin, prefix).await;
 }
+
+/// Garbage on a lock's channel (anybody allowed to PUBLISH there can send
+/// it) and a lock key written by a stranger with an absurd TTL: no panic, no
+/// hang, and the subscriber keeps delivering releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_messages_and_strange_keys_are_harmless() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let prefix = "garbage";
+    let lock = lock_client(&server.url(), prefix).await;
+    let g = lock.lock("k").await.unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let g = lock
+                .lock_with("k", LockOptions::default().wait(Duration::from_secs(10)))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        })
+    };
+    let channel = format!("{prefix}:{{k}}:ch");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            support::numsub(&admin, &channel).await == 1
+        })
+        .await
+    );
+    let long = "x".repeat(10_000);
+    for payload in [
+        "t:18446744073709551615",
+        "t:99999999999999999999999",
+        "t:-1",
+        "t:",
+        "r:",
+        "r:someone-else",
+        "",
+        "\u{0}\u{7f}",
+        long.as_str(),
+    ] {
+        let _: i64 = admin.publish(&channel, payload).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let acquired = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is stuck")
+        .unwrap();
+    let took = acquired - released;
+    println!("garbage: the waiter acquired {took:?} after the release");
+    // A release message, not the 1 s lease: the subscriber survived.
+    assert!(took < Duration::from_millis(500), "{took:?}");
+
+    // A stranger's key under our name, with a TTL of about 285,000 years.
+    let stranger = lock.redis_key("s");
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("SET", None, false),
+            vec![
+                stranger.clone(),
+                "x".into(),
+                "PX".into(),
+                "9000000000000000".into(),
+            ],
+        )
+        .await
+        .unwrap();
+    let r = lock
+        .lock_with("s", LockOptions::default().wait(Duration::from_millis(300)))
+        .await;
+    assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    assert!(lock.try_lock("s").await.unwrap().is_none());
+    let _: i64 = admin.del(&stranger).await.unwrap();
+    drop(lock);
+    assert_clean(&admin, prefix).await;
+}
