@@ -63,6 +63,28 @@ enum Attempt {
     Held,
 }
 
+/// The acquire script's reply, checked.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// Taken, with this fencing token.
+    Acquired(u64),
+    /// Held by another owner for about this long.
+    Held(Duration),
+}
+
+/// Interpret the acquire script's reply. The remaining lease is
+/// `default_lease` when Redis reports none (`-1`: a key without expiry, so
+/// relaylock did not write it; `-2`: a void marker): re-check after that.
+pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<AcquireReply> {
+    match reply {
+        [1, fence] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64)),
+        [0, pttl] => Ok(AcquireReply::Held(
+            u64::try_from(*pttl).map_or(default_lease, Duration::from_millis),
+        )),
+        other => Err(Error::UnexpectedReply(format!("acquire replied {other:?}"))),
+    }
+}
+
 /// One lock call: everything fixed for its lifetime.
 struct Call<'a> {
     inner: &'a Arc<Inner>,
@@ -347,22 +369,17 @@ impl<'a> Call<'a> {
             w.queued_try_in_flight(false);
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
-        match reply.as_slice() {
-            [1, fence] if *fence > 0 => Ok(Attempt::Acquired(*fence as u64, sent)),
-            [0, pttl] => {
+        match acquire_reply(&reply, self.inner.default_lease)? {
+            AcquireReply::Acquired(fence) => Ok(Attempt::Acquired(fence, sent)),
+            AcquireReply::Held(pttl) => {
                 if let Some(w) = queue {
                     // The try queued this client; every local waiter now knows
-                    // when the holder's lease ends (`-1`: the key has no
-                    // expiry, so relaylock did not write it: re-check after
-                    // the default lease).
-                    let pttl = u64::try_from(*pttl)
-                        .map_or(self.inner.default_lease, Duration::from_millis);
+                    // when the holder's lease ends.
                     w.mark_queued();
                     w.note_pttl(sent, pttl);
                 }
                 Ok(Attempt::Held)
             }
-            other => Err(Error::UnexpectedReply(format!("acquire replied {other:?}"))),
         }
     }
 

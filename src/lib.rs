@@ -55,3 +55,87 @@ pub use client::{LockClient, LockClientBuilder};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use options::{LockOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN};
+
+/// Entry points for the fuzz targets in `fuzz/` and their stable-toolchain
+/// replay in the tests. Not part of the API.
+#[doc(hidden)]
+pub mod __fuzz {
+    use std::time::{Duration, Instant};
+
+    use crate::options::{validate_key, validate_lease, validate_prefix, validate_url_scheme};
+    use crate::registry::{expiry_after, Announcement};
+    use crate::scripts::Names;
+    use crate::{MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN};
+
+    /// Everything relaylock reads from untrusted input, fed from one byte
+    /// string: argument checks (key, lease, prefix, URL), fred's URL parsing,
+    /// the Redis names built from a key, release-channel messages and the
+    /// acquire script's reply. Panics only when an invariant breaks.
+    pub fn inputs(data: &[u8]) {
+        let (head, rest) = data.split_at(data.len().min(16));
+        let mut word = [0u8; 8];
+        word[..head.len().min(8)].copy_from_slice(&head[..head.len().min(8)]);
+        let ms = u64::from_le_bytes(word);
+        let mut word = [0u8; 8];
+        let tail = head.get(8..).unwrap_or(&[]);
+        word[..tail.len()].copy_from_slice(tail);
+        let nanos = u64::from_le_bytes(word);
+
+        // Leases, in whole ms and in nanoseconds.
+        let lease = Duration::from_millis(ms);
+        match validate_lease(lease) {
+            Ok(v) => assert!(v == ms && lease <= MAX_LEASE && ms >= 1),
+            Err(_) => assert!(ms == 0 || lease > MAX_LEASE),
+        }
+        let fine = Duration::from_nanos(nanos);
+        assert_eq!(
+            validate_lease(fine).is_ok(),
+            fine >= Duration::from_millis(1) && fine <= MAX_LEASE
+        );
+
+        let text = String::from_utf8_lossy(rest);
+        let mut fields = text.split('\n');
+        let key = fields.next().unwrap_or_default();
+        let url = fields.next().unwrap_or_default();
+        let prefix = fields.next().unwrap_or_default();
+        let message = fields.next().unwrap_or_default();
+
+        assert_eq!(
+            validate_key(key).is_ok(),
+            !key.is_empty() && key.len() <= MAX_KEY_LEN
+        );
+        if validate_url_scheme(url).is_ok() {
+            let _ = fred::types::config::Config::from_url(url);
+        }
+        if validate_prefix(prefix).is_ok() {
+            assert!(prefix.len() <= MAX_PREFIX_LEN && !prefix.contains(['{', '}']));
+            let names = Names::new(prefix, key);
+            assert!(names.lock.starts_with(prefix));
+            assert_eq!(names.side, format!("{}:fence", names.lock));
+            assert_eq!(Names::queue_of_channel(&names.channel), names.queue);
+        }
+
+        let now = Instant::now();
+        match Announcement::parse(message) {
+            Announcement::Taken(lease) => {
+                assert!(expiry_after(now, lease) <= now + MAX_LEASE);
+            }
+            Announcement::ReservedFor(client) => assert!(!client.is_empty()),
+            Announcement::Free => {}
+        }
+        let reply: Vec<i64> = rest
+            .chunks(8)
+            .take(3)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                i64::from_le_bytes(w)
+            })
+            .collect();
+        if let Ok(crate::acquire::AcquireReply::Acquired(fence)) =
+            crate::acquire::acquire_reply(&reply, Duration::from_secs(30))
+        {
+            assert!(fence > 0);
+        }
+    }
+}

@@ -90,7 +90,9 @@ proptest! {
             prop_assert_eq!(g.key(), key.as_str());
             let e = g.extend(extend).await;
             if lease_ok(extend) {
-                prop_assert!(e.is_ok(), "{:?}", e);
+                // A lease of a few ms may have run out before the extend.
+                let short = lease < Duration::from_secs(1);
+                prop_assert!(e.is_ok() || (short && matches!(e, Err(Error::LockLost))), "{:?}", e);
             } else {
                 prop_assert!(matches!(e, Err(Error::InvalidArgument(_))), "{:?}", e);
             }
@@ -190,4 +192,44 @@ proptest! {
             Ok(())
         })?;
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The fuzz target's entry point (`fuzz/fuzz_targets/inputs.rs`) on the
+    /// stable toolchain: random bytes, and structured inputs that reach past
+    /// the first checks.
+    #[test]
+    fn fuzz_entry_point_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..300)) {
+        relaylock::__fuzz::inputs(&data);
+    }
+
+    #[test]
+    fn fuzz_entry_point_on_structured_input(
+        ms in any::<u64>(),
+        nanos in any::<u64>(),
+        key in keys(),
+        url in "(redis|rediss|redis-sentinel|redis-cluster)://\\PC{0,30}",
+        prefix in "\\PC{0,20}",
+        message in prop_oneof!["(r|t):\\PC{0,24}", "t:[0-9]{1,25}", "\\PC{0,10}"],
+    ) {
+        let mut data = ms.to_le_bytes().to_vec();
+        data.extend(nanos.to_le_bytes());
+        data.extend([key, url, prefix, message].join("\n").into_bytes());
+        relaylock::__fuzz::inputs(&data);
+    }
+}
+
+/// Every seed of the fuzz corpus (`fuzz/seeds/`), replayed.
+#[test]
+fn fuzz_seeds_replay() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz/seeds") {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        relaylock::__fuzz::inputs(&data);
+        n += 1;
+    }
+    assert!(n >= 5, "only {n} seeds in {}", dir.display());
 }
