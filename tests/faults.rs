@@ -653,18 +653,50 @@ async fn restart_without_persistence() {
     assert_clean(&admin, prefix).await;
 }
 
-/// One client behind a proxy that delays every chunk by 20 ms, one direct:
-/// both keep acquiring, safely.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_client_stays_safe() {
+/// A server with its admin connection, the ledger, a proxy in front of the
+/// server, and two clients of `prefix`: one through the proxy, one direct.
+/// (Bind `_server` when destructuring: a field left to `..` is dropped at
+/// once, and the server with it.)
+struct Proxied {
+    _server: RedisServer,
+    admin: Client,
+    ledger: Arc<Ledger>,
+    proxy: Proxy,
+    through: LockClient,
+    direct: LockClient,
+}
+
+async fn proxied(prefix: &str) -> Proxied {
     let server = RedisServer::start();
     let admin = server.admin().await;
     let ledger = Ledger::start().await;
     let proxy = Proxy::start(server.port).await;
-    proxy.set_mode(Mode::Delay(Duration::from_millis(20)));
+    let through = lock_client(&proxy.url(), prefix).await;
+    let direct = lock_client(&server.url(), prefix).await;
+    Proxied {
+        _server: server,
+        admin,
+        ledger,
+        proxy,
+        through,
+        direct,
+    }
+}
+
+/// One client behind a proxy that delays every chunk by 20 ms, one direct:
+/// both keep acquiring, safely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_stays_safe() {
     let prefix = "slow";
-    let slow = lock_client(&proxy.url(), prefix).await;
-    let fast = lock_client(&server.url(), prefix).await;
+    let Proxied {
+        admin,
+        ledger,
+        proxy,
+        through: slow,
+        direct: fast,
+        _server,
+    } = proxied(prefix).await;
+    proxy.set_mode(Mode::Delay(Duration::from_millis(20)));
     let keys = key_set(2);
     let run = Duration::from_secs(3);
     let hold = Duration::from_millis(5);
@@ -689,13 +721,15 @@ async fn a_slow_client_stays_safe() {
 /// contention: it reconnects, re-subscribes, and nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_connections_recover() {
-    let server = RedisServer::start();
-    let admin = server.admin().await;
-    let ledger = Ledger::start().await;
-    let proxy = Proxy::start(server.port).await;
     let prefix = "dropped";
-    let flaky = lock_client(&proxy.url(), prefix).await;
-    let steady = lock_client(&server.url(), prefix).await;
+    let Proxied {
+        admin,
+        ledger,
+        proxy,
+        through: flaky,
+        direct: steady,
+        _server,
+    } = proxied(prefix).await;
     let keys = key_set(2);
     let dropper = async {
         let until = Instant::now() + Duration::from_secs(3);
@@ -733,13 +767,15 @@ async fn dropped_connections_recover() {
 /// lease runs out in Redis; only then does the waiter get the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blackholed_holder_stops_before_the_next_holder_starts() {
-    let server = RedisServer::start();
-    let admin = server.admin().await;
-    let ledger = Ledger::start().await;
-    let proxy = Proxy::start(server.port).await;
     let prefix = "blackhole";
-    let holder = lock_client(&proxy.url(), prefix).await;
-    let waiter = lock_client(&server.url(), prefix).await;
+    let Proxied {
+        admin,
+        ledger,
+        proxy,
+        through: holder,
+        direct: waiter,
+        _server,
+    } = proxied(prefix).await;
     let (entered, in_cs) = tokio::sync::oneshot::channel();
     let held = {
         let (holder, ledger) = (holder.clone(), Arc::clone(&ledger));
@@ -799,13 +835,15 @@ async fn a_blackholed_holder_stops_before_the_next_holder_starts() {
 /// 25 ms. Every wait stays bounded by detection + one re-subscribe timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blackholed_subscriber_only_delays_waiters() {
-    let server = RedisServer::start();
-    let admin = server.admin().await;
-    let ledger = Ledger::start().await;
-    let proxy = Proxy::start(server.port).await;
     let prefix = "deaf";
-    let deaf = lock_client(&proxy.url(), prefix).await;
-    let other = lock_client(&server.url(), prefix).await;
+    let Proxied {
+        admin,
+        ledger,
+        proxy,
+        through: deaf,
+        direct: other,
+        _server,
+    } = proxied(prefix).await;
     let keys = key_set(1);
     // Subscribe first, then silence the subscriber connection.
     let g = other.lock("k0").await.unwrap();
