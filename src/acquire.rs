@@ -525,10 +525,10 @@ impl<'a> Call<'a> {
                     if !waiter.is_confirmed() {
                         confirmed = Err(());
                     }
-                    if resubscribe.is_none() {
-                        resubscribe = Some(Box::pin(self.subscribe(&waiter, deadline)));
-                        last_subscribe = Instant::now();
-                    }
+                    // A new attempt, replacing one still running: that one
+                    // went to the old connection (dropping it is safe).
+                    resubscribe = Some(Box::pin(self.subscribe(&waiter, deadline)));
+                    last_subscribe = Instant::now();
                     true
                 }
                 WakeCause::Ttl => {

@@ -177,6 +177,17 @@ pub(crate) struct Registry {
     /// Bound of every command relaylock sends on the subscriber connection,
     /// whatever the fred client's own settings.
     command_timeout: Duration,
+    /// Reconnects of the subscriber connection seen so far.
+    reconnects: AtomicU64,
+}
+
+/// Which subscriber connection a command went to, as far as can be told:
+/// fred's record of its `CLIENT ID` (empty when the server or the ACL
+/// refuses `CLIENT ID`) and the reconnects seen so far.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Connection {
+    ids: HashMap<Server, i64>,
+    reconnects: u64,
 }
 
 impl Registry {
@@ -195,7 +206,13 @@ impl Registry {
             client_id,
             linger,
             command_timeout,
+            reconnects: AtomicU64::new(0),
         }
+    }
+
+    /// The subscriber reconnected (called by the subscriber task first).
+    pub(crate) fn note_reconnect(&self) {
+        self.reconnects.fetch_add(1, SeqCst);
     }
 
     /// This client's id in the queue hashes.
@@ -286,17 +303,22 @@ impl Registry {
         }
     }
 
-    /// The subscriber connection's identity (`CLIENT ID` per server, which
-    /// fred records when it connects).
-    fn connection(&self) -> HashMap<Server, i64> {
-        self.subscriber.connection_ids()
+    /// The subscriber connection's identity now.
+    pub(crate) fn connection(&self) -> Connection {
+        Connection {
+            ids: self.subscriber.connection_ids(),
+            reconnects: self.reconnects.load(SeqCst),
+        }
     }
 
     /// Fails when the subscriber connection changed since `before`: a
     /// SUBSCRIBE written on the old one is gone, while the PING behind it,
     /// written on the new one, still succeeds and would confirm nothing.
-    fn same_connection(&self, before: &HashMap<Server, i64>) -> Result<(), fred::error::Error> {
-        if !before.is_empty() && *before == self.connection() {
+    /// (Either sign can miss a change: ids restart at 1 after a server
+    /// restart, and the reconnect event may be handled after the PING's
+    /// reply. Together they catch what this client has seen.)
+    fn same_connection(&self, before: &Connection) -> Result<(), fred::error::Error> {
+        if *before == self.connection() {
             return Ok(());
         }
         Err(fred::error::Error::new(
@@ -489,14 +511,16 @@ impl Waiter {
         Ok(false)
     }
 
-    /// Whether an attempt to subscribe the channel failed within `window`:
-    /// a newcomer then polls at once instead of spending a command timeout
-    /// on another attempt that is likely to fail too.
+    /// Whether the channel is unconfirmed and an attempt to subscribe it
+    /// failed within `window`: a newcomer then polls at once instead of
+    /// spending a command timeout on another attempt likely to fail too.
     pub(crate) fn failed_recently(&self, window: Duration) -> bool {
-        self.entry
-            .hint()
-            .failed_at
-            .is_some_and(|at| at.elapsed() < window)
+        !self.entry.confirmed.load(SeqCst)
+            && self
+                .entry
+                .hint()
+                .failed_at
+                .is_some_and(|at| at.elapsed() < window)
     }
 
     /// A future completing on the next release message for this key (or on a

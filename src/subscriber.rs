@@ -55,10 +55,14 @@ pub(crate) fn spawn(
                 biased;
                 event = reconnects.recv() => match event {
                     Ok(server) => {
+                        registry.note_reconnect();
                         tracing::info!(%server, "relaylock: subscriber reconnected; resubscribing and waking every waiter");
                         registry.resubscribe_all().await;
                     }
-                    Err(RecvError::Lagged(_)) => registry.resubscribe_all().await,
+                    Err(RecvError::Lagged(_)) => {
+                        registry.note_reconnect();
+                        registry.resubscribe_all().await
+                    }
                     Err(RecvError::Closed) => break,
                 },
                 message = messages.recv() => match message {
@@ -76,7 +80,11 @@ pub(crate) fn spawn(
                 _ = beats.tick() => {
                     let idle = probe.as_ref().is_none_or(JoinHandle::is_finished);
                     if idle && registry.has_channels() {
-                        probe = Some(tokio::spawn(check_alive(subscriber.clone(), command_timeout)));
+                        probe = Some(tokio::spawn(check_alive(
+                            subscriber.clone(),
+                            Arc::clone(&registry),
+                            command_timeout,
+                        )));
                     }
                 }
             }
@@ -88,11 +96,20 @@ pub(crate) fn spawn(
     })
 }
 
-/// PING the subscriber connection; if it does not answer within `limit`,
-/// force a reconnect (which resubscribes and wakes every waiter).
-async fn check_alive(subscriber: SubscriberClient, limit: Duration) {
-    if let Err(e) = crate::error::bounded(limit, subscriber.ping::<()>(None)).await {
-        tracing::warn!(error = %e, "relaylock: the subscriber connection did not answer a PING within {limit:?}; reconnecting");
-        let _ = crate::error::bounded(limit, subscriber.force_reconnection()).await;
+/// PING the subscriber connection. If it stays silent for `limit` while fred
+/// believes it connected (and no reconnect happened meanwhile), force a
+/// reconnect, which resubscribes and wakes every waiter. The reconnect is
+/// awaited, not timed out, and only one check runs at a time, so at most one
+/// forced reconnect is ever queued; while fred is reconnecting anyway
+/// (Redis down), none is.
+async fn check_alive(subscriber: SubscriberClient, registry: Arc<Registry>, limit: Duration) {
+    let before = registry.connection();
+    let Err(e) = crate::error::bounded(limit, subscriber.ping::<()>(None)).await else {
+        return;
+    };
+    let silent = *e.kind() == fred::error::ErrorKind::Timeout;
+    if silent && subscriber.is_connected() && registry.connection() == before {
+        tracing::warn!("relaylock: the subscriber connection did not answer a PING within {limit:?}; reconnecting");
+        let _ = subscriber.force_reconnection().await;
     }
 }

@@ -657,6 +657,7 @@ async fn restart_without_persistence() {
 /// server, and two clients of `prefix`: one through the proxy, one direct.
 /// (Bind `_server` when destructuring: a field left to `..` is dropped at
 /// once, and the server with it.)
+#[allow(dead_code)]
 struct Proxied {
     _server: RedisServer,
     admin: Client,
@@ -967,5 +968,55 @@ async fn garbage_messages_and_strange_keys_are_harmless() {
     assert!(lock.try_lock("s").await.unwrap().is_none());
     let _: i64 = admin.del(&stranger).await.unwrap();
     drop(lock);
+    assert_clean(&admin, prefix).await;
+}
+
+/// While the network of one client is silent for several command timeouts,
+/// the subscriber heartbeat must not pile up forced reconnects that then run
+/// back to back once the network heals (a reconnect storm that also keeps
+/// re-subscriptions from confirming).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_silence_causes_no_reconnect_storm() {
+    let prefix = "storm-free";
+    let Proxied {
+        admin,
+        proxy,
+        through: lock,
+        direct: holder,
+        _server,
+        ..
+    } = proxied(prefix).await;
+    let g = holder
+        .lock_with("k", LockOptions::default().lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock("k").await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set_mode(Mode::Blackhole);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    proxy.set_mode(Mode::Pass);
+    let healed = proxy.accepted();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = proxy.accepted() - healed;
+    println!("silence of 10 s: {after} connections opened in the 4 s after it ended");
+    // At most a new command and a new subscriber connection (and one spare).
+    assert!(after <= 3, "reconnect storm: {after} connections");
+    // And the waiter still gets the lock promptly once it is released.
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is stuck")
+        .unwrap()
+        .unwrap();
+    println!(
+        "after the silence: acquired {:?} after the release",
+        released.elapsed()
+    );
+    got.release().await.unwrap();
+    drop((lock, holder));
     assert_clean(&admin, prefix).await;
 }

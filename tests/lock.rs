@@ -1120,3 +1120,49 @@ async fn an_abandoned_first_try_leaves_no_ghost_in_the_queue() {
         "the release reserved the lock for a client with nobody waiting"
     );
 }
+
+/// A user that may not run CLIENT (a common hardening): fred cannot read the
+/// connection's `CLIENT ID`, and subscriptions must still be confirmed, so a
+/// waiter sleeps instead of polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_confirm_without_client_id() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("ACL", None, false),
+            vec![
+                "SETUSER", "nocid", "on", ">pw", "~*", "&*", "+@all", "-client",
+            ],
+        )
+        .await
+        .unwrap();
+    let holder_client = client(&server).await;
+    let limited = LockClient::builder()
+        .url(format!("redis://nocid:pw@127.0.0.1:{}", server.port))
+        .build()
+        .await
+        .unwrap();
+    let g = holder_client
+        .lock_with("k", LockOptions::default().lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let waiter = {
+        let limited = limited.clone();
+        tokio::spawn(async move { limited.lock("k").await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = command_calls(&admin).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = command_calls(&admin).await;
+    let tries = delta(&before, &after, "evalsha");
+    assert!(
+        tries <= 2,
+        "{tries} tries in 2 s: the waiter is polling, its subscription unconfirmed"
+    );
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let got = waiter.await.unwrap().unwrap();
+    assert!(released.elapsed() < Duration::from_secs(1));
+    got.release().await.unwrap();
+}
