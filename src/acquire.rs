@@ -25,14 +25,15 @@ use std::time::{Duration, Instant};
 
 use fred::interfaces::ClientLike;
 use fred::types::config::Options;
-use fred::types::{CustomCommand, Value};
+use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::util::redis_keyslot;
 use metrics::SharedString;
 
 use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::guard::{release, release_in_background, LockGuard};
 use crate::metrics::{self as m, Outcome, WakeCause};
-use crate::options::{validate_key, validate_lease, validate_replicas, LockOptions, WaitStrategy};
+use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::Waiter;
 use crate::scripts::{Names, HANDOFF_GRACE_MS};
 use crate::watchdog::Lease;
@@ -178,7 +179,7 @@ fn expired(deadline: Option<Instant>) -> bool {
 
 impl<'a> Call<'a> {
     async fn new(inner: &'a Arc<Inner>, key: &'a str, options: &'a LockOptions) -> Result<Self> {
-        validate_key(key)?;
+        inner.check_key(key)?;
         let lease = options.lease.unwrap_or(inner.default_lease);
         let lease_ms = validate_lease(lease)?;
         let replicas = match options.replicas {
@@ -267,9 +268,17 @@ impl<'a> Call<'a> {
         // only: a WAIT that fred replayed on a new connection would cover
         // none of this connection's writes.
         let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout();
+        // In a cluster, to the node of the lock's slot, which the renewal
+        // above went to.
+        let cluster_hash = self
+            .inner
+            .redis
+            .is_clustered()
+            .then(|| ClusterHash::Custom(redis_keyslot(names.lock.as_bytes())));
         let options = Options {
             timeout: Some(limit),
             max_attempts: Some(1),
+            cluster_hash,
             ..Default::default()
         };
         let conn = conn.with_options(&options);
@@ -343,6 +352,7 @@ impl<'a> Call<'a> {
             client.into(),
             names.channel.as_str().into(),
             queued.into(),
+            self.inner.registry.publish_command().into(),
         ];
         // An acquire script whose outcome we never learn (future dropped,
         // reply lost, timeout) may have taken the lock: release that token.

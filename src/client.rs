@@ -84,6 +84,20 @@ impl Inner {
         Names::new(&self.prefix, key)
     }
 
+    /// Checks a key: the limits, and in Redis Cluster that it can be a hash
+    /// tag (a key starting with `}` gives `{}`, an empty tag, and its names
+    /// would land in different slots).
+    pub(crate) fn check_key(&self, key: &str) -> Result<()> {
+        validate_key(key)?;
+        if self.redis.is_clustered() && key.starts_with('}') {
+            return Err(Error::InvalidArgument(
+                "in Redis Cluster a lock key must not start with '}': it would be an empty hash tag"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Run a command, bounded by the command timeout: fred's own when the
     /// client has one, else a timer here (a client passed in with
     /// `fred_client` may have none). A command cut short may still run in
@@ -265,7 +279,7 @@ impl LockClient {
     /// counts as locked. The answer can be stale by the time it arrives; use
     /// it for display only.
     pub async fn is_locked(&self, key: &str) -> Result<bool> {
-        validate_key(key)?;
+        self.inner.check_key(key)?;
         let n: i64 = self.inner.redis.exists(self.inner.names(key).lock).await?;
         Ok(n > 0)
     }
@@ -557,6 +571,17 @@ impl LockClientBuilder {
             return Err(e.into());
         }
 
+        // Redis Cluster: sharded pub/sub (SSUBSCRIBE, SPUBLISH) keeps each
+        // release message within the lock's shard. It needs Redis 7.
+        let clustered = redis.is_clustered();
+        let sharded = clustered && redis.server_version().is_some_and(|v| v.major >= 7);
+        if clustered && !sharded {
+            tracing::warn!(
+                version = ?redis.server_version(),
+                "relaylock: Redis Cluster without sharded pub/sub (needs Redis 7): falling back to PUBLISH/SUBSCRIBE, which broadcasts every release to every node"
+            );
+        }
+
         crate::metrics::describe();
         // 16 hex digits of a random UUID: unique among the clients of a lock
         // with overwhelming probability, short in the queue hash and messages.
@@ -567,9 +592,15 @@ impl LockClientBuilder {
             client_id,
             self.unsubscribe_linger,
             self.command_timeout,
+            clustered,
+            sharded,
         ));
-        let subscriber_task =
-            crate::subscriber::spawn(&subscriber, Arc::clone(&registry), self.command_timeout);
+        let subscriber_task = crate::subscriber::spawn(
+            &subscriber,
+            &redis,
+            Arc::clone(&registry),
+            self.command_timeout,
+        );
 
         let command_limit = (!fred_times_out).then_some(self.command_timeout);
         let side_retention_ms = self.side_retention.as_millis() as u64;
@@ -578,6 +609,7 @@ impl LockClientBuilder {
             scripts.renew.clone(),
             command_limit,
             side_retention_ms,
+            clustered,
         );
         let watchdog_task = watchdog::spawn(&watchdog);
         Ok(LockClient {

@@ -306,6 +306,7 @@ pub(crate) async fn release(
         (RING_CHARS as i64).into(),
         requeue.into(),
         (HANDOFF_GRACE_MS as i64).into(),
+        registry.publish_command().into(),
     ];
     let script = &inner.scripts.release;
     let reply: i64 = inner

@@ -208,19 +208,17 @@ pub(crate) fn validate_url_scheme(url: &str) -> Result<()> {
             "invalid Redis URL: expected redis://host:port".into(),
         ));
     };
-    if scheme.ends_with("-cluster") {
-        return Err(Error::InvalidArgument(format!(
-            "{scheme}:// is not supported yet: this build confirms subscriptions on one connection"
-        )));
-    }
-    let base = scheme.strip_suffix("-sentinel").unwrap_or(scheme);
+    let base = scheme
+        .strip_suffix("-sentinel")
+        .or_else(|| scheme.strip_suffix("-cluster"))
+        .unwrap_or(scheme);
     match base {
         "redis" | "valkey" => Ok(()),
         "rediss" | "valkeys" => Err(Error::InvalidArgument(format!(
             "{scheme}:// needs TLS, which this build of relaylock does not support"
         ))),
         _ => Err(Error::InvalidArgument(format!(
-            "unsupported URL scheme {scheme:?}: use redis:// or redis-sentinel://"
+            "unsupported URL scheme {scheme:?}: use redis://, redis-cluster:// or redis-sentinel://"
         ))),
     }
 }
@@ -297,7 +295,12 @@ mod tests {
 
     #[test]
     fn url_schemes() {
-        for ok in ["redis://h:1", "redis-sentinel://h:1", "valkey://h"] {
+        for ok in [
+            "redis://h:1",
+            "redis-sentinel://h:1",
+            "valkey://h",
+            "redis-cluster://h:1",
+        ] {
             assert!(validate_url_scheme(ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -306,7 +309,7 @@ mod tests {
             "http://h:1",
             "rediss://h:1",
             "redis+unix:///s",
-            "redis-cluster://h:1",
+            "rediss-cluster://h:1",
         ] {
             assert!(
                 matches!(validate_url_scheme(bad), Err(Error::InvalidArgument(_))),

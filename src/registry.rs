@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientInterface, ClientLike, HashesInterface, PubsubInterface};
-use fred::types::config::Server;
+use fred::types::config::{Options, Server};
+use fred::types::ClusterHash;
+use fred::util::redis_keyslot;
 use metrics::SharedString;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
@@ -179,6 +181,11 @@ pub(crate) struct Registry {
     command_timeout: Duration,
     /// Reconnects of the subscriber connection seen so far.
     reconnects: AtomicU64,
+    /// Redis Cluster: a PING confirming a subscription must go to the node
+    /// of the channel's slot.
+    clustered: bool,
+    /// Sharded pub/sub (SSUBSCRIBE/SPUBLISH): Redis Cluster on Redis 7+.
+    sharded: bool,
 }
 
 /// Which subscriber connection a command went to, as far as can be told:
@@ -197,6 +204,8 @@ impl Registry {
         client_id: String,
         linger: Duration,
         command_timeout: Duration,
+        clustered: bool,
+        sharded: bool,
     ) -> Self {
         Registry {
             map: DashMap::new(),
@@ -207,6 +216,65 @@ impl Registry {
             linger,
             command_timeout,
             reconnects: AtomicU64::new(0),
+            clustered,
+            sharded,
+        }
+    }
+
+    /// The command the scripts publish release messages with.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        if self.sharded {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
+    async fn subscribe_channel(&self, channel: &str) -> Result<(), fred::error::Error> {
+        if self.sharded {
+            self.bounded(self.subscriber.ssubscribe(channel)).await
+        } else {
+            self.bounded(self.subscriber.subscribe(channel)).await
+        }
+    }
+
+    async fn unsubscribe_channel(&self, channel: &str) -> Result<(), fred::error::Error> {
+        if self.sharded {
+            self.bounded(self.subscriber.sunsubscribe(channel)).await
+        } else {
+            self.bounded(self.subscriber.unsubscribe(channel)).await
+        }
+    }
+
+    /// PING the subscriber connection, in a cluster each node's, each within
+    /// `limit`.
+    pub(crate) async fn ping_every_node(&self, limit: Duration) -> Result<(), fred::error::Error> {
+        if !self.clustered {
+            return crate::error::bounded(limit, self.subscriber.ping::<()>(None)).await;
+        }
+        for server in self.subscriber.active_connections() {
+            let options = Options {
+                cluster_node: Some(server),
+                ..Default::default()
+            };
+            let node = self.subscriber.with_options(&options);
+            crate::error::bounded(limit, node.ping::<()>(None)).await?;
+        }
+        Ok(())
+    }
+
+    /// PING behind a (S)SUBSCRIBE of `channel`, on the same connection: in
+    /// a cluster, the connection to the node of the channel's slot.
+    async fn ping_behind(&self, channel: &str) -> Result<(), fred::error::Error> {
+        if self.clustered {
+            let options = Options {
+                cluster_hash: Some(ClusterHash::Custom(redis_keyslot(channel.as_bytes()))),
+                ..Default::default()
+            };
+            self.bounded(self.subscriber.with_options(&options).ping::<()>(None))
+                .await
+        } else {
+            self.bounded(self.subscriber.ping::<()>(None)).await
         }
     }
 
@@ -352,21 +420,26 @@ impl Registry {
             let sub = entry.subscribed.lock().await;
             if *sub {
                 entry.confirmed.store(false, SeqCst);
-                if let Err(e) = self
-                    .bounded(self.subscriber.subscribe(channel.as_str()))
-                    .await
-                {
+                if let Err(e) = self.subscribe_channel(&channel).await {
                     tracing::warn!(error = %e, "relaylock: resubscribe failed; waiters subscribe again themselves");
                     break;
                 }
-                resubscribed.push(entry.clone());
+                resubscribed.push((channel, entry.clone()));
             }
         }
         if !resubscribed.is_empty() {
-            let pinged = self.bounded(self.subscriber.ping::<()>(None)).await;
+            // One PING behind all of them; in a cluster, one per channel (to
+            // its node).
+            let mut pinged = Ok(());
+            for (channel, _) in &resubscribed {
+                pinged = self.ping_behind(channel).await;
+                if pinged.is_err() || !self.clustered {
+                    break;
+                }
+            }
             match pinged.and_then(|()| self.same_connection(&connection)) {
                 Ok(()) => {
-                    for entry in &resubscribed {
+                    for (_, entry) in &resubscribed {
                         let sub = entry.subscribed.lock().await;
                         if *sub {
                             entry.confirmed.store(true, SeqCst);
@@ -427,10 +500,7 @@ impl Registry {
             return;
         }
         if *sub {
-            if let Err(e) = self
-                .bounded(self.subscriber.unsubscribe(channel.as_str()))
-                .await
-            {
+            if let Err(e) = self.unsubscribe_channel(channel.as_str()).await {
                 // The connection is down: its subscriptions went with it, and a
                 // reconnect resubscribes only what the map still holds.
                 tracing::debug!(error = %e, "relaylock: unsubscribe failed");
@@ -492,16 +562,12 @@ impl Waiter {
         *sub = true;
         let connection = registry.connection();
         let confirmed = async {
-            registry
-                .bounded(registry.subscriber.subscribe(self.channel.as_str()))
-                .await?;
+            registry.subscribe_channel(&self.channel).await?;
             // A PING behind it on the same connection answers only after
             // Redis processed the SUBSCRIBE, and carries its error if it
             // failed. Same connection: checked, since fred sends the PING on
             // a new one if the old one died in between.
-            registry
-                .bounded(registry.subscriber.ping::<()>(None))
-                .await?;
+            registry.ping_behind(&self.channel).await?;
             registry.same_connection(&connection)
         }
         .await;

@@ -59,7 +59,9 @@ pub const RELEASE_RING: usize = 32;
 /// Acquire.
 ///
 /// KEYS: `[lock, side, void, queue]`;
-/// ARGV: `[token, lease_ms, side_ttl_ms, client, channel, queued]`.
+/// ARGV: `[token, lease_ms, side_ttl_ms, client, channel, queued, publish]`.
+/// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
+/// the message stays within the lock's shard).
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
 /// neither queues nor takes a reservation. `queued` is `'1'` when the client
 /// believes it is in the queue (so an acquisition takes it out).
@@ -118,14 +120,15 @@ if side[2] then
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 if reserved or ARGV[6] == '1' then redis.call('HDEL', KEYS[4], ARGV[4]) end
-if reserved then redis.pcall('PUBLISH', ARGV[5], 't:' .. ARGV[2]) end
+if reserved then redis.pcall(ARGV[7], ARGV[5], 't:' .. ARGV[2]) end
 return {1, fence}
 "#;
 
 /// Release.
 ///
 /// KEYS: `[lock, side, void, queue]`;
-/// ARGV: `[token, fence, channel, side_ttl_ms, ring_chars, client, grace_ms]`.
+/// ARGV: `[token, fence, channel, side_ttl_ms, ring_chars, client, grace_ms, publish]`
+/// (`publish` as for [`ACQUIRE`]).
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
 /// while in flight (future dropped, error, timeout). `client` is the
 /// releasing client's id when it still has local waiters (it queues again, at
@@ -172,10 +175,10 @@ if v and string.sub(v, 1, #mine) == mine then
     redis.call('SET', KEYS[1], '~' .. best, 'PX', ARGV[7])
     redis.call('HSET', KEYS[2], 'rsv', best)
     redis.call('PEXPIRE', KEYS[4], ARGV[4])
-    redis.pcall('PUBLISH', ARGV[3], 'r:' .. best)
+    redis.pcall(ARGV[8], ARGV[3], 'r:' .. best)
   else
     redis.call('DEL', KEYS[1])
-    redis.pcall('PUBLISH', ARGV[3], 'r:')
+    redis.pcall(ARGV[8], ARGV[3], 'r:')
   end
   return 1
 end

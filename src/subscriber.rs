@@ -28,8 +28,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::SubscriberClient;
-use fred::interfaces::{ClientLike, EventInterface};
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
@@ -39,12 +39,19 @@ use crate::registry::Registry;
 /// streams close) or when the handle is aborted.
 pub(crate) fn spawn(
     subscriber: &SubscriberClient,
+    commands: &Client,
     registry: Arc<Registry>,
     command_timeout: Duration,
 ) -> JoinHandle<()> {
     let heartbeat = (command_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
+    // Cluster changes as either client learns them: the command client
+    // usually first (a MOVED reply to a script call), the subscriber only
+    // when its own connections break.
+    let mut changes = subscriber.cluster_change_rx();
+    let mut command_changes = commands.cluster_change_rx();
+    let mut cluster_events = subscriber.is_clustered();
     let subscriber = subscriber.clone();
     tokio::spawn(async move {
         let mut beats = tokio::time::interval(heartbeat);
@@ -64,6 +71,27 @@ pub(crate) fn spawn(
                         registry.resubscribe_all().await
                     }
                     Err(RecvError::Closed) => break,
+                },
+                // Redis Cluster: slots moved (migration, failover). Sharded
+                // subscriptions follow their slot's node: subscribe again
+                // (fred routes by the channel's slot) and wake everyone.
+                change = async {
+                    tokio::select! {
+                        c = changes.recv() => c.map(|_| ()),
+                        c = command_changes.recv() => c.map(|_| ()),
+                    }
+                }, if cluster_events => match change {
+                    Ok(()) | Err(RecvError::Lagged(_)) => {
+                        // Route by the new slot map before subscribing again.
+                        let synced = crate::error::bounded(command_timeout, subscriber.sync_cluster()).await;
+                        if let Err(e) = synced {
+                            tracing::warn!(error = %e, "relaylock: could not refresh the subscriber's cluster map");
+                        }
+                        registry.note_reconnect();
+                        tracing::info!("relaylock: cluster changed; resubscribing and waking every waiter");
+                        registry.resubscribe_all().await;
+                    }
+                    Err(RecvError::Closed) => cluster_events = false,
                 },
                 message = messages.recv() => match message {
                     Ok(message) => {
@@ -104,7 +132,7 @@ pub(crate) fn spawn(
 /// (Redis down), none is.
 async fn check_alive(subscriber: SubscriberClient, registry: Arc<Registry>, limit: Duration) {
     let before = registry.connection();
-    let Err(e) = crate::error::bounded(limit, subscriber.ping::<()>(None)).await else {
+    let Err(e) = registry.ping_every_node(limit).await else {
         return;
     };
     let silent = *e.kind() == fred::error::ErrorKind::Timeout;

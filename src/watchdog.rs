@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use fred::clients::Client;
 use fred::types::scripts::Script;
 use fred::types::Value;
+use fred::util::redis_keyslot;
 use metrics::SharedString;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -219,6 +220,8 @@ pub(crate) struct Watchdog {
     /// `Some(limit)` when the fred client enforces no command timeout itself.
     command_limit: Option<Duration>,
     side_retention_ms: u64,
+    /// Redis Cluster: one RENEW call per slot.
+    clustered: bool,
     entries: Mutex<HashMap<u64, Entry>>,
     next_id: AtomicU64,
     wake: Notify,
@@ -235,12 +238,14 @@ impl Watchdog {
         script: Script,
         command_limit: Option<Duration>,
         side_retention_ms: u64,
+        clustered: bool,
     ) -> Arc<Self> {
         Arc::new(Watchdog {
             redis,
             script,
             command_limit,
             side_retention_ms,
+            clustered,
             entries: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wake: Notify::new(),
@@ -385,9 +390,22 @@ impl Watchdog {
     }
 
     /// One round: every item, in calls of at most `RENEW_BATCH` locks.
-    async fn renew(self: Arc<Self>, items: Vec<Item>) -> Vec<Outcome> {
+    async fn renew(self: Arc<Self>, mut items: Vec<Item>) -> Vec<Outcome> {
         let mut out = Vec::with_capacity(items.len());
-        for chunk in items.chunks(RENEW_BATCH) {
+        // In Redis Cluster the keys of one script call must share a slot:
+        // one call per slot (with many locks, far fewer slots than locks
+        // share a node, but a call cannot span slots).
+        let slot = |it: &Item| redis_keyslot(it.lock.as_bytes());
+        let chunks: Vec<&[Item]> = if self.clustered {
+            items.sort_by_key(slot);
+            items
+                .chunk_by(|a, b| slot(a) == slot(b))
+                .flat_map(|same_slot| same_slot.chunks(RENEW_BATCH))
+                .collect()
+        } else {
+            items.chunks(RENEW_BATCH).collect()
+        };
+        for chunk in chunks {
             let mut keys: Vec<&str> = Vec::with_capacity(chunk.len() * 2);
             let mut args: Vec<Value> = Vec::with_capacity(chunk.len() * 2 + 2);
             args.push((self.side_retention_ms as i64).into());

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use fred::types::{CustomCommand, InfoKind};
 
+pub mod cluster;
 pub mod proxy;
 mod redis_server;
 pub use redis_server::RedisServer;

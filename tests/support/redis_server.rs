@@ -138,15 +138,24 @@ impl RedisServer {
         replica
     }
 
+    /// Whether `CLUSTER INFO` has a line equal to `line`.
+    pub fn info_has_cluster(&self, line: &str) -> bool {
+        self.bulk_has("CLUSTER INFO", line)
+    }
+
     /// Whether `INFO <section>` has a line equal to `line`.
     pub fn info_has(&self, section: &str, line: &str) -> bool {
+        self.bulk_has(&format!("INFO {section}"), line)
+    }
+
+    /// Whether the bulk-string reply to an inline command has a line equal
+    /// to `line`.
+    fn bulk_has(&self, command: &str, line: &str) -> bool {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-        if s.write_all(format!("INFO {section}\r\n").as_bytes())
-            .is_err()
-        {
+        if s.write_all(format!("{command}\r\n").as_bytes()).is_err() {
             return false;
         }
         // A bulk reply: "$<len>\r\n<body>\r\n".

@@ -1,0 +1,306 @@
+//! Redis Cluster with sharded pub/sub, against a real cluster of
+//! redis-server processes started by the test support code.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use fred::types::CustomCommand;
+use fred::util::redis_keyslot;
+use relaylock::{LockClient, LockOptions};
+use support::cluster::RedisCluster;
+use support::{command_calls, delta, eventually, Admin};
+
+async fn lock_client(cluster: &RedisCluster, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .url(cluster.url())
+        .default_lease(lease)
+        .unsubscribe_linger(Duration::from_millis(50))
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect to the cluster")
+}
+
+/// A plain fred cluster client, for the guarded counters.
+async fn data_client(cluster: &RedisCluster) -> Client {
+    let client = Builder::from_config(Config::from_url(&cluster.url()).unwrap())
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(5))
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    client
+}
+
+/// The port of the primary that owns `slot`, from `CLUSTER SLOTS`.
+async fn owner_port(admin: &Client, slot: u16) -> u16 {
+    let slots: Vec<Value> = admin
+        .custom(
+            CustomCommand::new_static("CLUSTER", None, false),
+            vec!["SLOTS"],
+        )
+        .await
+        .unwrap();
+    for range in slots {
+        let r = range.into_array();
+        let (from, to) = (r[0].as_i64().unwrap(), r[1].as_i64().unwrap());
+        if (from..=to).contains(&i64::from(slot)) {
+            let primary = r[2].clone().into_array();
+            return primary[1].as_i64().unwrap() as u16;
+        }
+    }
+    panic!("no node owns slot {slot}");
+}
+
+/// Many tasks in two clients over keys spread across all shards: a
+/// non-atomic counter per key under the lock stays exact, and fencing tokens
+/// increase per key in critical-section order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_shards() {
+    let cluster = RedisCluster::start(3, 0);
+    let a = lock_client(&cluster, Duration::from_secs(5)).await;
+    let b = lock_client(&cluster, Duration::from_secs(5)).await;
+    let data = data_client(&cluster).await;
+    let keys: Vec<String> = (0..24).map(|i| format!("acct:{i}")).collect();
+    let admin = cluster.nodes[0].admin().await;
+    let mut owners = std::collections::HashSet::new();
+    for k in &keys {
+        owners.insert(owner_port(&admin, redis_keyslot(a.redis_key(k).as_bytes())).await);
+    }
+    assert_eq!(owners.len(), 3, "the keys do not cover every shard");
+
+    let fences: Arc<Mutex<HashMap<String, Vec<u64>>>> = Arc::default();
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for (i, lock) in (0..32).map(|i| (i, if i % 2 == 0 { a.clone() } else { b.clone() })) {
+        let (keys, data, fences) = (keys.clone(), data.clone(), Arc::clone(&fences));
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            let mut j = i;
+            while Instant::now() < until {
+                let key = &keys[j % keys.len()];
+                j += 7;
+                let g = lock.lock(key).await.unwrap();
+                let counter = format!("count:{{{}}}", key);
+                let v: Option<i64> = data.get(&counter).await.unwrap();
+                tokio::task::yield_now().await;
+                let _: () = data
+                    .set(&counter, v.unwrap_or(0) + 1, None, None, false)
+                    .await
+                    .unwrap();
+                fences
+                    .lock()
+                    .unwrap()
+                    .entry(key.clone())
+                    .or_default()
+                    .push(g.fencing_token());
+                g.release().await.unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a task is stuck")
+            .unwrap();
+    }
+    let mut counted = 0;
+    for k in &keys {
+        let v: Option<i64> = data.get(format!("count:{{{k}}}")).await.unwrap();
+        counted += v.unwrap_or(0) as u64;
+    }
+    println!(
+        "cluster: {total} acquisitions over {} keys on 3 shards",
+        keys.len()
+    );
+    assert_eq!(counted, total, "lost updates: mutual exclusion broken");
+    for (k, f) in fences.lock().unwrap().iter() {
+        assert!(
+            f.windows(2).all(|w| w[0] < w[1]),
+            "{k}: fences not increasing"
+        );
+    }
+}
+
+/// A release publishes with SPUBLISH on the lock's own shard only: the
+/// waiter wakes at once, the subscription exists only on that shard's
+/// primary, and no other node executes a publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_message_stays_in_its_shard() {
+    let cluster = RedisCluster::start(3, 0);
+    let lock = lock_client(&cluster, Duration::from_secs(30)).await;
+    let other = lock_client(&cluster, Duration::from_secs(30)).await;
+    let mut admins = HashMap::new();
+    for n in &cluster.nodes {
+        admins.insert(n.port, n.admin().await);
+    }
+    let key = "orders:7";
+    let channel = format!("{}:ch", lock.redis_key(key));
+    let owner = owner_port(
+        &admins[&cluster.nodes[0].port],
+        redis_keyslot(channel.as_bytes()),
+    )
+    .await;
+
+    let g = lock.lock(key).await.unwrap();
+    let waiter = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let g = other.lock(key).await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        })
+    };
+    // The waiter's sharded subscription lives on the owner only.
+    let shardnumsub = |admin: Client, channel: String| async move {
+        let v: Vec<Value> = admin
+            .custom(
+                CustomCommand::new_static("PUBSUB", None, false),
+                vec!["SHARDNUMSUB".to_owned(), channel],
+            )
+            .await
+            .unwrap();
+        v[1].as_i64().unwrap()
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            let (admin, channel) = (admins[&owner].clone(), channel.clone());
+            async move { shardnumsub(admin, channel).await == 1 }
+        })
+        .await
+    );
+    for (port, admin) in &admins {
+        let n = shardnumsub(admin.clone(), channel.clone()).await;
+        assert_eq!(
+            n,
+            i64::from(*port == owner),
+            "node {port}: {n} shard subscribers"
+        );
+    }
+    let mut before = HashMap::new();
+    for (port, admin) in &admins {
+        before.insert(*port, command_calls(admin).await);
+    }
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is stuck")
+        .unwrap();
+    let took = woke - released;
+    println!("cluster: the waiter acquired {took:?} after the release (lease 30 s)");
+    assert!(
+        took < Duration::from_millis(500),
+        "not woken by the release message: {took:?}"
+    );
+    for (port, admin) in &admins {
+        let after = command_calls(admin).await;
+        let spublish = delta(&before[port], &after, "spublish");
+        let publish = delta(&before[port], &after, "publish");
+        println!("node {port}: spublish {spublish}, publish {publish}");
+        assert_eq!(publish, 0, "node {port} ran a cluster-wide PUBLISH");
+        if *port == owner {
+            assert!(spublish >= 1, "the owner did not publish");
+        } else {
+            assert_eq!(spublish, 0, "node {port} saw the shard's message");
+        }
+    }
+}
+
+/// A manual `CLUSTER FAILOVER` of the shard that holds the hottest keys,
+/// during contention: every waiter acquires, and once the replica has taken
+/// over, nobody waits longer than a lease (while the shard fails over, its
+/// commands time out and callers retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_during_contention_loses_no_waiter() {
+    let cluster = RedisCluster::start(3, 1);
+    let lease = Duration::from_secs(2);
+    let lock = lock_client(&cluster, lease).await;
+    let data = data_client(&cluster).await;
+    let keys: Vec<String> = (0..6).map(|i| format!("hot:{i}")).collect();
+    let admin = cluster.nodes[0].admin().await;
+    let owner = owner_port(&admin, redis_keyslot(lock.redis_key(&keys[0]).as_bytes())).await;
+    // Its replica: the node whose INFO replication names the owner's port.
+    let mut replica = None;
+    for n in &cluster.nodes {
+        if n.info_has("replication", &format!("master_port:{owner}")) {
+            replica = Some(n);
+        }
+    }
+    let replica = replica.expect("the owner has a replica");
+
+    let until = Instant::now() + Duration::from_secs(5);
+    let waits: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let (lock, keys, data, waits) =
+            (lock.clone(), keys.clone(), data.clone(), Arc::clone(&waits));
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < until {
+                let key = &keys[(i + n as usize) % keys.len()];
+                let started = Instant::now();
+                let g = loop {
+                    match lock.lock_with(key, LockOptions::default()).await {
+                        Ok(g) => break g,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                };
+                waits.lock().unwrap().push((started, Instant::now()));
+                let counter = format!("count:{{{key}}}");
+                let v: Option<i64> = data.get(&counter).await.unwrap_or(None);
+                let _: Result<(), _> = data
+                    .set(&counter, v.unwrap_or(0) + 1, None, None, false)
+                    .await;
+                let _ = g.release().await;
+                n += 1;
+            }
+            n
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let replica_admin = replica.admin().await;
+    let began = Instant::now();
+    let _: Value = replica_admin
+        .custom(
+            CustomCommand::new_static("CLUSTER", None, false),
+            vec!["FAILOVER"],
+        )
+        .await
+        .unwrap();
+    let failed_over = eventually(Duration::from_secs(10), || async {
+        replica.info_has("replication", "role:master")
+    })
+    .await;
+    assert!(failed_over, "the replica did not take over");
+    let done = Instant::now();
+    let mut total = 0;
+    for t in tasks {
+        total += tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a waiter is stuck")
+            .unwrap();
+    }
+    let waits = waits.lock().unwrap();
+    let longest = waits.iter().map(|(s, e)| *e - *s).max().unwrap();
+    // How long after the failover completed a wait that began before it
+    // still went on.
+    let past = waits
+        .iter()
+        .filter(|(start, _)| *start < done)
+        .map(|(_, end)| end.saturating_duration_since(done))
+        .max()
+        .unwrap_or_default();
+    println!(
+        "cluster failover: took {:?}; {total} acquisitions, longest wait {longest:?}, longest past the failover {past:?} (lease {lease:?})",
+        done - began
+    );
+    assert!(past <= lease, "a waiter waited {past:?} past the failover");
+}
