@@ -1,0 +1,130 @@
+//! Secured connections against real redis-server: a least-privilege ACL
+//! user (the one README.md documents) works end to end.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use fred::types::CustomCommand;
+use relaylock::{LockClient, LockOptions};
+use support::{Admin, RedisServer};
+
+/// The ACL README.md documents for a relaylock user of prefix `relaylock`
+/// (keys `~relaylock:*`, channels `&relaylock:*`, and only the commands
+/// relaylock sends or its scripts call).
+const ACL: &[&str] = &[
+    "resetkeys",
+    "~relaylock:*",
+    "resetchannels",
+    "&relaylock:*",
+    "-@all",
+    "+evalsha",
+    "+script|load",
+    "+subscribe",
+    "+unsubscribe",
+    "+ssubscribe",
+    "+sunsubscribe",
+    "+ping",
+    "+exists",
+    "+hdel",
+    "+info",
+    "+client|id",
+    "+cluster|slots",
+    "+wait",
+    "+get",
+    "+set",
+    "+del",
+    "+time",
+    "+hget",
+    "+hmget",
+    "+hset",
+    "+hsetnx",
+    "+hgetall",
+    "+pexpire",
+    "+pttl",
+    "+publish",
+    "+spublish",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_acl_user_works_end_to_end() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let mut args = vec!["SETUSER", "relay", "on", ">s3cret"];
+    args.extend_from_slice(ACL);
+    let _: () = admin
+        .custom(CustomCommand::new_static("ACL", None, false), args)
+        .await
+        .unwrap();
+    let url = format!("redis://relay:s3cret@127.0.0.1:{}", server.port);
+    let client = || {
+        LockClient::builder()
+            .url(url.clone())
+            .default_lease(Duration::from_millis(600))
+            .build()
+    };
+    let (a, b) = (client().await.unwrap(), client().await.unwrap());
+
+    // Contention between two clients: the waiter is woken by the release
+    // message (not its lease), so SUBSCRIBE and PUBLISH are allowed.
+    let g = a.lock("k").await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let g = b.lock("k").await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        })
+    };
+    // Held across several leases: the watchdog's renewals are allowed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(g.is_held());
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let woke = waiter.await.unwrap() - released;
+    assert!(woke < Duration::from_millis(300), "woken after {woke:?}");
+    let v = a
+        .with_lock("j", LockOptions::default(), async |g| g.fencing_token())
+        .await
+        .unwrap();
+    assert!(v > 0);
+    assert!(!a.is_locked("k").await.unwrap());
+
+    // And the ACL really is that narrow: nothing outside the prefix.
+    let plain = Builder::from_config(Config::from_url(&url).unwrap())
+        .build()
+        .unwrap();
+    plain.init().await.unwrap();
+    let denied: Result<Option<String>, _> = plain.get("other:key").await;
+    assert!(denied.is_err(), "{denied:?}");
+}
+
+/// A wrong password is a clear error, quickly, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_a_clear_error() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("ACL", None, false),
+            vec!["SETUSER", "relay", "on", ">right", "~*", "&*", "+@all"],
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let r = LockClient::builder()
+        .url(format!("redis://relay:wrong@127.0.0.1:{}", server.port))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await;
+    let e = r.expect_err("a wrong password connected");
+    println!("wrong password: {e} after {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        e.to_string().to_lowercase().contains("pass")
+            || e.to_string().to_lowercase().contains("auth"),
+        "{e}"
+    );
+}
