@@ -328,6 +328,7 @@ impl LockClient {
 pub struct LockClientBuilder {
     url: Option<String>,
     fred_client: Option<Client>,
+    fred_config: Option<Config>,
     prefix: String,
     default_lease: Duration,
     wait_strategy: WaitStrategy,
@@ -345,6 +346,7 @@ impl fmt::Debug for LockClientBuilder {
         f.debug_struct("LockClientBuilder")
             .field("url", &self.url.as_ref().map(|_| "<set>"))
             .field("fred_client", &self.fred_client.is_some())
+            .field("fred_config", &self.fred_config.is_some())
             .field("prefix", &self.prefix)
             .field("default_lease", &self.default_lease)
             .field("wait_strategy", &self.wait_strategy)
@@ -363,6 +365,7 @@ impl Default for LockClientBuilder {
         LockClientBuilder {
             url: None,
             fred_client: None,
+            fred_config: None,
             prefix: "relaylock".into(),
             default_lease: Duration::from_secs(30),
             wait_strategy: WaitStrategy::PubSub,
@@ -381,6 +384,27 @@ impl LockClientBuilder {
     /// Default: `redis://127.0.0.1:6379`.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
+        self
+    }
+
+    /// Connect with a fred configuration instead of a URL: any deployment
+    /// fred supports (centralized, clustered, sentinel) with its TLS and
+    /// authentication settings. relaylock still applies its own timeouts,
+    /// reconnect policy and buffer sizes on top.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> relaylock::Result<()> {
+    /// use fred::types::config::{Config, ServerConfig};
+    ///
+    /// let config = Config {
+    ///     server: ServerConfig::new_clustered(vec![("10.0.0.1", 6379), ("10.0.0.2", 6379)]),
+    ///     ..Config::default()
+    /// };
+    /// let client = relaylock::LockClient::builder().fred_config(config).build().await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    pub fn fred_config(mut self, config: Config) -> Self {
+        self.fred_config = Some(config);
         self
     }
 
@@ -504,9 +528,14 @@ impl LockClientBuilder {
                 self.replica_connections
             )));
         }
-        if self.url.is_some() && self.fred_client.is_some() {
+        let sources = [
+            self.url.is_some(),
+            self.fred_client.is_some(),
+            self.fred_config.is_some(),
+        ];
+        if sources.into_iter().filter(|s| *s).count() > 1 {
             return Err(Error::InvalidArgument(
-                "set either url or fred_client, not both".into(),
+                "set one of url, fred_config and fred_client".into(),
             ));
         }
 
@@ -527,11 +556,16 @@ impl LockClientBuilder {
                 (client, false, builder)
             }
             None => {
-                let url = self.url.as_deref().unwrap_or("redis://127.0.0.1:6379");
-                validate_url_scheme(url)?;
-                let config = Config::from_url(url).map_err(|e| {
-                    Error::InvalidArgument(format!("invalid Redis URL: {}", e.details()))
-                })?;
+                let config = match self.fred_config {
+                    Some(config) => config,
+                    None => {
+                        let url = self.url.as_deref().unwrap_or("redis://127.0.0.1:6379");
+                        validate_url_scheme(url)?;
+                        Config::from_url(url).map_err(|e| {
+                            Error::InvalidArgument(format!("invalid Redis URL: {}", e.details()))
+                        })?
+                    }
+                };
                 let mut builder = Builder::from_config(config);
                 builder
                     .with_connection_config(|c| {

@@ -62,7 +62,21 @@ async fn owner_port(admin: &Client, slot: u16) -> u16 {
 async fn mutual_exclusion_across_shards() {
     let cluster = RedisCluster::start(3, 0);
     let a = lock_client(&cluster, Duration::from_secs(5)).await;
-    let b = lock_client(&cluster, Duration::from_secs(5)).await;
+    // The second client from a fred configuration instead of a URL.
+    let nodes: Vec<(&str, u16)> = cluster
+        .nodes
+        .iter()
+        .map(|n| ("127.0.0.1", n.port))
+        .collect();
+    let b = LockClient::builder()
+        .fred_config(fred::types::config::Config {
+            server: fred::types::config::ServerConfig::new_clustered(nodes),
+            ..Default::default()
+        })
+        .default_lease(Duration::from_secs(5))
+        .build()
+        .await
+        .expect("connect with a fred config");
     let data = data_client(&cluster).await;
     let keys: Vec<String> = (0..24).map(|i| format!("acct:{i}")).collect();
     let admin = cluster.nodes[0].admin().await;
