@@ -338,6 +338,8 @@ pub struct LockClientBuilder {
     message_buffer: usize,
     replica_connections: usize,
     side_retention: Duration,
+    #[cfg(feature = "tls")]
+    tls_roots: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -375,6 +377,8 @@ impl Default for LockClientBuilder {
             message_buffer: 1024,
             replica_connections: 4,
             side_retention: Duration::from_millis(crate::scripts::SIDE_RETENTION_MS),
+            #[cfg(feature = "tls")]
+            tls_roots: None,
         }
     }
 }
@@ -481,6 +485,26 @@ impl LockClientBuilder {
         self
     }
 
+    /// Trust these certificate authorities (PEM, one or more certificates)
+    /// for TLS instead of the system's roots: for a private CA. Implies TLS
+    /// for a `redis://` URL too. Feature `tls`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> relaylock::Result<()> {
+    /// let ca = std::fs::read("ca.crt").unwrap();
+    /// let client = relaylock::LockClient::builder()
+    ///     .url("rediss://relay:secret@redis.internal:6380")
+    ///     .tls_root_certificates_pem(ca)
+    ///     .build()
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificates_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
     /// How long a lock's bookkeeping outlives its last use: the side hash
     /// (fencing counter, recently released tokens), the queue of waiting
     /// clients and the markers of abandoned acquisitions. Within this window
@@ -556,7 +580,8 @@ impl LockClientBuilder {
                 (client, false, builder)
             }
             None => {
-                let config = match self.fred_config {
+                #[allow(unused_mut)]
+                let mut config = match self.fred_config {
                     Some(config) => config,
                     None => {
                         let url = self.url.as_deref().unwrap_or("redis://127.0.0.1:6379");
@@ -566,6 +591,10 @@ impl LockClientBuilder {
                         })?
                     }
                 };
+                #[cfg(feature = "tls")]
+                if let Some(pem) = &self.tls_roots {
+                    config.tls = Some(tls_with_roots(pem)?.into());
+                }
                 let mut builder = Builder::from_config(config);
                 builder
                     .with_connection_config(|c| {
@@ -734,6 +763,32 @@ impl Drop for Checkout<'_> {
             .unwrap_or_else(|p| p.into_inner())
             .push(self.index);
     }
+}
+
+/// A rustls connector trusting exactly the certificates in `pem`.
+#[cfg(feature = "tls")]
+fn tls_with_roots(pem: &[u8]) -> Result<fred::types::config::TlsConnector> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| {
+            Error::InvalidArgument(format!("TLS root certificates: invalid PEM: {e}"))
+        })?;
+        roots
+            .add(cert)
+            .map_err(|e| Error::InvalidArgument(format!("TLS root certificates: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(Error::InvalidArgument(
+            "TLS root certificates: no certificate in the PEM".into(),
+        ));
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config.into())
 }
 
 /// Commands time out after `command_timeout`, a connection that leaves one

@@ -200,8 +200,8 @@ pub(crate) fn validate_lease(lease: Duration) -> Result<u64> {
 }
 
 /// Accepts the URL schemes relaylock supports in this build, before fred
-/// parses the rest. `rediss://` (TLS) is refused rather than risk a
-/// connection without TLS, since this build has no TLS support.
+/// parses the rest. Without the `tls` feature, `rediss://` is refused rather
+/// than risk a connection without TLS.
 pub(crate) fn validate_url_scheme(url: &str) -> Result<()> {
     let Some((scheme, _)) = url.split_once("://") else {
         return Err(Error::InvalidArgument(
@@ -214,8 +214,9 @@ pub(crate) fn validate_url_scheme(url: &str) -> Result<()> {
         .unwrap_or(scheme);
     match base {
         "redis" | "valkey" => Ok(()),
+        "rediss" | "valkeys" if cfg!(feature = "tls") => Ok(()),
         "rediss" | "valkeys" => Err(Error::InvalidArgument(format!(
-            "{scheme}:// needs TLS, which this build of relaylock does not support"
+            "{scheme}:// needs TLS: build relaylock with the `tls` feature"
         ))),
         _ => Err(Error::InvalidArgument(format!(
             "unsupported URL scheme {scheme:?}: use redis://, redis-cluster:// or redis-sentinel://"
@@ -303,14 +304,15 @@ mod tests {
         ] {
             assert!(validate_url_scheme(ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "",
-            "h:1",
-            "http://h:1",
-            "rediss://h:1",
-            "redis+unix:///s",
-            "rediss-cluster://h:1",
-        ] {
+        let tls = ["rediss://h:1", "rediss-cluster://h:1"];
+        for url in tls {
+            assert_eq!(
+                validate_url_scheme(url).is_ok(),
+                cfg!(feature = "tls"),
+                "{url}"
+            );
+        }
+        for bad in ["", "h:1", "http://h:1", "redis+unix:///s"] {
             assert!(
                 matches!(validate_url_scheme(bad), Err(Error::InvalidArgument(_))),
                 "{bad}"

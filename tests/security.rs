@@ -128,3 +128,65 @@ async fn a_wrong_password_is_a_clear_error() {
         "{e}"
     );
 }
+
+#[cfg(feature = "tls")]
+mod tls {
+    use std::time::{Duration, Instant};
+
+    use relaylock::{Error, LockClient};
+
+    use super::support::tls::Certs;
+
+    /// `rediss://` against a TLS-enabled redis-server and a throwaway CA:
+    /// locks and hand-overs work; a wrong CA and a plain-text client are
+    /// clear errors within the connect timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rediss_with_a_private_ca() {
+        let certs = Certs::generate();
+        let (_server, port) = certs.server();
+        let url = format!("rediss://127.0.0.1:{port}");
+        let client = || {
+            LockClient::builder()
+                .url(url.clone())
+                .tls_root_certificates_pem(certs.ca.clone())
+                .build()
+        };
+        let (a, b) = (client().await.unwrap(), client().await.unwrap());
+        let g = a.lock("k").await.unwrap();
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move {
+                let g = b.lock("k").await.unwrap();
+                let at = Instant::now();
+                g.release().await.unwrap();
+                at
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        g.release().await.unwrap();
+        let woke = waiter.await.unwrap() - released;
+        println!("tls: the waiter acquired {woke:?} after the release");
+        assert!(woke < Duration::from_millis(300), "{woke:?}");
+
+        // The wrong CA: a clear error, not a hang.
+        let started = Instant::now();
+        let wrong = LockClient::builder()
+            .url(url.clone())
+            .tls_root_certificates_pem(certs.other_ca.clone())
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .await
+            .expect_err("connected with the wrong CA");
+        println!("wrong CA: {wrong} after {:?}", started.elapsed());
+        assert!(started.elapsed() < Duration::from_secs(3));
+
+        // Not PEM at all: refused before connecting.
+        let bad = LockClient::builder()
+            .url(url.clone())
+            .tls_root_certificates_pem(b"not a certificate".to_vec())
+            .build()
+            .await;
+        assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
+    }
+}

@@ -12,7 +12,8 @@ use fred::types::{CustomCommand, InfoKind};
 pub mod cluster;
 pub mod proxy;
 mod redis_server;
-pub use redis_server::RedisServer;
+pub mod tls;
+pub use redis_server::{free_port, RedisServer};
 
 /// The inspection helpers of the tests.
 pub trait Admin {

@@ -21,7 +21,7 @@ pub struct RedisServer {
     dir: PathBuf,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .expect("bind an ephemeral port")
         .local_addr()
