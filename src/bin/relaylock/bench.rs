@@ -130,7 +130,31 @@ struct ServerStats {
     cpu_s: f64,
 }
 
+/// The server's command counts and CPU time; in Redis Cluster, summed over
+/// every primary.
 async fn server_stats(admin: &Client) -> Result<ServerStats, String> {
+    if !admin.is_clustered() {
+        return node_stats(admin).await;
+    }
+    let primaries = admin
+        .cached_cluster_state()
+        .ok_or("no cluster state")?
+        .unique_primary_nodes();
+    let mut total = ServerStats {
+        calls: HashMap::new(),
+        cpu_s: 0.0,
+    };
+    for node in primaries {
+        let s = node_stats(&admin.with_cluster_node(node)).await?;
+        for (cmd, n) in s.calls {
+            *total.calls.entry(cmd).or_default() += n;
+        }
+        total.cpu_s += s.cpu_s;
+    }
+    Ok(total)
+}
+
+async fn node_stats<C: ServerInterface>(admin: &C) -> Result<ServerStats, String> {
     let commands: String = admin
         .info(Some(InfoKind::CommandStats))
         .await
@@ -397,6 +421,16 @@ async fn run_one(
 
 /// Delete every name under `prefix` (the bench's own namespace).
 async fn delete_prefix(admin: &Client, prefix: &str) {
+    if admin.is_clustered() {
+        // Keys of different slots cannot go in one DEL: one by one.
+        let mut scan = admin.scan_cluster(format!("{prefix}:*"), Some(1000), None);
+        while let Some(Ok(mut page)) = scan.next().await {
+            for key in page.take_results().unwrap_or_default() {
+                let _: Result<i64, _> = admin.del(key).await;
+            }
+        }
+        return;
+    }
     let mut scan = admin.scan(format!("{prefix}:*"), Some(1000), None);
     while let Some(Ok(mut page)) = scan.next().await {
         if let Some(keys) = page.take_results() {
@@ -552,6 +586,12 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 workers: w,
             };
             let mut row = run_one(&args, &url, &admin, &scenario, run).await?;
+            if args.redis_benchmark && admin.is_clustered() {
+                return Err(
+                    "--redis-benchmark measures one server; it is not supported with a cluster URL"
+                        .into(),
+                );
+            }
             if args.redis_benchmark {
                 let (host, port) =
                     host_port(&url).ok_or("cannot read host and port from the URL")?;
