@@ -561,16 +561,22 @@ impl Waiter {
         // first, so a cleanup always undoes whatever reached Redis.
         *sub = true;
         let connection = registry.connection();
-        let confirmed = async {
-            registry.subscribe_channel(&self.channel).await?;
-            // A PING behind it on the same connection answers only after
-            // Redis processed the SUBSCRIBE, and carries its error if it
-            // failed. Same connection: checked, since fred sends the PING on
-            // a new one if the old one died in between.
-            registry.ping_behind(&self.channel).await?;
-            registry.same_connection(&connection)
-        }
-        .await;
+        // A PING behind the SUBSCRIBE on the same connection answers only
+        // after Redis processed the SUBSCRIBE, and carries its error if it
+        // failed: fred resolves SUBSCRIBE itself when it writes it, so an
+        // error reply goes to the next command waiting for a reply. Both are
+        // queued in the same poll (`join!`), so the PING is already waiting
+        // when that error can arrive; queued one after the other, the error
+        // sometimes came back first, found no command waiting, and a denied
+        // channel was confirmed. Same connection: checked, since fred sends
+        // the PING on a new one if the old one died in between.
+        let (subscribed, pinged) = tokio::join!(
+            registry.subscribe_channel(&self.channel),
+            registry.ping_behind(&self.channel)
+        );
+        let confirmed = subscribed
+            .and(pinged)
+            .and_then(|()| registry.same_connection(&connection));
         self.entry.hint().failed_at = confirmed.is_err().then(Instant::now);
         confirmed?;
         self.entry.confirmed.store(true, SeqCst);
