@@ -192,6 +192,7 @@ struct Entry {
 }
 
 /// One lock of a round.
+#[derive(Clone)]
 struct Item {
     id: u64,
     lock: String,
@@ -391,65 +392,98 @@ impl Watchdog {
 
     /// One round: every item, in calls of at most `RENEW_BATCH` locks.
     async fn renew(self: Arc<Self>, mut items: Vec<Item>) -> Vec<Outcome> {
-        let mut out = Vec::with_capacity(items.len());
-        // In Redis Cluster the keys of one script call must share a slot:
-        // one call per slot (with many locks, far fewer slots than locks
-        // share a node, but a call cannot span slots).
-        let slot = |it: &Item| redis_keyslot(it.lock.as_bytes());
-        let chunks: Vec<&[Item]> = if self.clustered {
-            items.sort_by_key(slot);
-            items
-                .chunk_by(|a, b| slot(a) == slot(b))
-                .flat_map(|same_slot| same_slot.chunks(RENEW_BATCH))
-                .collect()
-        } else {
-            items.chunks(RENEW_BATCH).collect()
-        };
-        for chunk in chunks {
-            let mut keys: Vec<&str> = Vec::with_capacity(chunk.len() * 2);
-            let mut args: Vec<Value> = Vec::with_capacity(chunk.len() * 2 + 2);
-            args.push((self.side_retention_ms as i64).into());
-            // Grow only: a renewal racing an `extend` never shortens the lease.
-            args.push("1".into());
-            for it in chunk {
-                keys.push(&it.lock);
-                keys.push(&it.side);
-                args.push(it.token.as_str().into());
-                args.push((it.lease.as_millis() as i64).into());
+        if !self.clustered {
+            let mut out = Vec::with_capacity(items.len());
+            for chunk in items.chunks(RENEW_BATCH) {
+                out.extend(self.renew_chunk(chunk).await);
             }
-            let sent = Instant::now();
-            let call = self.script.evalsha_with_reload(&self.redis, keys, args);
-            let reply: Result<Vec<i64>> = match self.command_limit {
-                None => call.await.map_err(Error::from),
-                Some(limit) => crate::error::bounded(limit, call)
-                    .await
-                    .map_err(Error::from),
-            };
-            let codes = match reply {
-                Ok(codes) if codes.len() == chunk.len() => codes.into_iter().map(Some).collect(),
-                Ok(codes) => {
-                    tracing::warn!(
-                        "relaylock: renew replied {} codes for {} locks",
-                        codes.len(),
-                        chunk.len()
-                    );
-                    vec![None; chunk.len()]
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, locks = chunk.len(),
-                        "relaylock: renewal failed; retrying until the leases run out");
-                    vec![None; chunk.len()]
-                }
-            };
-            out.extend(chunk.iter().zip(codes).map(|(it, code)| Outcome {
+            return out;
+        }
+        // In Redis Cluster the keys of one script call must share a slot:
+        // one call per slot, all sent at once (each to its node) rather than
+        // one round trip after another.
+        let slot = |it: &Item| redis_keyslot(it.lock.as_bytes());
+        items.sort_by_key(slot);
+        let mut calls = Vec::new();
+        for same_slot in items.chunk_by(|a, b| slot(a) == slot(b)) {
+            for chunk in same_slot.chunks(RENEW_BATCH) {
+                let (dog, chunk) = (Arc::clone(&self), chunk.to_vec());
+                let ids: Vec<(u64, Duration, u64)> = chunk
+                    .iter()
+                    .map(|it| (it.id, it.lease, it.generation))
+                    .collect();
+                calls.push((
+                    ids,
+                    tokio::spawn(async move { dog.renew_chunk(&chunk).await }),
+                ));
+            }
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for (ids, call) in calls {
+            match call.await {
+                Ok(outcomes) => out.extend(outcomes),
+                // The call's task panicked or was cancelled: an unknown
+                // outcome, retried like a failed call.
+                Err(_) => out.extend(ids.into_iter().map(|(id, lease, generation)| Outcome {
+                    id,
+                    lease,
+                    generation,
+                    sent: Instant::now(),
+                    code: None,
+                })),
+            }
+        }
+        out
+    }
+
+    /// One RENEW call for `chunk` (all in one slot, in a cluster).
+    async fn renew_chunk(&self, chunk: &[Item]) -> Vec<Outcome> {
+        let mut keys: Vec<&str> = Vec::with_capacity(chunk.len() * 2);
+        let mut args: Vec<Value> = Vec::with_capacity(chunk.len() * 2 + 2);
+        args.push((self.side_retention_ms as i64).into());
+        // Grow only: a renewal racing an `extend` never shortens the lease.
+        args.push("1".into());
+        for it in chunk {
+            keys.push(&it.lock);
+            keys.push(&it.side);
+            args.push(it.token.as_str().into());
+            args.push((it.lease.as_millis() as i64).into());
+        }
+        let sent = Instant::now();
+        let call = self.script.evalsha_with_reload(&self.redis, keys, args);
+        let reply: Result<Vec<i64>> = match self.command_limit {
+            None => call.await.map_err(Error::from),
+            Some(limit) => crate::error::bounded(limit, call)
+                .await
+                .map_err(Error::from),
+        };
+        let codes = match reply {
+            Ok(codes) if codes.len() == chunk.len() => codes.into_iter().map(Some).collect(),
+            Ok(codes) => {
+                tracing::warn!(
+                    "relaylock: renew replied {} codes for {} locks",
+                    codes.len(),
+                    chunk.len()
+                );
+                vec![None; chunk.len()]
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, locks = chunk.len(),
+                    "relaylock: renewal failed; retrying until the leases run out");
+                vec![None; chunk.len()]
+            }
+        };
+        chunk
+            .iter()
+            .zip(codes)
+            .map(|(it, code)| Outcome {
                 id: it.id,
                 lease: it.lease,
                 generation: it.generation,
                 sent,
                 code,
-            }));
-        }
-        out
+            })
+            .collect()
     }
 
     /// Apply the outcome of a round.

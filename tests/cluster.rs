@@ -355,3 +355,27 @@ fn the_load_test_runs_against_a_cluster() {
     // Server statistics came from the cluster's primaries.
     assert!(row["redis_requests_per_acq"].as_f64().unwrap() > 0.0);
 }
+
+/// Watched locks spread over every shard stay held across several leases:
+/// the watchdog renews each slot's locks on its own node (a script's keys
+/// must share a slot), all calls of a round sent at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watched_locks_across_shards_stay_held() {
+    let cluster = RedisCluster::start(3, 0);
+    let lease = Duration::from_millis(900);
+    let lock = lock_client(&cluster, lease).await;
+    let data = data_client(&cluster).await;
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        guards.push(lock.lock(&format!("w:{i}")).await.unwrap());
+    }
+    tokio::time::sleep(lease * 3).await;
+    for g in &guards {
+        assert!(g.is_held(), "{} lost", g.key());
+        let pttl: i64 = data.pttl(lock.redis_key(g.key())).await.unwrap();
+        assert!(pttl > 0, "{}: pttl {pttl}", g.key());
+    }
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
