@@ -552,6 +552,12 @@ impl LockClientBuilder {
                 self.replica_connections
             )));
         }
+        #[cfg(feature = "tls")]
+        if self.tls_roots.is_some() && self.fred_client.is_some() {
+            return Err(Error::InvalidArgument(
+                "tls_root_certificates_pem does not apply to a fred_client: configure TLS on that client".into(),
+            ));
+        }
         let sources = [
             self.url.is_some(),
             self.fred_client.is_some(),
@@ -785,7 +791,12 @@ fn tls_with_roots(pem: &[u8]) -> Result<fred::types::config::TlsConnector> {
             "TLS root certificates: no certificate in the PEM".into(),
         ));
     }
-    let config = rustls::ClientConfig::builder()
+    // ring explicitly: `ClientConfig::builder()` panics when the
+    // application also enables another rustls provider and installed none.
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::InvalidArgument(format!("TLS configuration: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(config.into())

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::{ClientInterface, ClientLike, HashesInterface, PubsubInterface};
+use fred::interfaces::{
+    ClientInterface, ClientLike, ClusterInterface, HashesInterface, PubsubInterface,
+};
 use fred::types::config::{Options, Server};
 use fred::types::ClusterHash;
 use fred::util::redis_keyslot;
@@ -263,12 +265,36 @@ impl Registry {
         Ok(())
     }
 
+    /// Which node each subscribed channel's slot maps to, in the
+    /// subscriber's slot map (Redis Cluster).
+    pub(crate) fn channel_nodes(&self) -> Vec<(String, Option<Server>)> {
+        let routing = self.subscriber.cached_cluster_state();
+        let mut nodes: Vec<(String, Option<Server>)> = self
+            .map
+            .iter()
+            .map(|e| {
+                let slot = redis_keyslot(e.key().as_bytes());
+                let node = routing.as_ref().and_then(|r| r.get_server(slot).cloned());
+                (e.key().clone(), node)
+            })
+            .collect();
+        nodes.sort_by(|a, b| a.0.cmp(&b.0));
+        nodes
+    }
+
     /// PING behind a (S)SUBSCRIBE of `channel`, on the same connection: in
-    /// a cluster, the connection to the node of the channel's slot.
+    /// a cluster, the connection to the node of the channel's slot; without
+    /// sharded pub/sub, the node fred sends SUBSCRIBE to, which it picks by
+    /// the slot of the client's id.
     async fn ping_behind(&self, channel: &str) -> Result<(), fred::error::Error> {
         if self.clustered {
+            let routed_by = if self.sharded {
+                channel.as_bytes().to_vec()
+            } else {
+                self.subscriber.id().as_bytes().to_vec()
+            };
             let options = Options {
-                cluster_hash: Some(ClusterHash::Custom(redis_keyslot(channel.as_bytes()))),
+                cluster_hash: Some(ClusterHash::Custom(redis_keyslot(&routed_by))),
                 ..Default::default()
             };
             self.bounded(self.subscriber.with_options(&options).ping::<()>(None))
@@ -414,32 +440,47 @@ impl Registry {
             .iter()
             .map(|r| (r.key().clone(), Arc::clone(r.value())))
             .collect();
-        let mut resubscribed = Vec::new();
+        // Every channel is unconfirmed from here on: also those after a
+        // failure below, whose subscription may be gone too.
+        for (_, entry) in &entries {
+            if *entry.subscribed.lock().await {
+                entry.confirmed.store(false, SeqCst);
+            }
+        }
         let connection = self.connection();
+        let mut resubscribed = Vec::new();
         for (channel, entry) in entries {
             let sub = entry.subscribed.lock().await;
-            if *sub {
-                entry.confirmed.store(false, SeqCst);
-                if let Err(e) = self.subscribe_channel(&channel).await {
-                    tracing::warn!(error = %e, "relaylock: resubscribe failed; waiters subscribe again themselves");
-                    break;
-                }
-                resubscribed.push((channel, entry.clone()));
+            if !*sub {
+                continue;
+            }
+            // In a cluster each channel is confirmed on its own node; a
+            // failure skips that channel only (its waiters subscribe again
+            // themselves, polling meanwhile).
+            let outcome = if self.clustered {
+                let (subscribed, pinged) =
+                    tokio::join!(self.subscribe_channel(&channel), self.ping_behind(&channel));
+                subscribed.and(pinged)
+            } else {
+                self.subscribe_channel(&channel).await
+            };
+            match outcome {
+                Ok(()) => resubscribed.push(entry.clone()),
+                Err(e) => tracing::warn!(error = %e, %channel,
+                    "relaylock: resubscribe failed; its waiters subscribe again themselves"),
             }
         }
         if !resubscribed.is_empty() {
-            // One PING behind all of them; in a cluster, one per channel (to
-            // its node).
-            let mut pinged = Ok(());
-            for (channel, _) in &resubscribed {
-                pinged = self.ping_behind(channel).await;
-                if pinged.is_err() || !self.clustered {
-                    break;
-                }
-            }
+            // One PING behind all of them on a single server (in a cluster
+            // each channel had its own).
+            let pinged = if self.clustered {
+                Ok(())
+            } else {
+                self.bounded(self.subscriber.ping::<()>(None)).await
+            };
             match pinged.and_then(|()| self.same_connection(&connection)) {
                 Ok(()) => {
-                    for (_, entry) in &resubscribed {
+                    for entry in &resubscribed {
                         let sub = entry.subscribed.lock().await;
                         if *sub {
                             entry.confirmed.store(true, SeqCst);

@@ -46,12 +46,15 @@ pub(crate) fn spawn(
     let heartbeat = (command_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
-    // Cluster changes as either client learns them: the command client
-    // usually first (a MOVED reply to a script call), the subscriber only
-    // when its own connections break.
-    let mut changes = subscriber.cluster_change_rx();
+    // Redis Cluster: the command client learns of moved slots from MOVED
+    // replies to its script calls; the heartbeat re-reads the slot map too,
+    // for a waiting client that sends no commands. (The subscriber's own
+    // change events are not used: fred announces one on every sync, also
+    // on ours, which would loop.) A reconnect of the subscriber itself comes
+    // through `reconnects`.
     let mut command_changes = commands.cluster_change_rx();
-    let mut cluster_events = subscriber.is_clustered();
+    let clustered = subscriber.is_clustered();
+    let mut cluster_events = clustered;
     let subscriber = subscriber.clone();
     tokio::spawn(async move {
         let mut beats = tokio::time::interval(heartbeat);
@@ -72,24 +75,11 @@ pub(crate) fn spawn(
                     }
                     Err(RecvError::Closed) => break,
                 },
-                // Redis Cluster: slots moved (migration, failover). Sharded
-                // subscriptions follow their slot's node: subscribe again
-                // (fred routes by the channel's slot) and wake everyone.
-                change = async {
-                    tokio::select! {
-                        c = changes.recv() => c.map(|_| ()),
-                        c = command_changes.recv() => c.map(|_| ()),
-                    }
-                }, if cluster_events => match change {
-                    Ok(()) | Err(RecvError::Lagged(_)) => {
-                        // Route by the new slot map before subscribing again.
-                        let synced = crate::error::bounded(command_timeout, subscriber.sync_cluster()).await;
-                        if let Err(e) = synced {
-                            tracing::warn!(error = %e, "relaylock: could not refresh the subscriber's cluster map");
-                        }
-                        registry.note_reconnect();
-                        tracing::info!("relaylock: cluster changed; resubscribing and waking every waiter");
-                        registry.resubscribe_all().await;
+                // Slots moved (migration, failover): sharded subscriptions
+                // must follow their slot's node.
+                change = command_changes.recv(), if cluster_events => match change {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        follow_slots(&subscriber, &registry, command_timeout).await;
                     }
                     Err(RecvError::Closed) => cluster_events = false,
                 },
@@ -106,6 +96,9 @@ pub(crate) fn spawn(
                     Err(RecvError::Closed) => break,
                 },
                 _ = beats.tick() => {
+                    if clustered && registry.has_channels() {
+                        follow_slots(&subscriber, &registry, command_timeout).await;
+                    }
                     let idle = probe.as_ref().is_none_or(JoinHandle::is_finished);
                     if idle && registry.has_channels() {
                         probe = Some(tokio::spawn(check_alive(
@@ -139,5 +132,22 @@ async fn check_alive(subscriber: SubscriberClient, registry: Arc<Registry>, limi
     if silent && subscriber.is_connected() && registry.connection() == before {
         tracing::warn!("relaylock: the subscriber connection did not answer a PING within {limit:?}; reconnecting");
         let _ = subscriber.force_reconnection().await;
+    }
+}
+
+/// Re-read the subscriber's slot map; if the node of any subscribed
+/// channel's slot changed, subscribe those channels again (each to its new
+/// node, where the next release will be published) and wake every waiter
+/// (a release may have gone to the new node before).
+async fn follow_slots(subscriber: &SubscriberClient, registry: &Registry, limit: Duration) {
+    let before = registry.channel_nodes();
+    if let Err(e) = crate::error::bounded(limit, subscriber.sync_cluster()).await {
+        tracing::warn!(error = %e, "relaylock: could not refresh the subscriber's cluster map");
+        return;
+    }
+    if registry.channel_nodes() != before {
+        registry.note_reconnect();
+        tracing::info!("relaylock: a subscribed slot moved; resubscribing and waking every waiter");
+        registry.resubscribe_all().await;
     }
 }

@@ -379,3 +379,150 @@ async fn watched_locks_across_shards_stay_held() {
         g.release().await.unwrap();
     }
 }
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Migrate `slot` and its keys from the primary on port `from` to the one on
+/// `to`, the way `redis-cli --cluster reshard` does.
+fn move_slot(cluster: &RedisCluster, slot: u16, from: u16, to: u16) {
+    let s = slot.to_string();
+    let (from_id, to_id) = (
+        cli(from, &["CLUSTER", "MYID"]),
+        cli(to, &["CLUSTER", "MYID"]),
+    );
+    assert_eq!(
+        cli(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]),
+        "OK"
+    );
+    assert_eq!(
+        cli(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]),
+        "OK"
+    );
+    loop {
+        let keys = cli(from, &["CLUSTER", "GETKEYSINSLOT", &s, "100"]);
+        let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+        if keys.is_empty() {
+            break;
+        }
+        let port = to.to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().copied());
+        assert_eq!(cli(from, &args), "OK");
+    }
+    for n in &cluster.nodes {
+        cli(n.port, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+    }
+}
+
+async fn totals(cluster: &RedisCluster) -> HashMap<String, u64> {
+    let mut t = HashMap::new();
+    for n in &cluster.nodes {
+        for (k, v) in command_calls(&n.admin().await).await {
+            *t.entry(k).or_default() += v;
+        }
+    }
+    t
+}
+
+/// One cluster change (an unrelated slot moves) must cost one refresh, not
+/// start a loop of CLUSTER SLOTS, SSUBSCRIBE and wake-ups (fred announces a
+/// change on every sync, including relaylock's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_change_does_not_start_a_resync_loop() {
+    let cluster = RedisCluster::start(3, 0);
+    let lock = lock_client(&cluster, Duration::from_secs(30)).await;
+    let admin = cluster.nodes[0].admin().await;
+    let g = lock.lock("hot").await.unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock("hot").await.unwrap().release().await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = lock.redis_key("unrelated");
+    let slot = redis_keyslot(other.as_bytes());
+    let from = owner_port(&admin, slot).await;
+    let to = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|p| *p != from)
+        .unwrap();
+    move_slot(&cluster, slot, from, to);
+    let _ = lock.is_locked("unrelated").await; // one MOVED
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = totals(&cluster).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = totals(&cluster).await;
+    let (slots, ssub) = (
+        delta(&before, &after, "cluster|slots"),
+        delta(&before, &after, "ssubscribe"),
+    );
+    println!("2 s after one change: {slots} CLUSTER SLOTS, {ssub} SSUBSCRIBE");
+    // The heartbeat re-reads the slot map every second (command timeout 2 s).
+    assert!(
+        slots <= 8 && ssub <= 2,
+        "resync loop: {slots} CLUSTER SLOTS, {ssub} SSUBSCRIBE"
+    );
+    g.release().await.unwrap();
+    waiter.await.unwrap().unwrap();
+}
+
+/// The slot of a lock moves while a waiter of another client waits. The old
+/// node drops the waiter's shard subscription (fred swallows the
+/// notification) and the release is published on the new node: the
+/// heartbeat's slot-map check must move the subscription and wake the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_its_slot_when_it_migrates() {
+    let cluster = RedisCluster::start(3, 0);
+    let lease = Duration::from_secs(6);
+    let a = lock_client(&cluster, lease).await;
+    let b = lock_client(&cluster, lease).await;
+    let admin = cluster.nodes[0].admin().await;
+    let key = "hot";
+    let g = a.lock(key).await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let g = b.lock(key).await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let slot = redis_keyslot(a.redis_key(key).as_bytes());
+    let from = owner_port(&admin, slot).await;
+    let to = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|p| *p != from)
+        .unwrap();
+    let moved = Instant::now();
+    move_slot(&cluster, slot, from, to);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter is stuck")
+        .unwrap();
+    println!(
+        "slot moved: the waiter acquired {:?} after the release, {:?} after the move (lease {lease:?}, heartbeat 1 s)",
+        woke - released,
+        woke - moved
+    );
+    // Within a heartbeat (1 s) plus a resubscription, not the 6 s lease.
+    assert!(
+        woke - moved < Duration::from_millis(2500),
+        "{:?}",
+        woke - moved
+    );
+}
