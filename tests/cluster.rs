@@ -163,15 +163,7 @@ async fn a_release_message_stays_in_its_shard() {
     .await;
 
     let g = lock.lock(key).await.unwrap();
-    let waiter = {
-        let other = other.clone();
-        tokio::spawn(async move {
-            let g = other.lock(key).await.unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        })
-    };
+    let waiter = support::spawn_waiter(&other, key);
     // The waiter's sharded subscription lives on the owner only.
     let shardnumsub = |admin: Client, channel: String| async move {
         let v: Vec<Value> = admin
@@ -389,9 +381,17 @@ fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// Migrate `slot` and its keys from the primary on port `from` to the one on
-/// `to`, the way `redis-cli --cluster reshard` does.
-fn move_slot(cluster: &RedisCluster, slot: u16, from: u16, to: u16) {
+/// Migrate `slot` and its keys from its primary to another one, the way
+/// `redis-cli --cluster reshard` does.
+async fn move_slot(cluster: &RedisCluster, slot: u16) {
+    let admin = cluster.nodes[0].admin().await;
+    let from = owner_port(&admin, slot).await;
+    let to = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|p| *p != from)
+        .unwrap();
     let s = slot.to_string();
     let (from_id, to_id) = (
         cli(from, &["CLUSTER", "MYID"]),
@@ -438,7 +438,6 @@ async fn totals(cluster: &RedisCluster) -> HashMap<String, u64> {
 async fn one_cluster_change_does_not_start_a_resync_loop() {
     let cluster = RedisCluster::start(3, 0);
     let lock = lock_client(&cluster, Duration::from_secs(30)).await;
-    let admin = cluster.nodes[0].admin().await;
     let g = lock.lock("hot").await.unwrap();
     let waiter = {
         let lock = lock.clone();
@@ -446,15 +445,7 @@ async fn one_cluster_change_does_not_start_a_resync_loop() {
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
     let other = lock.redis_key("unrelated");
-    let slot = redis_keyslot(other.as_bytes());
-    let from = owner_port(&admin, slot).await;
-    let to = cluster
-        .nodes
-        .iter()
-        .map(|n| n.port)
-        .find(|p| *p != from)
-        .unwrap();
-    move_slot(&cluster, slot, from, to);
+    move_slot(&cluster, redis_keyslot(other.as_bytes())).await;
     let _ = lock.is_locked("unrelated").await; // one MOVED
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = totals(&cluster).await;
@@ -484,29 +475,12 @@ async fn a_waiter_follows_its_slot_when_it_migrates() {
     let lease = Duration::from_secs(6);
     let a = lock_client(&cluster, lease).await;
     let b = lock_client(&cluster, lease).await;
-    let admin = cluster.nodes[0].admin().await;
     let key = "hot";
     let g = a.lock(key).await.unwrap();
-    let waiter = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            let g = b.lock(key).await.unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        })
-    };
+    let waiter = support::spawn_waiter(&b, key);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let slot = redis_keyslot(a.redis_key(key).as_bytes());
-    let from = owner_port(&admin, slot).await;
-    let to = cluster
-        .nodes
-        .iter()
-        .map(|n| n.port)
-        .find(|p| *p != from)
-        .unwrap();
     let moved = Instant::now();
-    move_slot(&cluster, slot, from, to);
+    move_slot(&cluster, redis_keyslot(a.redis_key(key).as_bytes())).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     g.release().await.unwrap();

@@ -69,15 +69,7 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
     // Contention between two clients: the waiter is woken by the release
     // message (not its lease), so SUBSCRIBE and PUBLISH are allowed.
     let g = a.lock("k").await.unwrap();
-    let waiter = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            let g = b.lock("k").await.unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        })
-    };
+    let waiter = support::spawn_waiter(&b, "k");
     // Held across several leases: the watchdog's renewals are allowed.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(g.is_held());
@@ -153,15 +145,7 @@ mod tls {
         };
         let (a, b) = (client().await.unwrap(), client().await.unwrap());
         let g = a.lock("k").await.unwrap();
-        let waiter = {
-            let b = b.clone();
-            tokio::spawn(async move {
-                let g = b.lock("k").await.unwrap();
-                let at = Instant::now();
-                g.release().await.unwrap();
-                at
-            })
-        };
+        let waiter = super::support::spawn_waiter(&b, "k");
         tokio::time::sleep(Duration::from_millis(200)).await;
         let released = Instant::now();
         g.release().await.unwrap();

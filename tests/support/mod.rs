@@ -108,3 +108,15 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A task that waits for the lock on `key` with `client`, releases it at
+/// once, and returns the instant it had it.
+pub fn spawn_waiter(client: &relaylock::LockClient, key: &str) -> tokio::task::JoinHandle<Instant> {
+    let (client, key) = (client.clone(), key.to_owned());
+    tokio::spawn(async move {
+        let g = client.lock(&key).await.unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    })
+}
