@@ -63,9 +63,10 @@ pub(crate) struct Inner {
     /// How long a lock's side hash, queue and void markers outlive it, in ms.
     pub(crate) side_retention_ms: u64,
     command_timeout: Duration,
-    /// The fred client enforces a command timeout itself (always when
-    /// relaylock built it): no second timer per command is needed.
-    fred_times_out: bool,
+    /// The timeout relaylock enforces on a command itself: `None` when the
+    /// fred client enforces one (always when relaylock built it), so no
+    /// second timer per command is needed.
+    command_limit: Option<Duration>,
     subscriber: SubscriberClient,
     subscriber_task: JoinHandle<()>,
     owns_redis: bool,
@@ -106,10 +107,10 @@ impl Inner {
         &self,
         command: impl std::future::Future<Output = Result<T, fred::error::Error>>,
     ) -> Result<T> {
-        if self.fred_times_out {
-            return Ok(command.await?);
+        match self.command_limit {
+            None => Ok(command.await?),
+            Some(limit) => Ok(crate::error::bounded(limit, command).await?),
         }
-        Ok(crate::error::bounded(self.command_timeout, command).await?)
     }
 
     /// How long one command may take (relaylock's setting).
@@ -616,6 +617,7 @@ impl LockClientBuilder {
         let subscriber = builder.build_subscriber_client()?;
 
         let fred_times_out = !redis.perf_config().default_command_timeout.is_zero();
+        let command_limit = (!fred_times_out).then_some(self.command_timeout);
         if !redis.is_connected() {
             init_bounded(&redis, self.connect_timeout).await?;
         }
@@ -661,7 +663,6 @@ impl LockClientBuilder {
             client_id,
             self.unsubscribe_linger,
             self.command_timeout,
-            clustered,
             sharded,
         ));
         let subscriber_task = crate::subscriber::spawn(
@@ -671,14 +672,12 @@ impl LockClientBuilder {
             self.command_timeout,
         );
 
-        let command_limit = (!fred_times_out).then_some(self.command_timeout);
         let side_retention_ms = self.side_retention.as_millis() as u64;
         let watchdog = Watchdog::new(
             redis.clone(),
             scripts.renew.clone(),
             command_limit,
             side_retention_ms,
-            clustered,
         );
         let watchdog_task = watchdog::spawn(&watchdog);
         Ok(LockClient {
@@ -691,7 +690,7 @@ impl LockClientBuilder {
                 strategy: self.wait_strategy,
                 side_retention_ms,
                 command_timeout: self.command_timeout,
-                fred_times_out,
+                command_limit,
                 subscriber,
                 subscriber_task,
                 owns_redis,

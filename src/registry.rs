@@ -183,9 +183,6 @@ pub(crate) struct Registry {
     command_timeout: Duration,
     /// Reconnects of the subscriber connection seen so far.
     reconnects: AtomicU64,
-    /// Redis Cluster: a PING confirming a subscription must go to the node
-    /// of the channel's slot.
-    clustered: bool,
     /// Sharded pub/sub (SSUBSCRIBE/SPUBLISH): Redis Cluster on Redis 7+.
     sharded: bool,
 }
@@ -206,7 +203,6 @@ impl Registry {
         client_id: String,
         linger: Duration,
         command_timeout: Duration,
-        clustered: bool,
         sharded: bool,
     ) -> Self {
         Registry {
@@ -218,7 +214,6 @@ impl Registry {
             linger,
             command_timeout,
             reconnects: AtomicU64::new(0),
-            clustered,
             sharded,
         }
     }
@@ -251,7 +246,7 @@ impl Registry {
     /// PING the subscriber connection, in a cluster each node's, each within
     /// `limit`.
     pub(crate) async fn ping_every_node(&self, limit: Duration) -> Result<(), fred::error::Error> {
-        if !self.clustered {
+        if !self.clustered() {
             return crate::error::bounded(limit, self.subscriber.ping::<()>(None)).await;
         }
         for server in self.subscriber.active_connections() {
@@ -282,12 +277,30 @@ impl Registry {
         nodes
     }
 
+    fn clustered(&self) -> bool {
+        self.subscriber.is_clustered()
+    }
+
+    /// (S)SUBSCRIBE `channel` and PING behind it on the same connection. The
+    /// PING answers only after Redis processed the SUBSCRIBE, and carries its
+    /// error if it failed: fred resolves SUBSCRIBE itself when it writes it,
+    /// so an error reply goes to the next command waiting for a reply. Both
+    /// are queued in the same poll (`join!`), so the PING is already waiting
+    /// when that error can arrive; queued one after the other, the error
+    /// sometimes came back first, found no command waiting, and a denied
+    /// channel was confirmed.
+    async fn subscribe_confirmed(&self, channel: &str) -> Result<(), fred::error::Error> {
+        let (subscribed, pinged) =
+            tokio::join!(self.subscribe_channel(channel), self.ping_behind(channel));
+        subscribed.and(pinged)
+    }
+
     /// PING behind a (S)SUBSCRIBE of `channel`, on the same connection: in
     /// a cluster, the connection to the node of the channel's slot; without
     /// sharded pub/sub, the node fred sends SUBSCRIBE to, which it picks by
     /// the slot of the client's id.
     async fn ping_behind(&self, channel: &str) -> Result<(), fred::error::Error> {
-        if self.clustered {
+        if self.clustered() {
             let routed_by = if self.sharded {
                 channel.as_bytes().to_vec()
             } else {
@@ -302,11 +315,6 @@ impl Registry {
         } else {
             self.bounded(self.subscriber.ping::<()>(None)).await
         }
-    }
-
-    /// The subscriber reconnected (called by the subscriber task first).
-    pub(crate) fn note_reconnect(&self) {
-        self.reconnects.fetch_add(1, SeqCst);
     }
 
     /// This client's id in the queue hashes.
@@ -435,6 +443,8 @@ impl Registry {
     /// overridden. If anything fails, they stay unconfirmed: their waiters
     /// subscribe again themselves, polling meanwhile.
     pub(crate) async fn resubscribe_all(&self) {
+        // A confirmation in flight may have gone to the old connection.
+        self.reconnects.fetch_add(1, SeqCst);
         let entries: Vec<(String, Arc<Entry>)> = self
             .map
             .iter()
@@ -457,10 +467,8 @@ impl Registry {
             // In a cluster each channel is confirmed on its own node; a
             // failure skips that channel only (its waiters subscribe again
             // themselves, polling meanwhile).
-            let outcome = if self.clustered {
-                let (subscribed, pinged) =
-                    tokio::join!(self.subscribe_channel(&channel), self.ping_behind(&channel));
-                subscribed.and(pinged)
+            let outcome = if self.clustered() {
+                self.subscribe_confirmed(&channel).await
             } else {
                 self.subscribe_channel(&channel).await
             };
@@ -473,7 +481,7 @@ impl Registry {
         if !resubscribed.is_empty() {
             // One PING behind all of them on a single server (in a cluster
             // each channel had its own).
-            let pinged = if self.clustered {
+            let pinged = if self.clustered() {
                 Ok(())
             } else {
                 self.bounded(self.subscriber.ping::<()>(None)).await
@@ -602,21 +610,11 @@ impl Waiter {
         // first, so a cleanup always undoes whatever reached Redis.
         *sub = true;
         let connection = registry.connection();
-        // A PING behind the SUBSCRIBE on the same connection answers only
-        // after Redis processed the SUBSCRIBE, and carries its error if it
-        // failed: fred resolves SUBSCRIBE itself when it writes it, so an
-        // error reply goes to the next command waiting for a reply. Both are
-        // queued in the same poll (`join!`), so the PING is already waiting
-        // when that error can arrive; queued one after the other, the error
-        // sometimes came back first, found no command waiting, and a denied
-        // channel was confirmed. Same connection: checked, since fred sends
-        // the PING on a new one if the old one died in between.
-        let (subscribed, pinged) = tokio::join!(
-            registry.subscribe_channel(&self.channel),
-            registry.ping_behind(&self.channel)
-        );
-        let confirmed = subscribed
-            .and(pinged)
+        // Same connection: checked, since fred sends the PING on a new one
+        // if the old one died in between.
+        let confirmed = registry
+            .subscribe_confirmed(&self.channel)
+            .await
             .and_then(|()| registry.same_connection(&connection));
         self.entry.hint().failed_at = confirmed.is_err().then(Instant::now);
         confirmed?;

@@ -65,14 +65,10 @@ pub(crate) fn spawn(
                 biased;
                 event = reconnects.recv() => match event {
                     Ok(server) => {
-                        registry.note_reconnect();
                         tracing::info!(%server, "relaylock: subscriber reconnected; resubscribing and waking every waiter");
                         registry.resubscribe_all().await;
                     }
-                    Err(RecvError::Lagged(_)) => {
-                        registry.note_reconnect();
-                        registry.resubscribe_all().await
-                    }
+                    Err(RecvError::Lagged(_)) => registry.resubscribe_all().await,
                     Err(RecvError::Closed) => break,
                 },
                 // Slots moved (migration, failover): sharded subscriptions
@@ -146,7 +142,6 @@ async fn follow_slots(subscriber: &SubscriberClient, registry: &Registry, limit:
         return;
     }
     if registry.channel_nodes() != before {
-        registry.note_reconnect();
         tracing::info!("relaylock: a subscribed slot moved; resubscribing and waking every waiter");
         registry.resubscribe_all().await;
     }

@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use fred::clients::Client;
+use fred::interfaces::ClientLike;
 use fred::types::scripts::Script;
 use fred::types::Value;
 use fred::util::redis_keyslot;
@@ -192,7 +193,6 @@ struct Entry {
 }
 
 /// One lock of a round.
-#[derive(Clone)]
 struct Item {
     id: u64,
     lock: String,
@@ -221,8 +221,6 @@ pub(crate) struct Watchdog {
     /// `Some(limit)` when the fred client enforces no command timeout itself.
     command_limit: Option<Duration>,
     side_retention_ms: u64,
-    /// Redis Cluster: one RENEW call per slot.
-    clustered: bool,
     entries: Mutex<HashMap<u64, Entry>>,
     next_id: AtomicU64,
     wake: Notify,
@@ -239,14 +237,12 @@ impl Watchdog {
         script: Script,
         command_limit: Option<Duration>,
         side_retention_ms: u64,
-        clustered: bool,
     ) -> Arc<Self> {
         Arc::new(Watchdog {
             redis,
             script,
             command_limit,
             side_retention_ms,
-            clustered,
             entries: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wake: Notify::new(),
@@ -392,7 +388,7 @@ impl Watchdog {
 
     /// One round: every item, in calls of at most `RENEW_BATCH` locks.
     async fn renew(self: Arc<Self>, mut items: Vec<Item>) -> Vec<Outcome> {
-        if !self.clustered {
+        if !self.redis.is_clustered() {
             let mut out = Vec::with_capacity(items.len());
             for chunk in items.chunks(RENEW_BATCH) {
                 out.extend(self.renew_chunk(chunk).await);
@@ -404,21 +400,27 @@ impl Watchdog {
         // one round trip after another.
         let slot = |it: &Item| redis_keyslot(it.lock.as_bytes());
         items.sort_by_key(slot);
-        let mut calls = Vec::new();
-        for same_slot in items.chunk_by(|a, b| slot(a) == slot(b)) {
-            for chunk in same_slot.chunks(RENEW_BATCH) {
-                let (dog, chunk) = (Arc::clone(&self), chunk.to_vec());
-                let ids: Vec<(u64, Duration, u64)> = chunk
-                    .iter()
-                    .map(|it| (it.id, it.lease, it.generation))
-                    .collect();
-                calls.push((
-                    ids,
-                    tokio::spawn(async move { dog.renew_chunk(&chunk).await }),
-                ));
+        let total = items.len();
+        let mut chunks: Vec<Vec<Item>> = Vec::new();
+        for it in items {
+            match chunks.last_mut() {
+                Some(c) if c.len() < RENEW_BATCH && slot(&c[0]) == slot(&it) => c.push(it),
+                _ => chunks.push(vec![it]),
             }
         }
-        let mut out = Vec::with_capacity(items.len());
+        let mut calls = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            let ids: Vec<(u64, Duration, u64)> = chunk
+                .iter()
+                .map(|it| (it.id, it.lease, it.generation))
+                .collect();
+            let dog = Arc::clone(&self);
+            calls.push((
+                ids,
+                tokio::spawn(async move { dog.renew_chunk(&chunk).await }),
+            ));
+        }
+        let mut out = Vec::with_capacity(total);
         for (ids, call) in calls {
             match call.await {
                 Ok(outcomes) => out.extend(outcomes),
