@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
@@ -13,15 +12,17 @@ use relaylock::{Error, LockClient, LockOptions, MAX_KEY_LEN, MAX_LEASE};
 use support::RedisServer;
 
 struct World {
-    runtime: tokio::runtime::Runtime,
-    server: RedisServer,
     client: LockClient,
+    server: RedisServer,
+    runtime: tokio::runtime::Runtime,
 }
 
-/// One server and one client for every case of this binary.
-fn world() -> &'static World {
-    static WORLD: OnceLock<World> = OnceLock::new();
-    WORLD.get_or_init(|| {
+thread_local! {
+    /// One server and one client for every case of a test. Thread-local,
+    /// not a static: proptest runs a test's cases on its thread, and the
+    /// world (its redis-server with it) is dropped when that thread ends. A
+    /// static is never dropped and left its redis-server running.
+    static WORLD: World = {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -32,11 +33,15 @@ fn world() -> &'static World {
             .block_on(LockClient::connect(&server.url()))
             .expect("connect");
         World {
-            runtime,
-            server,
             client,
+            server,
+            runtime,
         }
-    })
+    };
+}
+
+fn with_world<R>(f: impl FnOnce(&World) -> R) -> R {
+    WORLD.with(f)
 }
 
 fn keys() -> impl Strategy<Value = String> {
@@ -78,8 +83,7 @@ proptest! {
     /// try_lock, extend and release with any key and lease.
     #[test]
     fn keys_and_leases(key in keys(), lease in durations(), extend in durations()) {
-        let w = world();
-        w.runtime.block_on(async {
+        with_world(|w| w.runtime.block_on(async {
             let r = w.client.try_lock_with(&key, LockOptions::default().lease(lease)).await;
             if !(key_ok(&key) && lease_ok(lease)) {
                 prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
@@ -104,15 +108,14 @@ proptest! {
                 released
             );
             Ok(())
-        })?;
+        }))?;
     }
 
     /// lock_with with any wait limit (zero, huge, `Duration::MAX`) on a free
     /// key acquires at once; with_lock runs and releases.
     #[test]
     fn waits(key in keys(), wait in durations()) {
-        let w = world();
-        w.runtime.block_on(async {
+        with_world(|w| w.runtime.block_on(async {
             let started = Instant::now();
             let r = w.client.lock_with(&key, LockOptions::default().wait(wait)).await;
             if !key_ok(&key) {
@@ -128,15 +131,14 @@ proptest! {
                 .unwrap();
             prop_assert!(v > 0);
             Ok(())
-        })?;
+        }))?;
     }
 
     /// min_replicas with any count and timeout: a typed error either way
     /// (this server has no replica).
     #[test]
     fn replica_settings(replicas in prop_oneof![Just(0u32), Just(1), Just(u32::MAX), 2u32..5], timeout in durations()) {
-        let w = world();
-        w.runtime.block_on(async {
+        with_world(|w| w.runtime.block_on(async {
             // Keep the valid cases short: WAIT then waits its whole timeout.
             let timeout = if timeout > Duration::from_millis(50) && timeout <= Duration::from_secs(3600) {
                 Duration::from_millis(50)
@@ -156,7 +158,7 @@ proptest! {
                 prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
             }
             Ok(())
-        })?;
+        }))?;
     }
 }
 
@@ -168,11 +170,10 @@ proptest! {
     fn urls(url in prop_oneof![
         "\\PC{0,30}",
         "(redis|rediss|valkey|redis-sentinel|redis-cluster|http)://[a-z0-9.:@/%?=]{0,24}",
-        (0u32..40).prop_map(|db| format!("redis://127.0.0.1:{}/{db}", world().server.port)),
+        (0u32..40).prop_map(|db| format!("redis://127.0.0.1:{}/{db}", with_world(|w| w.server.port))),
         (0u32..70000).prop_map(|p| format!("redis://127.0.0.1:{p}")),
     ]) {
-        let w = world();
-        w.runtime.block_on(async {
+        with_world(|w| w.runtime.block_on(async {
             let started = Instant::now();
             let r = LockClient::builder()
                 .url(url.clone())
@@ -190,7 +191,7 @@ proptest! {
                 Err(e) => prop_assert!(false, "{url}: unexpected {e:?}"),
             }
             Ok(())
-        })?;
+        }))?;
     }
 }
 
