@@ -107,7 +107,7 @@ pub(crate) async fn lock(
     key: &str,
     options: &LockOptions,
 ) -> Result<LockGuard> {
-    let call = Call::new(inner, key, options).await?;
+    let call = Call::new(inner, key, options)?;
     let deadline = options.wait.map(|w| call.started.checked_add(w));
     let outcome = match (deadline, inner.strategy) {
         // wait(0): exactly one try
@@ -137,7 +137,7 @@ pub(crate) async fn try_lock(
     key: &str,
     options: &LockOptions,
 ) -> Result<Option<LockGuard>> {
-    let call = Call::new(inner, key, options).await?;
+    let call = Call::new(inner, key, options)?;
     match call.attempt(None).await? {
         Attempt::Acquired(fence, sent) => {
             if let Err(e) = call.replicated(fence).await {
@@ -178,7 +178,7 @@ fn expired(deadline: Option<Instant>) -> bool {
 }
 
 impl<'a> Call<'a> {
-    async fn new(inner: &'a Arc<Inner>, key: &'a str, options: &'a LockOptions) -> Result<Self> {
+    fn new(inner: &'a Arc<Inner>, key: &'a str, options: &'a LockOptions) -> Result<Self> {
         inner.check_key(key)?;
         let lease = options.lease.unwrap_or(inner.default_lease);
         let lease_ms = validate_lease(lease)?;
@@ -247,19 +247,11 @@ impl<'a> Call<'a> {
         let checkout = self.inner.replica_connection().await?;
         let conn = checkout.client();
         let names = &self.names;
-        let keys = vec![names.lock.as_str(), names.side.as_str()];
-        let args: Vec<Value> = vec![
-            (self.inner.side_retention_ms as i64).into(),
-            "0".into(), // always write: the write WAIT waits for
-            self.token.as_str().into(),
-            (self.lease_ms as i64).into(),
-        ];
-        let renew = self
+        // Not grow-only, so it always writes: the write WAIT waits for.
+        let renewed = self
             .inner
-            .scripts
-            .renew
-            .evalsha_with_reload(conn, keys, args);
-        let renewed: Vec<i64> = self.inner.bounded(renew).await?;
+            .set_lease(conn, names, &self.token, self.lease_ms)
+            .await?;
         if renewed != [1] {
             return Err(Error::LockLost);
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use fred::clients::{Client, Pool, SubscriberClient};
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::config::{Config, ReconnectPolicy};
-use fred::types::Builder;
+use fred::types::{Builder, Value};
 use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 use tokio::task::JoinHandle;
 
@@ -111,6 +111,28 @@ impl Inner {
             None => Ok(command.await?),
             Some(limit) => Ok(crate::error::bounded(limit, command).await?),
         }
+    }
+
+    /// Set the remaining lease of the lock `names` to `lease_ms` if it holds
+    /// `token` (one-lock [`RENEW`](crate::scripts::RENEW), also when that
+    /// shortens it), on `conn`. The script's reply: `[1]` set, `[0]` gone,
+    /// `[-1]` another token.
+    pub(crate) async fn set_lease(
+        &self,
+        conn: &Client,
+        names: &Names,
+        token: &str,
+        lease_ms: u64,
+    ) -> Result<Vec<i64>> {
+        let keys = vec![names.lock.as_str(), names.side.as_str()];
+        let args: Vec<Value> = vec![
+            (self.side_retention_ms as i64).into(),
+            "0".into(), // not grow-only
+            token.into(),
+            (lease_ms as i64).into(),
+        ];
+        self.bounded(self.scripts.renew.evalsha_with_reload(conn, keys, args))
+            .await
     }
 
     /// How long one command may take (relaylock's setting).

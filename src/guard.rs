@@ -183,18 +183,10 @@ impl LockGuard {
     /// untouched. Safe to retry.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         let lease_ms = validate_lease(lease)?;
-        let keys = vec![self.names.lock.as_str(), self.names.side.as_str()];
-        let args: Vec<Value> = vec![
-            (self.inner.side_retention_ms as i64).into(),
-            "0".into(), // set, also when shorter
-            self.token.as_str().into(),
-            (lease_ms as i64).into(),
-        ];
-        let script = &self.inner.scripts.renew;
         let sent = Instant::now();
-        let reply: Vec<i64> = self
+        let reply = self
             .inner
-            .bounded(script.evalsha_with_reload(&self.inner.redis, keys, args))
+            .set_lease(&self.inner.redis, &self.names, &self.token, lease_ms)
             .await?;
         match reply.as_slice() {
             [1] => {
