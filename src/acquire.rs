@@ -31,10 +31,10 @@ use metrics::SharedString;
 
 use crate::client::Inner;
 use crate::error::{Error, Result};
-use crate::guard::{release, release_in_background, LockGuard};
+use crate::guard::{release, release_in_background, LockGuard, State};
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
-use crate::registry::Waiter;
+use crate::registry::{NotSubscribed, PollerRole, Waiter};
 use crate::scripts::{Names, HANDOFF_GRACE_MS};
 use crate::watchdog::Lease;
 
@@ -42,19 +42,15 @@ use crate::watchdog::Lease;
 /// record the next holder's lease before another local waiter may probe.
 const PROBE_SLICE: Duration = Duration::from_millis(50);
 
+/// A timer that never fires in practice (a disabled `select!` branch).
+const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// While a channel's subscription cannot be confirmed (subscriber connection
-/// down or silent, ACL forbids the channel), ONE local waiter per key
-/// re-checks this often: under half the hand-over grace, so a lock reserved
-/// for this client is taken before the reservation lapses.
+/// down or silent, ACL forbids the channel), ONE local waiter per key (the
+/// poller) re-checks this often: under half the hand-over grace, so a lock
+/// reserved for this client is taken before the reservation lapses. The
+/// other waiters of the key sleep until the role is handed on to them.
 const DEGRADED_POLL: Duration = Duration::from_millis(HANDOFF_GRACE_MS / 2);
-
-/// ... and the other waiters of the key wake this often, to take over the
-/// polling when the poller leaves.
-const DEGRADED_IDLE: Duration = Duration::from_millis(250);
-
-/// While degraded, a waiter tries to subscribe again at most this often, in
-/// the background of its polling.
-const DEGRADED_RESUBSCRIBE: Duration = Duration::from_secs(1);
 
 /// What one acquire script call found.
 enum Attempt {
@@ -311,7 +307,7 @@ impl<'a> Call<'a> {
             lease: self.lease,
             lease_state,
             watch,
-            done: false,
+            state: State::Held,
         }
     }
 
@@ -345,6 +341,7 @@ impl<'a> Call<'a> {
             names.channel.as_str().into(),
             queued.into(),
             self.inner.registry.publish_command().into(),
+            (self.inner.side_retention_ms as i64).into(),
         ];
         // An acquire script whose outcome we never learn (future dropped,
         // reply lost, timeout) may have taken the lock: release that token.
@@ -372,7 +369,12 @@ impl<'a> Call<'a> {
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
         match acquire_reply(&reply, self.inner.default_lease)? {
-            AcquireReply::Acquired(fence) => Ok(Attempt::Acquired(fence, sent)),
+            AcquireReply::Acquired(fence) => {
+                if let Some(w) = queue {
+                    w.note_acquired(sent, self.lease);
+                }
+                Ok(Attempt::Acquired(fence, sent))
+            }
             AcquireReply::Held(pttl) => {
                 if let Some(w) = queue {
                     // The try queued this client; every local waiter now knows
@@ -405,7 +407,7 @@ impl<'a> Call<'a> {
 
     /// Subscribe (bounded by the deadline); `Ok(true)` when the subscription
     /// was already confirmed, `Ok(false)` when this call confirmed it, `Err`
-    /// when it could not be confirmed (degraded: poll every DEGRADED_POLL).
+    /// when it could not be confirmed (degraded: one waiter polls).
     async fn subscribe(
         &self,
         waiter: &Waiter,
@@ -418,10 +420,23 @@ impl<'a> Call<'a> {
                 Err(_) => return Err(()),
             },
         };
-        outcome.map_err(|e| {
-            tracing::warn!(error = %e, key = %self.names.lock,
-                "relaylock: could not subscribe to the release channel; polling every {DEGRADED_POLL:?} meanwhile");
+        outcome.map_err(|e| match e {
+            NotSubscribed::Failed(e) => tracing::warn!(error = %e, key = %self.names.lock,
+                "relaylock: could not subscribe to the release channel; one waiter polls every {DEGRADED_POLL:?} meanwhile"),
+            NotSubscribed::FailedRecently => {}
         })
+    }
+
+    /// One try by a registered waiter. If it fails or is dropped before its
+    /// outcome is known, the duty to re-check passes to the next local waiter
+    /// (it may hold a wake-up, or be the one whose try the others rely on).
+    async fn try_passing_on(&self, waiter: &Waiter) -> Result<Attempt> {
+        let baton = OnDrop(Some(|| waiter.pass_on()));
+        let attempt = self.attempt(Some(waiter)).await;
+        if attempt.is_ok() {
+            baton.disarm();
+        }
+        attempt
     }
 
     async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<(u64, Instant)> {
@@ -439,7 +454,7 @@ impl<'a> Call<'a> {
         // an idle key).
         let (mut waiter, queued) = registry.join(channel);
         if !queued {
-            if let Attempt::Acquired(fence, sent) = self.attempt(Some(&waiter)).await? {
+            if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
                 return Ok((fence, sent));
             }
             if expired(deadline) {
@@ -451,29 +466,23 @@ impl<'a> Call<'a> {
         // sleeping: a release published before the confirmation reached nobody,
         // and that one try observes it for every local waiter. A release after
         // the confirmation wakes some local waiter (or leaves a permit). A
-        // queued newcomer tries first only if no local waiter knows the
-        // holder's lease yet, and then only one of them (the probe claim).
-        // A channel whose subscription just failed is polled at once; the
-        // next attempt runs beside the polling (below).
-        let mut confirmed = if waiter.failed_recently(DEGRADED_RESUBSCRIBE) {
-            Err(())
-        } else {
-            self.subscribe(&waiter, deadline).await
+        // queued newcomer tries first only if the re-check is due (or nothing
+        // is known yet), and then only one of them (the probe claim). When
+        // the subscription cannot be confirmed, the poller (below) re-checks.
+        let mut must_try = match self.subscribe(&waiter, deadline).await {
+            Ok(false) => true,
+            Ok(true) => queued && waiter.claim_probe(PROBE_SLICE),
+            Err(()) => false,
         };
-        let mut must_try = confirmed != Ok(true) || (queued && waiter.claim_probe(PROBE_SLICE));
-        // While degraded: a subscription attempt running beside the polling
-        // (it may take a command timeout on a silent connection).
+        // While degraded: the polling role, and the poller's subscription
+        // attempt running beside its polling (it may take a command timeout
+        // on a silent connection).
+        let mut role: Option<PollerRole> = None;
         let mut resubscribe: Option<Pin<Box<dyn Future<Output = _> + Send + '_>>> = None;
-        let mut last_subscribe = Instant::now();
 
         loop {
             if must_try {
-                // A waiter that leaves during its try (cancelled, error) hands
-                // the duty to re-check to the next local waiter.
-                let baton = OnDrop(Some(|| waiter.pass_on()));
-                let attempt = self.attempt(Some(&waiter)).await?;
-                baton.disarm();
-                if let Attempt::Acquired(fence, sent) = attempt {
+                if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
                     return Ok((fence, sent));
                 }
             }
@@ -481,21 +490,34 @@ impl<'a> Call<'a> {
                 return Err(Error::Timeout);
             }
 
-            // Sleep until a release message, a reconnect, or the end of the
-            // holder's lease as the latest local try saw it. A newer, earlier
-            // estimate (another local waiter saw a shorter lease) wakes us to
-            // recompute the bound.
-            let moved = waiter.hint_moved();
-            let mut bound = waiter.until_expiry().unwrap_or(PROBE_SLICE);
-            if confirmed.is_err() {
-                bound = bound.min(if must_try {
-                    DEGRADED_POLL
-                } else {
-                    DEGRADED_IDLE
-                });
+            // Sleep until a release message, a reconnect, or the next
+            // re-check: the end of the current holder's lease as this client
+            // last learned it (or its own re-check). A newer, earlier
+            // estimate wakes us to recompute the bound.
+            //
+            // Degraded (subscription not confirmed): one waiter holds the
+            // polling role and polls every DEGRADED_POLL; the others wait,
+            // without a time bound of their own, until the role is handed
+            // on, so a degraded key costs the same whatever its number of
+            // waiters.
+            let degraded = !waiter.is_confirmed();
+            if !degraded {
+                role = None;
+                resubscribe = None;
+            } else if role.is_none() {
+                role = waiter.take_poller_role();
             }
+            let moved = waiter.estimate_moved();
+            let freed = waiter.poller_freed();
+            let mut bound = if !degraded {
+                Some(waiter.until_due().unwrap_or(PROBE_SLICE))
+            } else if role.is_some() {
+                Some(waiter.until_poll())
+            } else {
+                None
+            };
             if let Some(left) = remaining(deadline) {
-                bound = bound.min(left);
+                bound = Some(bound.map_or(left, |b| b.min(left)));
             }
             let cause = tokio::select! {
                 biased;
@@ -503,17 +525,20 @@ impl<'a> Call<'a> {
                 _ = &mut reconnect => WakeCause::Reconnect,
                 outcome = async { resubscribe.as_mut().expect("checked").await }, if resubscribe.is_some() => {
                     resubscribe = None;
-                    confirmed = outcome;
                     // This call confirmed it: a release published before that
                     // reached nobody, so try once.
-                    must_try = confirmed == Ok(false);
+                    must_try = outcome == Ok(false);
                     continue;
                 }
                 _ = moved => {
                     must_try = false;
                     continue;
                 }
-                _ = tokio::time::sleep(bound) => WakeCause::Ttl,
+                _ = freed, if degraded && role.is_none() => {
+                    must_try = false;
+                    continue;
+                }
+                _ = tokio::time::sleep(bound.unwrap_or(FOREVER)), if bound.is_some() => WakeCause::Ttl,
             };
             must_try = match cause {
                 WakeCause::Message => {
@@ -523,30 +548,24 @@ impl<'a> Call<'a> {
                 WakeCause::Reconnect => {
                     reconnect.set(registry.reconnected());
                     // The subscriber task re-subscribed before waking us; if
-                    // that failed, poll (degraded) until a retry succeeds.
-                    if !waiter.is_confirmed() {
-                        confirmed = Err(());
-                    }
-                    // A new attempt, replacing one still running: that one
-                    // went to the old connection (dropping it is safe).
-                    resubscribe = Some(Box::pin(self.subscribe(&waiter, deadline)));
-                    last_subscribe = Instant::now();
+                    // that failed, the key is degraded and its poller
+                    // subscribes again beside its polling.
                     true
                 }
                 WakeCause::Ttl => {
                     if expired(deadline) {
                         return Err(Error::Timeout);
                     }
-                    if confirmed.is_err() {
-                        if resubscribe.is_none() && last_subscribe.elapsed() >= DEGRADED_RESUBSCRIBE
-                        {
+                    if degraded {
+                        // Only the poller sleeps on a timer here.
+                        if resubscribe.is_none() && waiter.subscribe_due() {
                             resubscribe = Some(Box::pin(self.subscribe(&waiter, deadline)));
-                            last_subscribe = Instant::now();
                         }
                         waiter.claim_poll(DEGRADED_POLL)
                     } else {
-                        // The lease ran out without a message (holder died, or
-                        // the message was lost): one local waiter probes.
+                        // The re-check is due without a message (holder died,
+                        // message lost, or this client's periodic re-check):
+                        // one local waiter probes.
                         waiter.claim_probe(PROBE_SLICE)
                     }
                 }

@@ -175,6 +175,7 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.registry.close();
         self.subscriber_task.abort();
         self.watchdog_task.abort();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
@@ -303,7 +304,8 @@ impl LockClient {
     /// it for display only.
     pub async fn is_locked(&self, key: &str) -> Result<bool> {
         self.inner.check_key(key)?;
-        let n: i64 = self.inner.redis.exists(self.inner.names(key).lock).await?;
+        let exists = self.inner.redis.exists(self.inner.names(key).lock);
+        let n: i64 = self.inner.bounded(exists).await?;
         Ok(n > 0)
     }
 

@@ -2,7 +2,10 @@
 //! token, extension and release.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use fred::types::Value;
@@ -60,8 +63,20 @@ pub struct LockGuard {
     /// The watchdog id, once the watchdog looks after this lock (at once for
     /// a renewed lock, on first `lost`/`lost_token` for a fixed one).
     pub(crate) watch: OnceLock<u64>,
-    /// Released (or known lost): dropping does nothing more.
-    pub(crate) done: bool,
+    /// Where the guard is in its life; decides what dropping it does.
+    pub(crate) state: State,
+}
+
+/// The life of a guard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Held: dropping releases in the background.
+    Held,
+    /// `release()` is running: dropping its future releases in the
+    /// background (the script may not have been sent yet).
+    Releasing,
+    /// Released: dropping does nothing more.
+    Done,
 }
 
 impl fmt::Debug for LockGuard {
@@ -184,13 +199,24 @@ impl LockGuard {
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         let lease_ms = validate_lease(lease)?;
         let sent = Instant::now();
-        let reply = self
+        // A shorter lease counts from now on, before the reply: the call may
+        // run in Redis even if its outcome never reaches us.
+        let generation = self.lease_state.extending(sent, lease);
+        if self.watch.get().is_some() {
+            self.inner.watchdog.replan();
+        }
+        let call = self
             .inner
-            .set_lease(&self.inner.redis, &self.names, &self.token, lease_ms)
-            .await?;
+            .set_lease(&self.inner.redis, &self.names, &self.token, lease_ms);
+        let reply = Tracked {
+            call: Box::pin(call),
+            lease: &self.lease_state,
+            generation,
+        }
+        .await?;
         match reply.as_slice() {
             [1] => {
-                self.lease_state.extended(sent, lease);
+                self.lease_state.extended(generation, sent, lease);
                 if self.watch.get().is_some() {
                     // The watchdog planned with the old lease.
                     self.inner.watchdog.replan();
@@ -212,10 +238,13 @@ impl LockGuard {
     /// of a new owner is never touched. A release replayed by the client after
     /// a lost reply is recognised as ours and does not report a false loss.
     pub async fn release(mut self) -> Result<()> {
-        self.done = true;
         self.close();
         m::held(self.name.as_ref(), self.acquired_at.elapsed());
+        // Dropped from here until the outcome is known, `Drop` releases in
+        // the background (a repeated release is recognised as ours).
+        self.state = State::Releasing;
         let outcome = release(&self.inner, &self.names, &self.token, Some(self.fence)).await;
+        self.state = State::Done;
         account(self.name.as_ref(), &outcome, Some(&self.lease_state));
         match outcome? {
             Released::Now | Released::Already => Ok(()),
@@ -224,13 +253,40 @@ impl LockGuard {
     }
 }
 
+/// An `extend` call's future, which reports to the lease record when it
+/// ends without a confirmed outcome (see `Lease::extend_abandoned`).
+struct Tracked<'a, F> {
+    call: Pin<Box<F>>,
+    lease: &'a Lease,
+    generation: u64,
+}
+
+impl<F: Future> Future for Tracked<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.call.as_mut().poll(cx)
+    }
+}
+
+impl<F> Drop for Tracked<'_, F> {
+    fn drop(&mut self) {
+        // Every command the call queued was queued before now. A success
+        // settles the record right after this (`Lease::extended`).
+        self.lease.extend_abandoned(self.generation, Instant::now());
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.done {
-            return;
+        match self.state {
+            State::Done => return,
+            State::Releasing => {}
+            State::Held => {
+                self.close();
+                m::held(self.name.as_ref(), self.acquired_at.elapsed());
+            }
         }
-        self.close();
-        m::held(self.name.as_ref(), self.acquired_at.elapsed());
         let names = std::mem::replace(&mut self.names, Names::new("", ""));
         release_in_background(
             Arc::clone(&self.inner),
@@ -283,9 +339,11 @@ pub(crate) async fn release(
         void.as_str(),
         names.queue.as_str(),
     ];
-    // With local waiters left, this client queues again behind the others.
+    // With local waiters left, this client queues again behind the others;
+    // `requeued` lives until the outcome is known (see `Registry::requeue`).
     let registry = &inner.registry;
-    let requeue = if registry.has_waiters(&names.channel) {
+    let requeued = registry.requeue(&names.channel);
+    let requeue = if requeued.is_some() {
         registry.client_id()
     } else {
         ""

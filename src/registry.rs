@@ -10,7 +10,12 @@
 //!   (after [`linger`](crate::LockClientBuilder::unsubscribe_linger), so a
 //!   key in steady use is not resubscribed on every hand-over).
 //! * The race of the last waiter leaving while a new one arrives leaks nothing
-//!   and strands nobody: see [`Registry::cleanup`].
+//!   and strands nobody: see [`Registry::linger_then_unsubscribe`]. At most
+//!   one clean-up task runs per key, however often its last waiter leaves.
+//! * What the waiters of a key know of its holder is shared ([`Estimate`]):
+//!   the CURRENT holder's lease end, as the newest observation says (a try's
+//!   `PTTL`, a `t:<lease>` message, a local acquisition), so no waiter
+//!   sleeps past it on an earlier holder's longer lease.
 //! * A release message wakes ONE local waiter ([`Notify::notify_one`], which
 //!   stores a permit when nobody is parked yet, so a message arriving between a
 //!   failed try and the wait is not lost). A reconnect or a lagged message
@@ -51,19 +56,29 @@ pub(crate) struct Entry {
     /// Every SUBSCRIBE/UNSUBSCRIBE of this channel happens under this mutex,
     /// so they reach Redis in the order the registry decided them.
     subscribed: Mutex<bool>,
-    /// When the current holder's lease is known to end. Written by every
-    /// failed try, newest observation wins; claimed by the one waiter that
-    /// probes when it passes.
-    hint: std::sync::Mutex<Hint>,
-    /// Woken (`notify_waiters`) when the hint moves EARLIER, so sleepers
-    /// bounded by an older, longer lease recompute their bound.
-    hint_moved: Notify,
+    /// What this client knows of the holder's lease (see [`Estimate`]).
+    estimate: std::sync::Mutex<Estimate>,
+    /// Woken (`notify_waiters`) when the next re-check moves EARLIER, or the
+    /// channel's subscription was confirmed after a failure, so sleepers
+    /// recompute how long (and in which mode) they wait.
+    estimate_moved: Notify,
     /// True once a try of this client registered it in the queue hash; the
     /// last local waiter to leave takes it out again.
     queued: AtomicBool,
+    /// Release scripts of this client in flight that may queue it again
+    /// (see [`Registry::requeue`]).
+    requeues: AtomicUsize,
     /// Counts the messages of this key's channel, so a grace timer can tell
     /// whether anything was announced after it started.
     announcements: AtomicU64,
+    /// While the subscription cannot be confirmed, ONE local waiter holds
+    /// this role and polls; the others sleep until it is handed on.
+    poller: AtomicBool,
+    /// Notified (one permit) when the polling role is free again.
+    poller_freed: Notify,
+    /// When the lingering subscription may end; `Some` while the one
+    /// clean-up task of this entry runs (see [`Registry::linger_then_unsubscribe`]).
+    linger_until: std::sync::Mutex<Option<Instant>>,
 }
 
 /// What a message on a lock's channel announces.
@@ -98,12 +113,22 @@ pub(crate) fn expiry_after(at: Instant, lease: Duration) -> Instant {
     at + lease.min(crate::MAX_LEASE)
 }
 
-/// The shared estimate of when the holder's lease ends.
+/// What the local waiters of a key know of its holder, shared by all of
+/// them.
 #[derive(Debug, Default)]
-struct Hint {
-    /// When the try that produced `expiry` was sent.
+struct Estimate {
+    /// When the newest observation of the holder's lease was made (a try
+    /// sent, a `t:` message received, a local acquisition sent).
     seen: Option<Instant>,
+    /// When the CURRENT holder's lease ends, as the newest observation says.
     expiry: Option<Instant>,
+    /// When the newest try of this client was sent.
+    own_seen: Option<Instant>,
+    /// When the lease that this client's own newest try saw ends: by then
+    /// one local waiter tries again even while other clients keep handing
+    /// the lock to each other, so a client that fell out of the queue
+    /// queues again.
+    recheck: Option<Instant>,
     /// While the channel is degraded (not confirmed): when the next poll of
     /// the lock may start.
     poll_at: Option<Instant>,
@@ -112,9 +137,20 @@ struct Hint {
     failed_at: Option<Instant>,
 }
 
+impl Estimate {
+    /// The next moment a local waiter must re-check: the earlier of the
+    /// holder's lease end and this client's own re-check.
+    fn due(&self) -> Option<Instant> {
+        match (self.expiry, self.recheck) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 impl Entry {
-    fn hint(&self) -> std::sync::MutexGuard<'_, Hint> {
-        self.hint.lock().unwrap_or_else(|p| p.into_inner())
+    fn estimate(&self) -> std::sync::MutexGuard<'_, Estimate> {
+        self.estimate.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn new() -> Self {
@@ -123,44 +159,47 @@ impl Entry {
             count: AtomicUsize::new(0),
             confirmed: AtomicBool::new(false),
             subscribed: Mutex::new(false),
-            hint: std::sync::Mutex::new(Hint::default()),
-            hint_moved: Notify::new(),
+            estimate: std::sync::Mutex::new(Estimate::default()),
+            estimate_moved: Notify::new(),
             queued: AtomicBool::new(false),
+            requeues: AtomicUsize::new(0),
             announcements: AtomicU64::new(0),
+            poller: AtomicBool::new(false),
+            poller_freed: Notify::new(),
+            linger_until: std::sync::Mutex::new(None),
         }
     }
 
-    /// Record that the lock is taken until `pttl` after `sent` (see
-    /// [`Waiter::note_pttl`]).
-    fn note_expiry(&self, sent: Instant, pttl: Duration) {
-        let expiry = expiry_after(sent, pttl) + Duration::from_millis(1);
+    fn linger_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.linger_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Record that the lock is held until `lease` after `seen` (an
+    /// observation made at `seen`). The newest observation wins, whether it
+    /// moves the end earlier or later: it describes the current holder. An
+    /// `own` observation (this client's try or acquisition) also sets the
+    /// client's re-check. Sleepers are woken when the next re-check moved
+    /// earlier.
+    fn observe(&self, seen: Instant, lease: Duration, own: bool) {
+        let end = expiry_after(seen, lease) + Duration::from_millis(1);
         let moved_earlier = {
-            let mut hint = self.hint.lock().unwrap_or_else(|p| p.into_inner());
-            if hint.seen.is_some_and(|seen| seen > sent) {
-                return;
+            let mut e = self.estimate();
+            let before = e.due();
+            if e.seen.is_none_or(|s| s <= seen) {
+                e.seen = Some(seen);
+                e.expiry = Some(end);
             }
-            let earlier = hint.expiry.is_none_or(|e| expiry < e);
-            hint.seen = Some(sent);
-            hint.expiry = Some(expiry);
-            earlier
+            if own && e.own_seen.is_none_or(|s| s <= seen) {
+                e.own_seen = Some(seen);
+                e.recheck = Some(end);
+            }
+            match (before, e.due()) {
+                (Some(b), Some(a)) => a < b,
+                _ => false,
+            }
         };
         if moved_earlier {
-            self.hint_moved.notify_waiters();
-        }
-    }
-
-    /// Another client took a reservation with this lease. Sets the estimate
-    /// only when none is known: a known one (even one already past) stays,
-    /// so every waiting client probes once its last observed lease has ended
-    /// and queues again if it somehow fell out of the queue, even while
-    /// other clients keep handing the lock to each other. (The message's
-    /// main effect is the new generation, which stops the grace timer.)
-    fn note_taken(&self, lease: Duration) {
-        let mut hint = self.hint.lock().unwrap_or_else(|p| p.into_inner());
-        if hint.expiry.is_none() {
-            let now = Instant::now();
-            hint.seen = Some(now);
-            hint.expiry = Some(expiry_after(now, lease));
+            self.estimate_moved.notify_waiters();
         }
     }
 }
@@ -185,6 +224,8 @@ pub(crate) struct Registry {
     reconnects: AtomicU64,
     /// Sharded pub/sub (SSUBSCRIBE/SPUBLISH): Redis Cluster on Redis 7+.
     sharded: bool,
+    /// The client is gone: clean-up tasks stop retrying.
+    closed: AtomicBool,
 }
 
 /// Which subscriber connection a command went to, as far as can be told:
@@ -215,6 +256,7 @@ impl Registry {
             command_timeout,
             reconnects: AtomicU64::new(0),
             sharded,
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -328,14 +370,6 @@ impl Registry {
         !self.map.is_empty()
     }
 
-    /// Whether local tasks are registered for `channel` (a releasing client
-    /// with waiters queues again behind the other clients).
-    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
-        self.map
-            .get(channel)
-            .is_some_and(|e| e.count.load(SeqCst) > 0)
-    }
-
     /// Run a command, bounded by the command timeout whatever the fred
     /// client's own settings.
     async fn bounded<T>(
@@ -401,7 +435,7 @@ impl Registry {
                     }
                 });
             }
-            Announcement::Taken(lease) => e.note_taken(lease),
+            Announcement::Taken(lease) => e.observe(Instant::now(), lease, false),
         }
     }
 
@@ -474,8 +508,11 @@ impl Registry {
             };
             match outcome {
                 Ok(()) => resubscribed.push(entry.clone()),
-                Err(e) => tracing::warn!(error = %e, %channel,
-                    "relaylock: resubscribe failed; its waiters subscribe again themselves"),
+                Err(e) => {
+                    entry.estimate().failed_at = Some(Instant::now());
+                    tracing::warn!(error = %e, %channel,
+                        "relaylock: resubscribe failed; its waiters subscribe again themselves");
+                }
             }
         }
         if !resubscribed.is_empty() {
@@ -492,6 +529,7 @@ impl Registry {
                         let sub = entry.subscribed.lock().await;
                         if *sub {
                             entry.confirmed.store(true, SeqCst);
+                            entry.estimate().failed_at = None;
                         }
                     }
                 }
@@ -505,29 +543,61 @@ impl Registry {
         self.wake_all();
     }
 
-    /// The last-waiter-left path, run in the background.
+    /// The client is going away: clean-up tasks stop retrying.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, SeqCst);
+    }
+
+    /// A release script of this client is about to be sent for `channel`.
+    /// When local tasks still wait for the key, returns a [`Requeue`]: the
+    /// script should queue this client again, and the returned value must
+    /// live until the script's outcome is known (or abandoned). `None`: no
+    /// local waiter, do not queue again.
     ///
-    /// The race with a newcomer is closed by two rules:
-    /// 1. `confirmed` is cleared BEFORE `count` is read (both SeqCst), and a
-    ///    newcomer raises `count` BEFORE it reads `confirmed`. So either the
-    ///    newcomer sees `confirmed == false` and goes through the mutex (where
-    ///    it waits for this cleanup and subscribes again if it unsubscribed),
-    ///    or this cleanup sees `count > 0` and keeps the subscription.
-    /// 2. The entry leaves the map only after the UNSUBSCRIBE was handed to the
-    ///    subscriber connection, and only if still unused (checked under the
-    ///    map's shard lock, where `join` raises `count`). A newcomer after the
-    ///    removal makes a new entry whose SUBSCRIBE is sent after that
-    ///    UNSUBSCRIBE on the same connection.
-    async fn cleanup(self: Arc<Self>, channel: String, entry: Arc<Entry>) {
-        // Leave the key's queue at once (no linger): a client still queued
-        // without waiters would be handed the lock and let it idle for the
-        // grace period. A waiter arriving meanwhile queues again on its try.
-        if entry.count.load(SeqCst) == 0 && entry.queued.swap(false, SeqCst) {
-            let queue = Names::queue_of_channel(&channel);
-            let leave = self
+    /// While a requeue is in flight, the last local waiter to leave does not
+    /// take the client out of the queue (its `HDEL` could run before the
+    /// script's `HSET`, leaving a client queued with nobody waiting); the
+    /// [`Requeue`] does it when dropped if nobody waits by then.
+    pub(crate) fn requeue(self: &Arc<Self>, channel: &str) -> Option<Requeue> {
+        let entry = Arc::clone(self.map.get(channel)?.value());
+        entry.requeues.fetch_add(1, SeqCst);
+        if entry.count.load(SeqCst) == 0 {
+            entry.requeues.fetch_sub(1, SeqCst);
+            // The last waiter may have left between the two lines above and
+            // seen our count: the queue clean-up is ours then.
+            self.leave_queue_if_idle(channel, &entry);
+            return None;
+        }
+        Some(Requeue {
+            registry: Arc::clone(self),
+            channel: channel.to_owned(),
+            entry,
+        })
+    }
+
+    /// Take this client out of the key's queue hash if a try or a release
+    /// queued it and no local task waits any more. Runs in the background.
+    fn leave_queue_if_idle(self: &Arc<Self>, channel: &str, entry: &Arc<Entry>) {
+        // Dekker with `Waiter::drop` and `Requeue::drop`: each lowers its
+        // counter, then reads the other's (SeqCst), so the last of them to
+        // finish sees both at zero.
+        if entry.count.load(SeqCst) != 0 || entry.requeues.load(SeqCst) != 0 {
+            return;
+        }
+        if !entry.queued.swap(false, SeqCst) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let registry = Arc::clone(self);
+        let queue = Names::queue_of_channel(channel);
+        let entry = Arc::clone(entry);
+        handle.spawn(async move {
+            let leave = registry
                 .redis
-                .hdel::<i64, _, _>(queue.as_str(), self.client_id.as_str());
-            if let Err(e) = self.bounded(leave).await {
+                .hdel::<i64, _, _>(queue.as_str(), registry.client_id.as_str());
+            if let Err(e) = registry.bounded(leave).await {
                 tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }
             // A waiter that arrived meanwhile may have queued before the HDEL
@@ -535,30 +605,128 @@ impl Registry {
             if entry.count.load(SeqCst) > 0 {
                 entry.notify.notify_one();
             }
-        }
-        if !self.linger.is_zero() {
-            tokio::time::sleep(self.linger).await;
-        }
-        if entry.count.load(SeqCst) > 0 {
-            return;
-        }
-        let mut sub = entry.subscribed.lock().await;
-        let was_confirmed = entry.confirmed.swap(false, SeqCst);
-        if entry.count.load(SeqCst) > 0 {
-            entry.confirmed.store(was_confirmed, SeqCst);
-            return;
-        }
-        if *sub {
-            if let Err(e) = self.unsubscribe_channel(channel.as_str()).await {
-                // The connection is down: its subscriptions went with it, and a
-                // reconnect resubscribes only what the map still holds.
-                tracing::debug!(error = %e, "relaylock: unsubscribe failed");
-            }
-            *sub = false;
-        }
-        self.map.remove_if(&channel, |_, e| {
-            Arc::ptr_eq(e, &entry) && e.count.load(SeqCst) == 0
         });
+    }
+
+    /// Keep `entry`'s subscription for the linger after its last waiter
+    /// left, then unsubscribe and remove the entry, unless a waiter came
+    /// back. At most ONE such task runs per entry: a later departure only
+    /// moves the deadline (`linger_until`), so memory grows with the number
+    /// of keys, not with the rate of departures.
+    ///
+    /// The race with a newcomer is closed by two rules:
+    /// 1. `confirmed` is cleared BEFORE `count` is read (both SeqCst), and a
+    ///    newcomer raises `count` BEFORE it reads `confirmed`. So either the
+    ///    newcomer sees `confirmed == false` and goes through the mutex (where
+    ///    it waits for this task and subscribes again if it unsubscribed),
+    ///    or this task sees `count > 0` and keeps the subscription.
+    /// 2. The entry leaves the map only after the UNSUBSCRIBE was answered,
+    ///    and only if still unused (checked under the map's shard lock, where
+    ///    `join` raises `count`). A newcomer after the removal makes a new
+    ///    entry whose SUBSCRIBE is sent after that UNSUBSCRIBE on the same
+    ///    connection.
+    ///
+    /// An UNSUBSCRIBE that failed or timed out may or may not have reached
+    /// Redis: the channel then counts as subscribed still, and the task tries
+    /// again after [`UNSUBSCRIBE_RETRY`] until it succeeds, a waiter comes
+    /// back, or the client is dropped.
+    async fn linger_then_unsubscribe(self: Arc<Self>, channel: String, entry: Arc<Entry>) {
+        loop {
+            if self.closed.load(SeqCst) {
+                return;
+            }
+            let until = {
+                let mut until = entry.linger_until();
+                // Read under the deadline's lock: a waiter that leaves after
+                // this read finds `None` and starts a new task.
+                if entry.count.load(SeqCst) > 0 {
+                    *until = None;
+                    return;
+                }
+                until.unwrap_or_else(Instant::now)
+            };
+            if until > Instant::now() {
+                tokio::time::sleep_until(until.into()).await;
+                continue;
+            }
+            let mut sub = entry.subscribed.lock().await;
+            let was_confirmed = entry.confirmed.swap(false, SeqCst);
+            if entry.count.load(SeqCst) > 0 {
+                entry.confirmed.store(was_confirmed, SeqCst);
+                continue;
+            }
+            if *sub {
+                if let Err(e) = self.unsubscribe_channel(channel.as_str()).await {
+                    tracing::debug!(error = %e, %channel,
+                        "relaylock: unsubscribe failed; trying again");
+                    drop(sub);
+                    *entry.linger_until() = Some(Instant::now() + UNSUBSCRIBE_RETRY);
+                    continue;
+                }
+                *sub = false;
+            }
+            let removed = self
+                .map
+                .remove_if(&channel, |_, e| {
+                    Arc::ptr_eq(e, &entry) && e.count.load(SeqCst) == 0
+                })
+                .is_some();
+            if removed {
+                return;
+            }
+            // A waiter joined meanwhile: it subscribes again under the mutex
+            // once this guard is gone; the loop ends at its `count` check.
+        }
+    }
+
+    /// The last local waiter of `entry` left: leave the queue at once, and
+    /// end the subscription after the linger.
+    fn last_waiter_left(self: &Arc<Self>, channel: &str, entry: &Arc<Entry>) {
+        self.leave_queue_if_idle(channel, entry);
+        let start = {
+            let mut until = entry.linger_until();
+            let first = until.is_none();
+            *until = Some(Instant::now() + self.linger);
+            first
+        };
+        if !start {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(
+                    Arc::clone(self).linger_then_unsubscribe(channel.to_owned(), Arc::clone(entry)),
+                );
+            }
+            Err(_) => {
+                *entry.linger_until() = None;
+                tracing::debug!(
+                    "relaylock: no runtime to unsubscribe on; the subscription ends with the client"
+                );
+            }
+        }
+    }
+}
+
+/// How long after a failed UNSUBSCRIBE the clean-up tries again.
+const UNSUBSCRIBE_RETRY: Duration = Duration::from_secs(1);
+
+/// A release script in flight that may queue this client again (see
+/// [`Registry::requeue`]). Dropping it marks the client queued, and takes
+/// it out of the queue again when no local task waits any more.
+#[derive(Debug)]
+pub(crate) struct Requeue {
+    registry: Arc<Registry>,
+    channel: String,
+    entry: Arc<Entry>,
+}
+
+impl Drop for Requeue {
+    fn drop(&mut self) {
+        self.entry.queued.store(true, SeqCst);
+        self.entry.requeues.fetch_sub(1, SeqCst);
+        self.registry
+            .leave_queue_if_idle(&self.channel, &self.entry);
     }
 }
 
@@ -577,6 +745,22 @@ pub(crate) struct Waiter {
     queued_try: AtomicBool,
 }
 
+/// The polling role of a degraded key, held by one waiter; dropping it
+/// hands the role to the next waiter.
+#[derive(Debug)]
+pub(crate) struct PollerRole {
+    entry: Arc<Entry>,
+}
+
+impl Drop for PollerRole {
+    fn drop(&mut self) {
+        self.entry.poller.store(false, SeqCst);
+        // A permit is stored if nobody waits yet: the next degraded waiter
+        // to sleep takes the role instead.
+        self.entry.poller_freed.notify_one();
+    }
+}
+
 impl Waiter {
     /// Count this task in the `relaylock_waiters` gauge until it is dropped.
     pub(crate) fn count_as_waiting(&mut self, name: Option<&SharedString>) {
@@ -591,9 +775,13 @@ impl Waiter {
     /// call had to confirm it: then a release may have been missed and the
     /// caller must try once more before waiting.
     ///
+    /// At most one attempt per key per [`RESUBSCRIBE_EVERY`]: within that
+    /// time after a failed attempt, it fails at once without sending
+    /// anything, however many waiters call it.
+    ///
     /// Cancel-safe: dropping the future leaves the state consistent (the flag
     /// is raised before SUBSCRIBE is sent, so a cleanup always undoes it).
-    pub(crate) async fn ensure_subscribed(&self) -> Result<bool, fred::error::Error> {
+    pub(crate) async fn ensure_subscribed(&self) -> Result<bool, NotSubscribed> {
         if self.entry.confirmed.load(SeqCst) {
             return Ok(true);
         }
@@ -601,6 +789,9 @@ impl Waiter {
         if self.entry.confirmed.load(SeqCst) {
             // Confirmed by the waiter we queued behind on the mutex.
             return Ok(true);
+        }
+        if !self.subscribe_due() {
+            return Err(NotSubscribed::FailedRecently);
         }
         let registry = &self.registry;
         // SUBSCRIBE is sent whenever the channel is not confirmed, also when
@@ -616,22 +807,30 @@ impl Waiter {
             .subscribe_confirmed(&self.channel)
             .await
             .and_then(|()| registry.same_connection(&connection));
-        self.entry.hint().failed_at = confirmed.is_err().then(Instant::now);
-        confirmed?;
+        let recovered = {
+            let mut e = self.entry.estimate();
+            let recovered = e.failed_at.is_some() && confirmed.is_ok();
+            e.failed_at = confirmed.is_err().then(Instant::now);
+            recovered
+        };
+        confirmed.map_err(NotSubscribed::Failed)?;
         self.entry.confirmed.store(true, SeqCst);
+        if recovered {
+            // Degraded sleepers wait without a time bound: tell them.
+            self.entry.estimate_moved.notify_waiters();
+        }
         Ok(false)
     }
 
-    /// Whether the channel is unconfirmed and an attempt to subscribe it
-    /// failed within `window`: a newcomer then polls at once instead of
-    /// spending a command timeout on another attempt likely to fail too.
-    pub(crate) fn failed_recently(&self, window: Duration) -> bool {
+    /// Whether an attempt to subscribe may be made now: the channel is not
+    /// confirmed, and no attempt failed within [`RESUBSCRIBE_EVERY`].
+    pub(crate) fn subscribe_due(&self) -> bool {
         !self.entry.confirmed.load(SeqCst)
             && self
                 .entry
-                .hint()
+                .estimate()
                 .failed_at
-                .is_some_and(|at| at.elapsed() < window)
+                .is_none_or(|at| at.elapsed() >= RESUBSCRIBE_EVERY)
     }
 
     /// A future completing on the next release message for this key (or on a
@@ -647,11 +846,16 @@ impl Waiter {
     }
 
     /// Record that the holder's lease ended `pttl` after `sent`, the moment
-    /// the try that saw it was sent (so the estimate errs early). An older
-    /// observation never overwrites a newer one. When the estimate moves
-    /// earlier, sleepers are woken to recompute their bound.
+    /// this client's try that saw it was sent (so the estimate errs early).
     pub(crate) fn note_pttl(&self, sent: Instant, pttl: Duration) {
-        self.entry.note_expiry(sent, pttl);
+        self.entry.observe(sent, pttl, true);
+    }
+
+    /// A local task took the lock with `lease`, by a try sent at `sent`: the
+    /// other local waiters re-check when that lease ends (if the holder never
+    /// releases it, for example a process that leaked its guard).
+    pub(crate) fn note_acquired(&self, sent: Instant, lease: Duration) {
+        self.entry.observe(sent, lease, true);
     }
 
     /// Whether the key's channel is subscribed and confirmed right now.
@@ -676,48 +880,93 @@ impl Waiter {
         self.queued_try.store(in_flight, SeqCst);
     }
 
-    /// A future completing the next time the shared estimate moves earlier.
-    /// Create it BEFORE reading [`until_expiry`](Self::until_expiry).
-    pub(crate) fn hint_moved(&self) -> Notified<'_> {
-        self.entry.hint_moved.notified()
+    /// A future completing the next time the next re-check moves earlier (or
+    /// the subscription recovers). Create it BEFORE reading
+    /// [`until_due`](Self::until_due).
+    pub(crate) fn estimate_moved(&self) -> Notified<'_> {
+        self.entry.estimate_moved.notified()
     }
 
-    /// How long until the holder's lease ends, as last seen by any local
-    /// waiter of this key (zero if that moment passed); `None` when unknown.
-    pub(crate) fn until_expiry(&self) -> Option<Duration> {
-        let hint = self.entry.hint();
-        hint.expiry
-            .map(|e| e.saturating_duration_since(Instant::now()))
+    /// How long until a local waiter must re-check (the holder's lease ends,
+    /// or this client's own re-check is due); zero if that moment passed,
+    /// `None` when nothing is known.
+    pub(crate) fn until_due(&self) -> Option<Duration> {
+        self.entry
+            .estimate()
+            .due()
+            .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
-    /// Claim the right to probe the lock because its known lease has ended (or
-    /// none is known). Exactly one of the local waiters that race here wins;
-    /// the winner pushes the estimate `slice` ahead, so the others sleep on
-    /// until its try records the next holder's lease. Costs no round trip.
+    /// Claim the right to probe the lock because the re-check is due (or
+    /// nothing is known). Exactly one of the local waiters that race here
+    /// wins; the winner pushes what passed `slice` ahead, so the others sleep
+    /// on until its try records the holder's lease. Costs no round trip.
     pub(crate) fn claim_probe(&self, slice: Duration) -> bool {
         let now = Instant::now();
-        let mut hint = self.entry.hint();
-        if hint.expiry.is_some_and(|e| e > now) {
+        let mut e = self.entry.estimate();
+        if e.due().is_some_and(|d| d > now) {
             return false;
         }
-        hint.expiry = Some(now + slice);
+        let next = Some(now + slice);
+        if e.expiry.is_none_or(|x| x <= now) {
+            e.expiry = next;
+        }
+        if e.recheck.is_none_or(|x| x <= now) {
+            e.recheck = next;
+        }
         true
     }
 
-    /// While the channel's subscription is not confirmed: claim the right to
-    /// poll the lock now, whatever the known lease (a hand-over reservation
-    /// for this client must be taken within the grace period, and no message
-    /// announces it). One local waiter per `slice` wins.
-    pub(crate) fn claim_poll(&self, slice: Duration) -> bool {
+    /// Take the polling role of this degraded key, if nobody holds it.
+    pub(crate) fn take_poller_role(&self) -> Option<PollerRole> {
+        self.entry
+            .poller
+            .compare_exchange(false, true, SeqCst, SeqCst)
+            .ok()
+            .map(|_| PollerRole {
+                entry: Arc::clone(&self.entry),
+            })
+    }
+
+    /// A future completing when the polling role is handed on (or a permit
+    /// for it is stored).
+    pub(crate) fn poller_freed(&self) -> Notified<'_> {
+        self.entry.poller_freed.notified()
+    }
+
+    /// How long until the next poll of this degraded key is due (zero when
+    /// it is).
+    pub(crate) fn until_poll(&self) -> Duration {
+        self.entry.estimate().poll_at.map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        })
+    }
+
+    /// Claim the poll of this degraded key that is due now, scheduling the
+    /// next one `every` later. Costs no round trip.
+    pub(crate) fn claim_poll(&self, every: Duration) -> bool {
         let now = Instant::now();
-        let mut hint = self.entry.hint();
-        if hint.poll_at.is_some_and(|p| p > now) {
+        let mut e = self.entry.estimate();
+        if e.poll_at.is_some_and(|at| at > now) {
             return false;
         }
-        hint.poll_at = Some(now + slice);
+        e.poll_at = Some(now + every);
         true
     }
 }
+
+/// Why [`Waiter::ensure_subscribed`] did not confirm the subscription.
+#[derive(Debug)]
+pub(crate) enum NotSubscribed {
+    /// An attempt failed within [`RESUBSCRIBE_EVERY`]; none was made now.
+    FailedRecently,
+    /// This attempt failed.
+    Failed(fred::error::Error),
+}
+
+/// While a channel cannot be subscribed, at most one attempt per key this
+/// often.
+pub(crate) const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
 
 impl Drop for Waiter {
     fn drop(&mut self) {
@@ -735,7 +984,11 @@ impl Drop for Waiter {
             // subscription exists to order against; `count` is re-checked
             // under the shard lock where `join` raises it.
             if let Ok(sub) = self.entry.subscribed.try_lock() {
-                if !*sub && !self.entry.queued.load(SeqCst) {
+                if !*sub
+                    && !self.entry.queued.load(SeqCst)
+                    && self.entry.requeues.load(SeqCst) == 0
+                    && self.entry.linger_until().is_none()
+                {
                     let entry = &self.entry;
                     self.registry.map.remove_if(&self.channel, |_, e| {
                         Arc::ptr_eq(e, entry) && e.count.load(SeqCst) == 0
@@ -743,17 +996,7 @@ impl Drop for Waiter {
                     return;
                 }
             }
-            let registry = Arc::clone(&self.registry);
-            let channel = std::mem::take(&mut self.channel);
-            let entry = Arc::clone(&self.entry);
-            match tokio::runtime::Handle::try_current() {
-                Ok(h) => {
-                    h.spawn(registry.cleanup(channel, entry));
-                }
-                Err(_) => tracing::debug!(
-                    "relaylock: no runtime to unsubscribe on; the subscription ends with the client"
-                ),
-            }
+            self.registry.last_waiter_left(&self.channel, &self.entry);
         }
     }
 }

@@ -12,7 +12,7 @@
 //! |-----------------|--------|----------------------------------------|---------|
 //! | `p:{k}`         | string | the lease                              | the lock: `"<token>:<fence>"` |
 //! | `p:{k}:fence`   | hash   | lease + [`SIDE_RETENTION_MS`] after the last acquire, [`SIDE_RETENTION_MS`] after a release | `f`: last fencing token issued; `r`: the newest released fences; `rsv`: the client the last release reserved the lock for |
-//! | `p:{k}:q`       | hash   | [`SIDE_RETENTION_MS`] after the last registration | clients waiting for the lock: client id -> when it started waiting (µs) |
+//! | `p:{k}:q`       | hash   | at least [`SIDE_RETENTION_MS`] past the holder's lease at the last registration, and past the last hand-over; never shortened | clients waiting for the lock: client id -> when it started waiting (µs) |
 //! | `p:{k}:ch`      | channel| -                                      | `r:<client>` hand-over (empty client: free for all), `t:<lease ms>` reservation taken |
 //!
 //! # Hand-over between clients
@@ -59,7 +59,7 @@ pub const RELEASE_RING: usize = 32;
 /// Acquire.
 ///
 /// KEYS: `[lock, side, void, queue]`;
-/// ARGV: `[token, lease_ms, side_ttl_ms, client, channel, queued, publish]`.
+/// ARGV: `[token, lease_ms, side_ttl_ms, client, channel, queued, publish, retention_ms]`.
 /// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
 /// the message stays within the lock's shard).
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
@@ -70,9 +70,10 @@ pub const RELEASE_RING: usize = 32;
 ///   fred does after a reconnect): reply `{1, fence}` with the fence stored in
 ///   the value, so acquiring is idempotent.
 /// * lock holds another token, or a reservation for another client: register
-///   `client` in the queue (`HSETNX`, so the earliest wait start stays) and
-///   reply `{0, pttl}` (`-1` if the key has no expiry: somebody outside
-///   relaylock wrote it).
+///   `client` in the queue (`HSETNX`, so the earliest wait start stays; the
+///   queue then lives at least `retention_ms` past the holder's lease, and
+///   its expiry is never shortened) and reply `{0, pttl}` (`-1` if the key
+///   has no expiry: somebody outside relaylock wrote it).
 /// * lock absent and `void` (`p:{k}:void:<token>`) present: this token's
 ///   caller gave up and already released it (see [`RELEASE`]); a delayed copy
 ///   of the call must not take the lock. Reply `{0, -2}`.
@@ -95,12 +96,14 @@ if v then
   if ARGV[4] ~= '' and v == '~' .. ARGV[4] then
     reserved = true
   else
+    local pttl = redis.call('PTTL', KEYS[1])
     if ARGV[4] ~= '' then
       local t = redis.call('TIME')
       redis.call('HSETNX', KEYS[4], ARGV[4], t[1] .. string.format('%06d', t[2]))
-      redis.call('PEXPIRE', KEYS[4], ARGV[3])
+      local keep = math.max(pttl, 0) + tonumber(ARGV[8])
+      if redis.call('PTTL', KEYS[4]) < keep then redis.call('PEXPIRE', KEYS[4], keep) end
     end
-    return {0, redis.call('PTTL', KEYS[1])}
+    return {0, pttl}
   end
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
@@ -174,7 +177,7 @@ if v and string.sub(v, 1, #mine) == mine then
     end
     redis.call('SET', KEYS[1], '~' .. best, 'PX', ARGV[7])
     redis.call('HSET', KEYS[2], 'rsv', best)
-    redis.call('PEXPIRE', KEYS[4], ARGV[4])
+    if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[4], ARGV[4]) end
     redis.pcall(ARGV[8], ARGV[3], 'r:' .. best)
   else
     redis.call('DEL', KEYS[1])

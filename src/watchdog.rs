@@ -84,6 +84,23 @@ struct LeaseState {
     /// Bumped by every `extend`: a renewal built before it may have reached
     /// Redis before or after it, so its reply confirms nothing.
     generation: u64,
+    /// The newest `extend` whose outcome is not known.
+    extend: Pending,
+}
+
+/// What is known of the newest `extend` call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pending {
+    /// None, or it succeeded (its reply set the record).
+    Settled,
+    /// Its future is alive: any command of it may still be queued after a
+    /// renewal, so renewals confirm nothing.
+    InFlight,
+    /// Its future ended without a confirmed outcome (dropped, error,
+    /// timeout). Every command it queued was queued before this instant, so a
+    /// renewal sent after it runs after them on the same connection (and,
+    /// grow-only, leaves a lease at least as long as its own).
+    Abandoned(Instant),
 }
 
 impl LeaseState {
@@ -100,6 +117,7 @@ impl Lease {
                 lease,
                 renew_with: lease,
                 generation: 0,
+                extend: Pending::Settled,
             }),
             lost: AtomicBool::new(false),
             signal: CancellationToken::new(),
@@ -112,25 +130,59 @@ impl Lease {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `extend(lease)` succeeded: renewals use `lease` from now on, and the
-    /// lease is known to run from `sent`. A renewal in flight meanwhile is not
-    /// trusted: on the wire it may have run before or after the extend.
-    pub(crate) fn extended(&self, sent: Instant, lease: Duration) {
+    /// An `extend(lease)` sent at `sent` is about to go out. Whatever becomes
+    /// of it (it may run in Redis even if its caller never learns the
+    /// outcome), the recorded lease must not end later than the real one: if
+    /// it would end earlier than the recorded lease, the record takes it
+    /// now. Renewals built before it confirm nothing from here on (new
+    /// generation). Returns the generation to confirm it with.
+    pub(crate) fn extending(&self, sent: Instant, lease: Duration) -> u64 {
         let mut s = self.state();
-        s.renew_with = lease;
         s.generation += 1;
-        // Exact if the extend ran last. A renewal that ran after it only ever
-        // lengthens the lease (`RENEW` in grow-only mode): the safe direction.
-        if sent >= s.sent {
+        s.extend = Pending::InFlight;
+        let shorter = LeaseState { sent, lease, ..*s };
+        if shorter.safe_until() < s.safe_until() {
             s.sent = sent;
             s.lease = lease;
+        }
+        s.generation
+    }
+
+    /// The `extend(lease)` of `generation`, sent at `sent`, succeeded:
+    /// renewals use `lease` from now on, and the lease is known to run from
+    /// `sent`, unless a later `extend` started meanwhile (that one decides).
+    /// A renewal that ran after it only ever lengthens the lease (`RENEW` in
+    /// grow-only mode): the safe direction.
+    pub(crate) fn extended(&self, generation: u64, sent: Instant, lease: Duration) {
+        let mut s = self.state();
+        if s.generation != generation {
+            return;
+        }
+        s.renew_with = lease;
+        s.sent = sent;
+        s.lease = lease;
+        s.extend = Pending::Settled;
+    }
+
+    /// The future of the `extend` of `generation` ended at `at` without a
+    /// confirmed outcome (or is being dropped). Renewals sent after `at`
+    /// confirm again.
+    pub(crate) fn extend_abandoned(&self, generation: u64, at: Instant) {
+        let mut s = self.state();
+        if s.generation == generation && s.extend == Pending::InFlight {
+            s.extend = Pending::Abandoned(at);
         }
     }
 
     /// A renewal of generation `generation`, sent at `sent`, set `lease`.
     fn renewed(&self, generation: u64, sent: Instant, lease: Duration) {
         let mut s = self.state();
-        if s.generation == generation && sent >= s.sent {
+        let after_extend = match s.extend {
+            Pending::Settled => true,
+            Pending::InFlight => false,
+            Pending::Abandoned(at) => sent > at,
+        };
+        if s.generation == generation && after_extend && sent >= s.sent {
             s.sent = sent;
             s.lease = lease;
         }
@@ -582,12 +634,39 @@ mod tests {
         assert_eq!(l.safe_until(), at(4000 - 301));
         // After an extend, a renewal built before it confirms nothing, even
         // one sent later: on the wire it may have run first.
-        l.extended(at(2000), Duration::from_secs(1));
+        let g = l.extending(at(2000), Duration::from_secs(1));
+        assert_eq!(g, 1);
+        // A shortening extend counts from the moment it is sent, before its
+        // reply: a cancelled or failed call may still have run.
+        assert_eq!(l.safe_until(), at(3000 - 101));
+        // While it is in flight, even a renewal of its generation confirms
+        // nothing: the extend may still be queued behind it.
+        l.renewed(1, at(2100), Duration::from_secs(3));
+        assert_eq!(l.safe_until(), at(3000 - 101));
+        l.extended(g, at(2000), Duration::from_secs(1));
         assert_eq!(l.safe_until(), at(3000 - 101));
         l.renewed(0, at(2500), Duration::from_secs(3));
         assert_eq!(l.safe_until(), at(3000 - 101));
         l.renewed(1, at(2500), Duration::from_secs(1));
         assert_eq!(l.safe_until(), at(3500 - 101));
+        // A lengthening extend changes the record only once it succeeded;
+        // the reply of an older extend changes nothing after a newer one
+        // started.
+        let g2 = l.extending(at(3000), Duration::from_secs(10));
+        assert_eq!(l.safe_until(), at(3500 - 101));
+        l.extended(g, at(2000), Duration::from_secs(1));
+        assert_eq!(l.safe_until(), at(3500 - 101));
+        l.extended(g2, at(3000), Duration::from_secs(10));
+        assert_eq!(l.safe_until(), at(13000 - 1001));
+        // A shortening extend abandoned after its last poll at 4100: a
+        // renewal sent before then confirms nothing, one sent after does.
+        let g3 = l.extending(at(4000), Duration::from_millis(200));
+        assert_eq!(l.safe_until(), at(4200 - 21));
+        l.extend_abandoned(g3, at(4100));
+        l.renewed(g3, at(4050), Duration::from_secs(10));
+        assert_eq!(l.safe_until(), at(4200 - 21));
+        l.renewed(g3, at(4150), Duration::from_secs(10));
+        assert_eq!(l.safe_until(), at(14150 - 1001));
         // A lease shorter than its margin is never safe.
         let tiny = Lease::new(t0, Duration::from_millis(1));
         assert!(tiny.safe_until() <= t0);
