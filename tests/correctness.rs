@@ -1,0 +1,405 @@
+//! Waiting, lease and clean-up promises, each checked in the situation that
+//! once broke it, against a real redis-server.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use fred::types::CustomCommand;
+use relaylock::{Error, LockClient, LockOptions};
+use support::{eventually, Admin, RedisServer};
+
+async fn client(server: &RedisServer) -> LockClient {
+    LockClient::builder()
+        .url(server.url())
+        .unsubscribe_linger(Duration::from_millis(50))
+        .build()
+        .await
+        .expect("connect")
+}
+
+fn lease(d: Duration) -> LockOptions {
+    LockOptions::default().lease(d)
+}
+
+/// A waiter is bounded by the CURRENT holder's lease, not by an earlier
+/// holder's longer one. B holds for 10 s; C queues (1 s lease), then A.
+/// B's release reserves the lock for C, and C's process "dies" holding it
+/// (its guard leaked). The key is free 1 s later, and A must take it then,
+/// not when B's lease would have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_the_current_holders_lease() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let queue = format!("{}:q", a.redis_key("k"));
+    let holder = b
+        .lock_with("k", lease(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let c_waiter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.lock_with("k", lease(Duration::from_secs(1))).await })
+    };
+    let c_id = c.client_id().to_owned();
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            admin
+                .hexists::<bool, _, _>(&queue, c_id.as_str())
+                .await
+                .unwrap()
+        })
+        .await,
+        "C never queued"
+    );
+    let a_waiter = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let g = a
+                .lock_with("k", LockOptions::default().wait(Duration::from_secs(8)))
+                .await;
+            (g, start.elapsed())
+        })
+    };
+    let a_id = a.client_id().to_owned();
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            admin
+                .hexists::<bool, _, _>(&queue, a_id.as_str())
+                .await
+                .unwrap()
+        })
+        .await,
+        "A never queued"
+    );
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let c_guard = c_waiter.await.unwrap().expect("C takes its reservation");
+    std::mem::forget(c_guard); // C's process dies holding the lock
+    let (got, _) = a_waiter.await.unwrap();
+    let took = released.elapsed();
+    println!("A took the lock {took:?} after B's release (C's lease: 1 s, B's: 10 s)");
+    let g = got.unwrap_or_else(|e| panic!("A did not get the lock: {e} after {took:?}"));
+    // C's lease is 1 s; A re-checks when it ends (plus a probe slice and a
+    // round trip). 10 s would be B's old lease.
+    assert!(took < Duration::from_millis(2500), "A took {took:?}");
+    g.release().await.unwrap();
+}
+
+/// The first waiter of an idle key fails its try with an error (another
+/// application's long script makes Redis answer BUSY). It must leave someone
+/// who re-checks: here a fresh `lock()` of the key, free by then, must not
+/// queue behind a sleeper bound by a stale estimate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_first_try_leaves_no_sleeper_on_a_stale_estimate() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let holder_client = client(&server).await;
+    // A long linger keeps the key's entry (and its estimate) between calls.
+    let lock = LockClient::builder()
+        .url(server.url())
+        .unsubscribe_linger(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    // An estimate 10 s ahead: a waiter saw a 10 s lease, then gave up.
+    let holder = holder_client
+        .lock_with("k", lease(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let r = lock
+        .lock_with("k", LockOptions::default().wait(Duration::from_millis(300)))
+        .await;
+    assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    // The key goes away without a release message (as when an operator
+    // deletes it): the estimate is now stale.
+    std::mem::forget(holder);
+    let _: i64 = admin.del(lock.redis_key("k")).await.unwrap();
+    // Another application's script keeps Redis busy for 600 ms; commands
+    // that arrive meanwhile are answered BUSY once it ran 200 ms.
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("CONFIG", None, false),
+            vec!["SET", "busy-reply-threshold", "200"],
+        )
+        .await
+        .unwrap();
+    let busy = {
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            let _: Value = admin
+                .eval(
+                    "local s = redis.call('TIME') local t0 = s[1] * 1000000 + s[2] \
+                     while true do local t = redis.call('TIME') \
+                     if t[1] * 1000000 + t[2] - t0 > 600000 then break end end return 1",
+                    Vec::<String>::new(),
+                    Vec::<String>::new(),
+                )
+                .await
+                .unwrap();
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The first task's try waits in Redis's input until the BUSY reply; the
+    // second task arrives meanwhile, queues behind it and skips its try.
+    let first = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.lock("k").await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            lock.lock_with("k", LockOptions::default().wait(Duration::from_secs(3)))
+                .await
+        })
+    };
+    let first = first.await.unwrap();
+    assert!(first.is_err(), "the first try should meet BUSY: {first:?}");
+    busy.await.unwrap();
+    // The key is free now. A fresh call must get it at once; it must not
+    // queue behind a task sleeping until the stale estimate (10 s).
+    let start = Instant::now();
+    let fresh = lock
+        .lock_with("k", LockOptions::default().wait(Duration::from_secs(3)))
+        .await;
+    let took = start.elapsed();
+    match second.await.unwrap() {
+        // The second task was handed the re-check: it took the lock (the
+        // fresh call then waited for its drop) or met BUSY itself.
+        Ok(g) => drop(g),
+        Err(Error::Redis(_)) => {}
+        Err(e) => panic!("second: {e}"),
+    }
+    let g = fresh.unwrap_or_else(|e| panic!("fresh lock() of a free key: {e} after {took:?}"));
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    g.release().await.unwrap();
+}
+
+/// Polls `fut` exactly once, then drops it: its command is queued on the
+/// connection (and runs in Redis), its outcome never reaches the caller.
+async fn poll_once_and_drop<F: std::future::Future>(fut: F) {
+    let fut = std::pin::pin!(fut);
+    let _ = futures::poll!(fut);
+}
+
+/// A shortening `extend` whose future is dropped after it was sent still
+/// shortens the lease in Redis: the guard must not believe in the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_shortening_extend_never_overstates_the_lease() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let owner = client(&server).await;
+    let other = client(&server).await;
+    let key = owner.redis_key("k");
+
+    // A fixed 30 s lease, shortened to 200 ms by a call nobody waits for.
+    let g = owner
+        .lock_with("k", lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    poll_once_and_drop(g.extend(Duration::from_millis(200))).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let taken = other
+        .lock_with("k", LockOptions::default().wait(Duration::from_secs(1)))
+        .await
+        .expect("the shortened lease ran out");
+    assert!(!g.is_held(), "is_held() after the shortened lease ran out");
+    tokio::time::timeout(Duration::from_millis(200), g.lost())
+        .await
+        .expect("lost() fires once the shortened lease ran out");
+    taken.release().await.unwrap();
+    drop(g);
+
+    // A watched lock: renewals may lengthen it again, but whenever the
+    // guard says held, Redis holds its token.
+    let g = owner.lock("k").await.unwrap();
+    let token = g.token().to_owned();
+    poll_once_and_drop(g.extend(Duration::from_millis(200))).await;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500) {
+        let held = g.is_held();
+        let value: Option<String> = admin.get(&key).await.unwrap();
+        if held {
+            let ours = value.is_some_and(|v| v.starts_with(&format!("{token}:")));
+            assert!(ours, "is_held() while Redis no longer holds our token");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(g);
+}
+
+/// `release()` dropped after its first poll, when the script must first be
+/// reloaded (after `SCRIPT FLUSH`, or on a promoted replica): the lock must
+/// still be released, not left for its whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_release_still_releases() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let owner = client(&server).await;
+    let key = owner.redis_key("k");
+    for round in 0..3 {
+        let g = owner.lock("k").await.unwrap();
+        let _: () = admin
+            .custom(
+                CustomCommand::new_static("SCRIPT", None, false),
+                vec!["FLUSH"],
+            )
+            .await
+            .unwrap();
+        poll_once_and_drop(g.release()).await;
+        let gone = eventually(Duration::from_secs(2), || async {
+            admin.exists::<i64, _>(&key).await.unwrap() == 0
+        })
+        .await;
+        assert!(
+            gone,
+            "round {round}: the lock stayed held after a cancelled release"
+        );
+    }
+}
+
+/// A release that queues its client again (local waiters left) races the
+/// last local waiter leaving: the client must not stay queued with nobody
+/// waiting (the next hand-over would idle for the grace period).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_racing_its_last_waiter_leaves_no_ghost_in_the_queue() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let queue = format!("{}:q", a.redis_key("k"));
+    let a_id = a.client_id().to_owned();
+    for round in 0..5 {
+        let g = a
+            .lock_with("k", lease(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        // B queues; then a second task of A queues A.
+        let b_waiter = {
+            let b = b.clone();
+            tokio::spawn(async move { b.lock_with("k", lease(Duration::from_secs(10))).await })
+        };
+        let mut w = Box::pin(a.lock_with("k", lease(Duration::from_secs(10))));
+        assert!(tokio::time::timeout(Duration::from_millis(300), &mut w)
+            .await
+            .is_err());
+        assert!(admin
+            .hexists::<bool, _, _>(&queue, a_id.as_str())
+            .await
+            .unwrap());
+        // The release must reload its script (one more round trip), and
+        // A's last waiter leaves while it is in flight.
+        let _: () = admin
+            .custom(
+                CustomCommand::new_static("SCRIPT", None, false),
+                vec!["FLUSH"],
+            )
+            .await
+            .unwrap();
+        let mut release = Box::pin(g.release());
+        assert!(futures::poll!(&mut release).is_pending());
+        drop(w);
+        release.await.unwrap();
+        let bg = b_waiter.await.unwrap().unwrap();
+        let ghost = eventually(Duration::from_secs(1), || async {
+            !admin
+                .hexists::<bool, _, _>(&queue, a_id.as_str())
+                .await
+                .unwrap()
+        })
+        .await;
+        assert!(ghost, "round {round}: A stayed queued with nobody waiting");
+        bg.release().await.unwrap();
+    }
+}
+
+/// `is_locked` is bounded by the command timeout too, with a fred client
+/// that has no timeout of its own.
+#[tokio::test]
+async fn is_locked_on_a_frozen_server_fails_within_the_command_timeout() {
+    let server = RedisServer::start();
+    let fred = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build()
+        .unwrap();
+    fred.init().await.unwrap();
+    let lock = LockClient::builder()
+        .fred_client(fred)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    server.pause();
+    let start = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(4), lock.is_locked("k")).await;
+    let took = start.elapsed();
+    server.resume();
+    let r = r.unwrap_or_else(|_| panic!("is_locked still pending after {took:?}"));
+    assert!(matches!(r, Err(Error::Redis(_))), "{r:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+/// The queue hash outlives the holder's lease by the side retention, as the
+/// docs say, whatever the waiters' own leases, and no registration shortens
+/// it.
+#[tokio::test]
+async fn the_queue_lives_past_the_holders_lease_and_is_never_shortened() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let holder_client = client(&server).await;
+    let (x, y) = (client(&server).await, client(&server).await);
+    let queue = format!("{}:q", x.redis_key("k"));
+    let holder = holder_client
+        .lock_with("k", lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let wait = |c: &LockClient, l: Duration| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.lock_with("k", lease(l).wait(Duration::from_secs(10)))
+                .await
+                .map(drop)
+        })
+    };
+    // A waiter with a 1 h lease: the queue lives 30 s + 60 s, not 1 h + 60 s.
+    let xw = wait(&x, Duration::from_secs(3600));
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            admin.exists::<i64, _>(&queue).await.unwrap() == 1
+        })
+        .await
+    );
+    let pttl: i64 = admin.pttl(&queue).await.unwrap();
+    assert!(
+        (85_000..=90_000).contains(&pttl),
+        "queue PTTL {pttl} after a 1 h-lease waiter queued behind a 30 s lease"
+    );
+    // Someone made it live longer; a later short-lease waiter must not
+    // shorten it (it would drop the queued clients).
+    let _: bool = admin.pexpire(&queue, 200_000, None).await.unwrap();
+    let yw = wait(&y, Duration::from_millis(10));
+    let y_id = y.client_id().to_owned();
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            admin
+                .hexists::<bool, _, _>(&queue, y_id.as_str())
+                .await
+                .unwrap()
+        })
+        .await
+    );
+    let pttl: i64 = admin.pttl(&queue).await.unwrap();
+    assert!(
+        pttl > 190_000,
+        "a registration shortened the queue to {pttl} ms"
+    );
+    holder.release().await.unwrap();
+    xw.await.unwrap().unwrap();
+    yw.await.unwrap().unwrap();
+}
