@@ -123,9 +123,16 @@ impl RedisServer {
     /// Start a replica of `primary` (`--replicaof`), and wait until its
     /// link to the primary is up (at most 10 s).
     pub fn start_replica_of(primary: &RedisServer) -> Self {
+        Self::start_replica_of_with(primary, &[])
+    }
+
+    /// [`start_replica_of`](Self::start_replica_of) with extra command-line
+    /// arguments.
+    pub fn start_replica_of_with(primary: &RedisServer, extra: &[&str]) -> Self {
         let port = primary.port.to_string();
-        let replica =
-            Self::try_start(&["--replicaof", "127.0.0.1", &port]).unwrap_or_else(|e| panic!("{e}"));
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        args.extend_from_slice(extra);
+        let replica = Self::try_start(&args).unwrap_or_else(|e| panic!("{e}"));
         let started = Instant::now();
         while !replica.info_has("replication", "master_link_status:up") {
             assert!(
