@@ -12,6 +12,7 @@ use fred::types::{CustomCommand, InfoKind};
 pub mod cluster;
 pub mod proxy;
 mod redis_server;
+pub mod sentinel;
 pub mod tls;
 pub use redis_server::{free_port, RedisServer};
 
