@@ -1,0 +1,595 @@
+//! relaylock behind Redis Sentinel: a real failover (`SENTINEL FAILOVER`)
+//! of a primary with one replica, watched by three real `redis-sentinel`
+//! processes, while two clients (connected with a `redis-sentinel://` URL)
+//! contend for one lock.
+//!
+//! Every critical section writes its fencing token to a guarded resource, the
+//! *ledger*, on a redis-server of its own that the failover does not touch
+//! (the idea of tests/faults.rs): it counts overlaps (a holder entering while
+//! another is inside) and stale tokens (not above the last one accepted),
+//! and keeps the accepted tokens in order.
+//!
+//! What a `SENTINEL FAILOVER` does, as these tests measure it (Redis 7.0):
+//! the sentinel promotes the replica within about a second, but leaves the
+//! old primary a writable primary until it reconfigures it as a replica of
+//! the new one, about 8-10 s later (Sentinel waits 4 publish periods of
+//! 2 s before correcting a server's role). Only then does it close that
+//! server's client connections, and only then do fred's connections, which
+//! ask the sentinels for the primary when they (re)connect, move. So:
+//!
+//! * *promoted*: every sentinel reports the new primary and its `ROLE` says
+//!   master;
+//! * *demoted*: the old primary's `ROLE` says it replicates the new one.
+//!
+//! Each test prints what it measured (`--nocapture`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use relaylock::{Error, LockClient, LockGuard, LockOptions};
+use support::sentinel::Sentinels;
+use support::{command_calls, delta, eventually, numsub, spawn_waiter, Admin, RedisServer};
+
+/// The clients' default lease (renewed by the watchdog).
+const LEASE: Duration = Duration::from_secs(2);
+
+/// `WAIT` timeout of the `min_replicas(1, ..)` acquisitions (at most half
+/// the lease).
+const REPLICA_WAIT: Duration = Duration::from_millis(250);
+
+/// How long one critical section holds the lock.
+const HOLD: Duration = Duration::from_millis(20);
+
+/// What a wait may take beyond one lease once the failover completed (the
+/// old primary is demoted and its clients disconnected):
+/// * fred reconnects (50 ms doubling backoff plus jitter), asks a sentinel
+///   for the primary and checks its `ROLE`: well under 0.5 s on loopback;
+/// * a `min_replicas` acquisition is only acknowledged once the demoted
+///   server finished its full resync from the new primary
+///   (`repl-diskless-sync-delay 0`): measured below as "resync";
+/// * the waiters queued ahead (12 tasks, 20 ms critical sections plus a
+///   `WAIT` round trip each: about 0.5 s);
+/// * scheduling on a shared 2-core machine running 2 servers, 3 sentinels,
+///   the ledger and this test.
+const SLACK: Duration = Duration::from_secs(2);
+
+const CLIENTS: usize = 2;
+const TASKS: usize = 6;
+const KEY: &str = "k";
+
+/// A client as the tests use it: a 2 s lease, 1 s command timeout.
+async fn lock_client(url: &str, prefix: &str) -> LockClient {
+    LockClient::builder()
+        .url(url)
+        .prefix(prefix)
+        .default_lease(LEASE)
+        .command_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect through the sentinels")
+}
+
+/// KEYS: `[ledger hash, inside set, accepted list]`; ARGV: `[fence, writer,
+/// enter]`. `enter == '1'`: the writer enters (an overlap if somebody else is
+/// inside) and writes; `'0'`: a second write of the same critical section,
+/// which may repeat the last accepted token. Replies 1 accepted, 0 stale.
+const WRITE: &str = r#"
+local enter = ARGV[3] == '1'
+if enter then
+  redis.call('SADD', KEYS[2], ARGV[2])
+  if redis.call('SCARD', KEYS[2]) > 1 then redis.call('HINCRBY', KEYS[1], 'overlaps', 1) end
+end
+local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '0')
+local fence = tonumber(ARGV[1])
+if fence < last or (fence == last and enter) then
+  redis.call('HINCRBY', KEYS[1], 'stale', 1)
+  return 0
+end
+redis.call('HSET', KEYS[1], 'last', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'accepted', 1)
+if enter then redis.call('RPUSH', KEYS[3], ARGV[1]) end
+return 1
+"#;
+
+/// The guarded resource, on its own redis-server.
+struct Ledger {
+    db: Client,
+    write: Script,
+    _server: RedisServer,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Totals {
+    accepted: u64,
+    stale: u64,
+    overlaps: u64,
+}
+
+impl Ledger {
+    async fn start() -> Arc<Ledger> {
+        let server = RedisServer::start();
+        let db = server.admin().await;
+        Arc::new(Ledger {
+            db,
+            write: Script::from_lua(WRITE),
+            _server: server,
+        })
+    }
+
+    async fn write(&self, key: &str, fence: u64, writer: &str, enter: bool) -> bool {
+        let keys = vec![
+            format!("ledger:{key}"),
+            format!("inside:{key}"),
+            format!("tokens:{key}"),
+        ];
+        let args = vec![
+            fence.to_string(),
+            writer.to_owned(),
+            if enter { "1" } else { "0" }.to_owned(),
+        ];
+        let accepted: i64 = self
+            .write
+            .evalsha_with_reload(&self.db, keys, args)
+            .await
+            .expect("ledger write");
+        accepted == 1
+    }
+
+    async fn leave(&self, key: &str, writer: &str) {
+        let _: i64 = self
+            .db
+            .srem(format!("inside:{key}"), writer)
+            .await
+            .expect("ledger leave");
+    }
+
+    async fn totals(&self, key: &str) -> Totals {
+        let h: std::collections::HashMap<String, u64> =
+            self.db.hgetall(format!("ledger:{key}")).await.unwrap();
+        Totals {
+            accepted: h.get("accepted").copied().unwrap_or(0),
+            stale: h.get("stale").copied().unwrap_or(0),
+            overlaps: h.get("overlaps").copied().unwrap_or(0),
+        }
+    }
+
+    /// The tokens accepted on entering, in the order they were accepted.
+    async fn tokens(&self, key: &str) -> Vec<u64> {
+        self.db
+            .lrange(format!("tokens:{key}"), 0, -1)
+            .await
+            .unwrap()
+    }
+}
+
+/// Inside a critical section; leaving takes the writer out of the ledger
+/// (in the background when the section's future is dropped because the lock
+/// was lost).
+struct Inside {
+    ledger: Arc<Ledger>,
+    writer: String,
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        if self.writer.is_empty() {
+            return;
+        }
+        let (ledger, writer) = (Arc::clone(&self.ledger), std::mem::take(&mut self.writer));
+        tokio::spawn(async move { ledger.leave(KEY, &writer).await });
+    }
+}
+
+/// One critical section: enter and write the fencing token, hold, write
+/// again (a stale holder's second write would be rejected), leave.
+async fn critical(ledger: &Arc<Ledger>, g: &LockGuard) {
+    let mut inside = Inside {
+        ledger: Arc::clone(ledger),
+        writer: g.token().to_owned(),
+    };
+    ledger.write(KEY, g.fencing_token(), g.token(), true).await;
+    tokio::time::sleep(HOLD).await;
+    ledger.write(KEY, g.fencing_token(), g.token(), false).await;
+    ledger.leave(KEY, g.token()).await;
+    inside.writer.clear();
+}
+
+/// One acquisition: when its caller started waiting (retries included) and
+/// when it had the lock.
+#[derive(Clone, Copy, Debug)]
+struct Acquisition {
+    client: usize,
+    started: Instant,
+    acquired: Instant,
+}
+
+#[derive(Default)]
+struct Record {
+    acquisitions: Mutex<Vec<Acquisition>>,
+    /// Errors retried, by kind.
+    errors: Mutex<BTreeMap<String, u64>>,
+    lost: Mutex<u64>,
+}
+
+fn kind(e: &Error) -> String {
+    match e {
+        Error::NotReplicated { acked, required } => format!("NotReplicated({acked}/{required})"),
+        Error::Redis(e) => format!("Redis({:?})", e.kind()),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Lock, run a critical section, repeat until `stop`; a failed call is
+/// retried after 20 ms, as a caller would (the wait goes on).
+async fn worker(
+    lock: LockClient,
+    client: usize,
+    options: LockOptions,
+    ledger: Arc<Ledger>,
+    stop: Arc<AtomicBool>,
+    record: Arc<Record>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        loop {
+            let outcome = lock
+                .with_lock(KEY, options.clone(), async |g| {
+                    record.acquisitions.lock().unwrap().push(Acquisition {
+                        client,
+                        started,
+                        acquired: Instant::now(),
+                    });
+                    critical(&ledger, g).await
+                })
+                .await;
+            match outcome {
+                Ok(()) => break,
+                Err(Error::LockLost) => {
+                    *record.lost.lock().unwrap() += 1;
+                    break;
+                }
+                Err(e) => {
+                    *record.errors.lock().unwrap().entry(kind(&e)).or_default() += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// A failover while 2 clients x 6 tasks contend for one lock taken with
+/// `min_replicas(1, ..)`: no overlap, no stale token, tokens strictly
+/// increase; after the failover the locks live on the new primary, every
+/// wait ends within a lease (plus slack) of the old primary's demotion, and
+/// both subscribers listen on the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
+    let setup = Sentinels::start();
+    let (old_port, new_port) = (setup.initial_primary.port, setup.initial_replica.port);
+    let url = setup.url();
+    let ledger = Ledger::start().await;
+    let prefix = "failover";
+    let clients = [
+        lock_client(&url, prefix).await,
+        lock_client(&url, prefix).await,
+    ];
+    let channel = format!("{}:ch", clients[0].redis_key(KEY));
+    let options = LockOptions::default().min_replicas(1, REPLICA_WAIT);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let record = Arc::new(Record::default());
+    let mut workers = Vec::new();
+    for (c, lock) in clients.iter().enumerate() {
+        for _ in 0..TASKS {
+            workers.push(tokio::spawn(worker(
+                lock.clone(),
+                c,
+                options.clone(),
+                Arc::clone(&ledger),
+                Arc::clone(&stop),
+                Arc::clone(&record),
+            )));
+        }
+    }
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    {
+        // The clients found the initial primary through the sentinels.
+        let old = setup.initial_primary.admin().await;
+        let calls = command_calls(&old).await;
+        assert!(calls.get("evalsha").copied().unwrap_or(0) > 0, "{calls:?}");
+        assert!(calls.get("wait").copied().unwrap_or(0) > 0, "{calls:?}");
+        let _ = old.quit().await;
+    }
+    let sent = setup.failover().await;
+    let promoted = setup.wait_promoted(Duration::from_secs(20)).await;
+    let new = setup.initial_replica.admin().await;
+    let new_before = command_calls(&new).await;
+    let demoted = setup.wait_demoted(Duration::from_secs(30)).await;
+    let old = setup.initial_primary.admin().await;
+    let old_before = command_calls(&old).await;
+
+    // Both clients' subscribers listen on the new primary again.
+    let resubscribed = eventually(LEASE + SLACK, || async {
+        numsub(&new, &channel).await == CLIENTS as i64
+    })
+    .await;
+    let resubscribed_at = Instant::now();
+    assert!(
+        resubscribed,
+        "PUBSUB NUMSUB {channel} on the new primary: {}",
+        numsub(&new, &channel).await
+    );
+    let synced = setup.wait_synced(old_port, Duration::from_secs(10)).await;
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    let stopped = Instant::now();
+    let all = futures::future::join_all(workers);
+    assert!(
+        tokio::time::timeout(LEASE + SLACK + Duration::from_secs(5), all)
+            .await
+            .is_ok(),
+        "a worker is stuck"
+    );
+
+    // A waiter of one client, blocked by a holder of the other (a fixed
+    // 10 s lease, no watchdog), is woken by the release message on the new
+    // primary, not by the lease running out.
+    let holder = clients[0]
+        .lock_with(
+            "probe",
+            LockOptions::default().lease(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap();
+    let waiter = spawn_waiter(&clients[1], "probe");
+    let probe_channel = format!("{}:ch", clients[1].redis_key("probe"));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            numsub(&new, &probe_channel).await >= 1
+        })
+        .await,
+        "the waiter never subscribed on the new primary"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("the probe waiter is stuck")
+        .unwrap()
+        - released;
+
+    let new_after = command_calls(&new).await;
+    let old_after = command_calls(&old).await;
+    let t = ledger.totals(KEY).await;
+    let tokens = ledger.tokens(KEY).await;
+    let acquisitions = record.acquisitions.lock().unwrap().clone();
+    let errors = record.errors.lock().unwrap().clone();
+    let lost = *record.lost.lock().unwrap();
+
+    let before = acquisitions.iter().filter(|a| a.acquired < sent).count();
+    let promoting = acquisitions
+        .iter()
+        .filter(|a| a.acquired >= sent && a.acquired < promoted)
+        .count();
+    let during = acquisitions
+        .iter()
+        .filter(|a| a.acquired >= promoted && a.acquired < demoted)
+        .count();
+    let after = acquisitions
+        .iter()
+        .filter(|a| a.acquired >= demoted)
+        .count();
+    // How long each wait lasted past the completed failover (or past its
+    // own start, for waits that began later).
+    let past =
+        |a: &Acquisition, from: Instant| a.acquired.saturating_duration_since(a.started.max(from));
+    let worst_after_demotion = acquisitions
+        .iter()
+        .map(|a| past(a, demoted))
+        .max()
+        .unwrap_or_default();
+    let worst_after_promotion = acquisitions
+        .iter()
+        .map(|a| past(a, promoted))
+        .max()
+        .unwrap_or_default();
+    let first_after = acquisitions
+        .iter()
+        .filter(|a| a.acquired >= demoted)
+        .map(|a| a.acquired - demoted)
+        .min();
+    let per_client: Vec<usize> = (0..CLIENTS)
+        .map(|c| {
+            acquisitions
+                .iter()
+                .filter(|a| a.client == c && a.acquired >= demoted)
+                .count()
+        })
+        .collect();
+    println!(
+        "sentinel failover: promoted {} after SENTINEL FAILOVER, old primary demoted {} after that, resynced {} after demotion; \
+         acquisitions {before} before SENTINEL FAILOVER, {promoting} until the promotion, {during} between the promotion and the demotion, {after} after the demotion ({per_client:?} per client; first {:?} after the demotion); \
+         longest wait past the promotion {}, past the demotion {} (bound {}); both subscribers on the new primary {} after the demotion; \
+         probe waiter woken {} after the release; errors retried {errors:?}; lost while held {lost}; \
+         new primary: evalsha {}, wait {} since the promotion; old primary: evalsha {} since the demotion; ledger {t:?}; \
+         workers stopped {} after the demotion",
+        ms(promoted - sent),
+        ms(demoted - promoted),
+        ms(synced.saturating_duration_since(demoted)),
+        first_after.map(ms),
+        ms(worst_after_promotion),
+        ms(worst_after_demotion),
+        ms(LEASE + SLACK),
+        ms(resubscribed_at - demoted),
+        ms(woke),
+        delta(&new_before, &new_after, "evalsha"),
+        delta(&new_before, &new_after, "wait"),
+        delta(&old_before, &old_after, "evalsha"),
+        ms(stopped - demoted),
+    );
+
+    // (a) Safety: no overlap, no stale token, accepted tokens increase.
+    assert!(t.accepted > 0, "nothing was written");
+    assert_eq!(t.overlaps, 0, "two holders overlapped: {t:?}");
+    assert_eq!(t.stale, 0, "a stale token was written: {t:?}");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens did not strictly increase: {tokens:?}"
+    );
+    // While the old primary is still writable but has no replica left, no
+    // `min_replicas` acquisition succeeds there: every one is refused with
+    // NotReplicated. (An acquisition acknowledged just before the promotion
+    // may be recorded just after it was observed: 1 s of grace for that.)
+    let refused_window = acquisitions
+        .iter()
+        .filter(|a| a.acquired >= promoted + Duration::from_secs(1) && a.acquired < demoted)
+        .count();
+    assert_eq!(
+        refused_window, 0,
+        "acquired on the old primary after the promotion"
+    );
+    assert!(
+        errors.keys().any(|k| k.starts_with("NotReplicated")),
+        "{errors:?}"
+    );
+    // (b) Locks were taken before the failover and, after it, on the new
+    // primary only: the old one is its replica and got no relaylock call.
+    assert!(before > 0, "no acquisition before the failover");
+    assert!(
+        per_client.iter().all(|n| *n > 0),
+        "a client acquired nothing after the failover: {per_client:?}"
+    );
+    assert!(delta(&new_before, &new_after, "evalsha") > 0);
+    assert!(delta(&new_before, &new_after, "wait") > 0);
+    assert_eq!(delta(&old_before, &old_after, "evalsha"), 0);
+    let r = support::sentinel::role(old_port);
+    assert_eq!(
+        (r.first().map(String::as_str), r.get(2)),
+        (Some("slave"), Some(&new_port.to_string())),
+        "old primary's ROLE: {r:?}"
+    );
+    // (c) No waiter stuck: every wait ends within a lease plus slack of the
+    // demotion (from which on the clients can only reach the new primary).
+    assert!(
+        worst_after_demotion <= LEASE + SLACK,
+        "a wait lasted {} past the demotion",
+        ms(worst_after_demotion)
+    );
+    // (d) The release message reached the other client's waiter through
+    // the new primary: well under the lease, and far under the probe's 10 s.
+    assert!(
+        woke < Duration::from_secs(1),
+        "woken {} after the release",
+        ms(woke)
+    );
+}
+
+/// What a lock taken WITHOUT `min_replicas` can lose in a failover, made
+/// deterministic: after the promotion, a client still connected to the old
+/// primary (which stays writable until the sentinels demote it) takes a
+/// lock there. The new primary never sees it, so a client connecting now
+/// takes the same lock: two holders at once. The fencing tokens still order
+/// them (the newer holder's token, from the new primary's `TIME`, is higher),
+/// so a fenced resource rejects the old holder once the new one wrote; and
+/// the old holder learns of the loss once the demotion moves its client to
+/// the new primary. The same acquisition with `min_replicas(1, ..)` fails
+/// with `NotReplicated` instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_min_replicas_a_failover_can_lose_a_lock() {
+    let setup = Sentinels::start();
+    let url = setup.url();
+    let ledger = Ledger::start().await;
+    let prefix = "lossy";
+    let old_client = lock_client(&url, prefix).await;
+    let replicated = LockOptions::default().min_replicas(1, REPLICA_WAIT);
+    // With the replica in place, min_replicas acquisitions succeed (and the
+    // client opens its replica connections, on the initial primary).
+    old_client
+        .lock_with(KEY, replicated.clone())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let sent = setup.failover().await;
+    let promoted = setup.wait_promoted(Duration::from_secs(20)).await;
+
+    // With min_replicas: the old primary has no replica left, so the
+    // acquisition is refused (and released).
+    match old_client.lock_with(KEY, replicated).await {
+        Err(Error::NotReplicated {
+            acked: 0,
+            required: 1,
+        }) => {}
+        other => panic!("expected NotReplicated {{ acked: 0, required: 1 }}, got {other:?}"),
+    }
+    // Without: taken on the old primary, and nowhere else.
+    let old_guard = old_client.lock(KEY).await.unwrap();
+    let taken_on_old = Instant::now();
+    let new_client = lock_client(&url, prefix).await;
+    let new_guard = new_client
+        .try_lock(KEY)
+        .await
+        .unwrap()
+        .expect("the new primary has no trace of the old primary's lock");
+    assert!(
+        old_guard.is_held() && new_guard.is_held(),
+        "two holders at once"
+    );
+    assert!(
+        new_guard.fencing_token() > old_guard.fencing_token(),
+        "{} then {}",
+        old_guard.fencing_token(),
+        new_guard.fencing_token()
+    );
+    // The resource sees the overlap; fencing rejects the older holder once
+    // the newer one wrote.
+    assert!(
+        ledger
+            .write(KEY, new_guard.fencing_token(), new_guard.token(), true)
+            .await
+    );
+    let old_accepted = ledger
+        .write(KEY, old_guard.fencing_token(), old_guard.token(), true)
+        .await;
+    let t = ledger.totals(KEY).await;
+    assert!(!old_accepted, "the fenced resource accepted the old holder");
+    assert_eq!((t.overlaps, t.stale), (1, 1), "{t:?}");
+
+    // The old holder learns of the loss after the demotion.
+    let demoted = setup.wait_demoted(Duration::from_secs(30)).await;
+    let held_until_demotion = old_guard.is_held();
+    tokio::time::timeout(LEASE + SLACK, old_guard.lost())
+        .await
+        .expect("the old holder never learned its lock was lost");
+    let noticed = demoted.elapsed();
+    println!(
+        "lock without min_replicas: promoted {} after SENTINEL FAILOVER; a lock taken on the old primary {} after the promotion was taken again on the new primary; \
+         tokens {} (old primary) < {} (new primary); ledger {t:?}; old primary demoted {} after the promotion; \
+         the old holder {} held until then and learned of the loss {} after the demotion",
+        ms(promoted - sent),
+        ms(taken_on_old - promoted),
+        old_guard.fencing_token(),
+        new_guard.fencing_token(),
+        ms(demoted - promoted),
+        if held_until_demotion { "still believed it" } else { "no longer" },
+        ms(noticed),
+    );
+    assert!(matches!(old_guard.release().await, Err(Error::LockLost)));
+    new_guard.release().await.unwrap();
+}
