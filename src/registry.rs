@@ -79,6 +79,8 @@ pub(crate) struct Entry {
     /// When the lingering subscription may end; `Some` while the one
     /// clean-up task of this entry runs (see [`Registry::linger_then_unsubscribe`]).
     linger_until: std::sync::Mutex<Option<Instant>>,
+    /// Redis Cluster: the node the subscription was last confirmed on.
+    node: std::sync::Mutex<Option<Server>>,
 }
 
 /// What a message on a lock's channel announces.
@@ -167,6 +169,7 @@ impl Entry {
             poller: AtomicBool::new(false),
             poller_freed: Notify::new(),
             linger_until: std::sync::Mutex::new(None),
+            node: std::sync::Mutex::new(None),
         }
     }
 
@@ -302,21 +305,54 @@ impl Registry {
         Ok(())
     }
 
-    /// Which node each subscribed channel's slot maps to, in the
-    /// subscriber's slot map (Redis Cluster).
-    pub(crate) fn channel_nodes(&self) -> Vec<(String, Option<Server>)> {
-        let routing = self.subscriber.cached_cluster_state();
-        let mut nodes: Vec<(String, Option<Server>)> = self
-            .map
+    /// The slot a (S)SUBSCRIBE of `channel` is routed by: the channel's own
+    /// with sharded pub/sub, else the subscriber id's (where fred sends
+    /// every SUBSCRIBE in a cluster).
+    fn routing_slot(&self, channel: &str) -> u16 {
+        if self.sharded {
+            redis_keyslot(channel.as_bytes())
+        } else {
+            redis_keyslot(self.subscriber.id().as_bytes())
+        }
+    }
+
+    /// The node the subscriber's slot map sends `channel`'s (S)SUBSCRIBE to
+    /// now (Redis Cluster; `None` elsewhere).
+    fn node_of(&self, channel: &str) -> Option<Server> {
+        if !self.clustered() {
+            return None;
+        }
+        let routing = self.subscriber.cached_cluster_state()?;
+        routing.get_server(self.routing_slot(channel)).cloned()
+    }
+
+    /// Whether any channel was subscribed on a node that, by the
+    /// subscriber's slot map now, no longer serves its slot. Compared with
+    /// the node recorded when the subscription was confirmed, so it does not
+    /// matter who refreshed the map (relaylock, or fred after a MOVED).
+    pub(crate) fn any_channel_moved(&self) -> bool {
+        // Only confirmed channels: a resubscription that failed leaves its
+        // channel unconfirmed (its poller subscribes it again), and an
+        // unsubscribed one has nothing to follow.
+        self.map
             .iter()
-            .map(|e| {
-                let slot = redis_keyslot(e.key().as_bytes());
-                let node = routing.as_ref().and_then(|r| r.get_server(slot).cloned());
-                (e.key().clone(), node)
+            .filter(|e| e.value().confirmed.load(SeqCst))
+            .any(|e| {
+                let recorded = e
+                    .value()
+                    .node
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                recorded.is_some() && recorded != self.node_of(e.key())
             })
-            .collect();
-        nodes.sort_by(|a, b| a.0.cmp(&b.0));
-        nodes
+    }
+
+    /// Record the node `entry`'s channel was just confirmed on.
+    fn record_node(&self, channel: &str, entry: &Entry) {
+        if self.clustered() {
+            *entry.node.lock().unwrap_or_else(|p| p.into_inner()) = self.node_of(channel);
+        }
     }
 
     fn clustered(&self) -> bool {
@@ -343,13 +379,8 @@ impl Registry {
     /// the slot of the client's id.
     async fn ping_behind(&self, channel: &str) -> Result<(), fred::error::Error> {
         if self.clustered() {
-            let routed_by = if self.sharded {
-                channel.as_bytes().to_vec()
-            } else {
-                self.subscriber.id().as_bytes().to_vec()
-            };
             let options = Options {
-                cluster_hash: Some(ClusterHash::Custom(redis_keyslot(&routed_by))),
+                cluster_hash: Some(ClusterHash::Custom(self.routing_slot(channel))),
                 ..Default::default()
             };
             self.bounded(self.subscriber.with_options(&options).ping::<()>(None))
@@ -507,7 +538,10 @@ impl Registry {
                 self.subscribe_channel(&channel).await
             };
             match outcome {
-                Ok(()) => resubscribed.push(entry.clone()),
+                Ok(()) => {
+                    self.record_node(&channel, &entry);
+                    resubscribed.push(entry.clone());
+                }
                 Err(e) => {
                     entry.estimate().failed_at = Some(Instant::now());
                     tracing::warn!(error = %e, %channel,
@@ -814,6 +848,7 @@ impl Waiter {
             recovered
         };
         confirmed.map_err(NotSubscribed::Failed)?;
+        registry.record_node(&self.channel, &self.entry);
         self.entry.confirmed.store(true, SeqCst);
         if recovered {
             // Degraded sleepers wait without a time bound: tell them.

@@ -131,17 +131,17 @@ async fn check_alive(subscriber: SubscriberClient, registry: Arc<Registry>, limi
     }
 }
 
-/// Re-read the subscriber's slot map; if the node of any subscribed
-/// channel's slot changed, subscribe those channels again (each to its new
-/// node, where the next release will be published) and wake every waiter
-/// (a release may have gone to the new node before).
+/// Re-read the subscriber's slot map; if any subscribed channel's slot is
+/// no longer served by the node it was subscribed on, subscribe the channels
+/// again (each to its new node, where the next release will be published)
+/// and wake every waiter (a release may have gone to the new node before).
+/// The check compares with the node recorded at subscription, so a map that
+/// fred already refreshed by itself (after a MOVED) is followed too.
 async fn follow_slots(subscriber: &SubscriberClient, registry: &Registry, limit: Duration) {
-    let before = registry.channel_nodes();
     if let Err(e) = crate::error::bounded(limit, subscriber.sync_cluster()).await {
         tracing::warn!(error = %e, "relaylock: could not refresh the subscriber's cluster map");
-        return;
     }
-    if registry.channel_nodes() != before {
+    if registry.any_channel_moved() {
         tracing::info!("relaylock: a subscribed slot moved; resubscribing and waking every waiter");
         registry.resubscribe_all().await;
     }

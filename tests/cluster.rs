@@ -500,3 +500,48 @@ async fn a_waiter_follows_its_slot_when_it_migrates() {
         woke - moved
     );
 }
+
+/// As above, but fred has already refreshed the subscriber's slot map by
+/// itself before relaylock looks: another waiter of the same client
+/// subscribes a channel of the same slot right after the move, and fred
+/// follows the MOVED reply to that SSUBSCRIBE. The first waiter's channel,
+/// still subscribed on the old node, must be moved too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_its_slot_when_fred_saw_the_move_first() {
+    let cluster = RedisCluster::start(3, 0);
+    let lease = Duration::from_secs(6);
+    let a = lock_client(&cluster, lease).await;
+    let b = lock_client(&cluster, lease).await;
+    let key = "hot";
+    let slot = redis_keyslot(a.redis_key(key).as_bytes());
+    let twin = (0..)
+        .map(|i| format!("twin{i}"))
+        .find(|k| redis_keyslot(a.redis_key(k).as_bytes()) == slot)
+        .unwrap();
+    let g = a.lock(key).await.unwrap();
+    let g_twin = a.lock(&twin).await.unwrap();
+    let waiter = support::spawn_waiter(&b, key);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let moved = Instant::now();
+    move_slot(&cluster, slot).await;
+    let twin_waiter = support::spawn_waiter(&b, &twin);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let woke = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter is stuck")
+        .unwrap();
+    println!(
+        "slot moved, fred saw it first: the waiter acquired {:?} after the release, {:?} after the move (lease {lease:?})",
+        woke - released,
+        woke - moved
+    );
+    assert!(
+        woke - moved < Duration::from_millis(2500),
+        "{:?}",
+        woke - moved
+    );
+    g_twin.release().await.unwrap();
+    twin_waiter.await.unwrap();
+}
