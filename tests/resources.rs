@@ -9,7 +9,7 @@ mod support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -18,7 +18,7 @@ use relaylock::{LockClient, LockOptions};
 use support::{Admin, RedisServer};
 
 /// The tests of this binary measure the whole process: one at a time.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// CPU time this process used so far (user + system), from `/proc/self/stat`
 /// in clock ticks of 10 ms (`CLK_TCK` is 100 on Linux).
@@ -120,7 +120,7 @@ async fn degraded_cost(
 /// number of waiters, and it tries to subscribe at most once a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degraded_key_costs_the_same_whatever_its_number_of_waiters() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = RedisServer::start();
     let admin = server.admin().await;
     let _: () = admin
@@ -187,7 +187,7 @@ async fn a_degraded_key_costs_the_same_whatever_its_number_of_waiters() {
 /// subscriptions, not by the rate of waiters leaving times the linger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lingering_subscriptions_cost_memory_per_key_not_per_departure() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     let server = RedisServer::start();
     let client = LockClient::builder()
         .url(server.url())
