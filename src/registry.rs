@@ -373,6 +373,17 @@ impl Registry {
         subscribed.and(pinged)
     }
 
+    /// (S)UNSUBSCRIBE `channel` with a PING behind it, for the same reason
+    /// as [`subscribe_confirmed`](Self::subscribe_confirmed): fred resolves
+    /// UNSUBSCRIBE when it writes it, so a refusal (an ACL) lands on the
+    /// PING; without it a refused UNSUBSCRIBE looked like a success and the
+    /// channel stayed subscribed for good.
+    async fn unsubscribe_confirmed(&self, channel: &str) -> Result<(), fred::error::Error> {
+        let (unsubscribed, pinged) =
+            tokio::join!(self.unsubscribe_channel(channel), self.ping_behind(channel));
+        unsubscribed.and(pinged)
+    }
+
     /// PING behind a (S)SUBSCRIBE of `channel`, on the same connection: in
     /// a cluster, the connection to the node of the channel's slot; without
     /// sharded pub/sub, the node fred sends SUBSCRIBE to, which it picks by
@@ -690,7 +701,7 @@ impl Registry {
                 continue;
             }
             if *sub {
-                if let Err(e) = self.unsubscribe_channel(channel.as_str()).await {
+                if let Err(e) = self.unsubscribe_confirmed(channel.as_str()).await {
                     tracing::debug!(error = %e, %channel,
                         "relaylock: unsubscribe failed; trying again");
                     drop(sub);

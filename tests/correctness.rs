@@ -403,3 +403,61 @@ async fn the_queue_lives_past_the_holders_lease_and_is_never_shortened() {
     xw.await.unwrap().unwrap();
     yw.await.unwrap().unwrap();
 }
+
+/// An UNSUBSCRIBE that fails while the connection stays up (here refused by
+/// an ACL change, then allowed again) must not leave the channel subscribed
+/// for good: the clean-up tries again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_unsubscribe_is_tried_again() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let acl = |rule: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let _: () = admin
+                .custom(
+                    CustomCommand::new_static("ACL", None, false),
+                    vec!["SETUSER", "unsub", "on", ">pw", "~*", "&*", "+@all", rule],
+                )
+                .await
+                .unwrap();
+        }
+    };
+    acl("+unsubscribe").await;
+    let holder_client = client(&server).await;
+    let lock = LockClient::builder()
+        .url(format!("redis://unsub:pw@127.0.0.1:{}", server.port))
+        .unsubscribe_linger(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let channel = format!("{}:ch", lock.redis_key("k"));
+    let holder = holder_client.lock("k").await.unwrap();
+    let mut waiter =
+        Box::pin(lock.lock_with("k", LockOptions::default().wait(Duration::from_secs(5))));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut waiter)
+            .await
+            .is_err()
+    );
+    assert_eq!(support::numsub(&admin, &channel).await, 1);
+    // The waiter leaves while UNSUBSCRIBE is refused.
+    acl("-unsubscribe").await;
+    drop(waiter);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        support::numsub(&admin, &channel).await,
+        1,
+        "the refusal did not happen"
+    );
+    acl("+unsubscribe").await;
+    let gone = eventually(Duration::from_secs(3), || async {
+        support::numsub(&admin, &channel).await == 0
+    })
+    .await;
+    assert!(
+        gone,
+        "the channel stayed subscribed after its UNSUBSCRIBE failed"
+    );
+    holder.release().await.unwrap();
+}
