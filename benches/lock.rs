@@ -14,8 +14,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use fred::prelude::*;
 use relaylock::LockClient;
 
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
+use relaylock_testkit as redis_server;
 
 fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");

@@ -18,8 +18,7 @@ use relaylock::LockClient;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
+use relaylock_testkit as redis_server;
 
 type Stamps = Arc<Mutex<Vec<(&'static str, Instant)>>>;
 

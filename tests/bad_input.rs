@@ -3,7 +3,7 @@
 //! 1 ms, `u64::MAX` ms, `Duration::MAX`), replica settings and URLs. Every
 //! call returns a typed error or a correct lock; none panics or hangs.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::time::{Duration, Instant};
 

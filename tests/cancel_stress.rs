@@ -35,7 +35,7 @@
 //! load around the quiet phase (default 5 s per test). Run with
 //! `--nocapture` to see what was measured.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;

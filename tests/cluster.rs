@@ -1,7 +1,7 @@
 //! Redis Cluster with sharded pub/sub, against a real cluster of
 //! redis-server processes started by the test support code.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -309,43 +309,6 @@ async fn a_failover_during_contention_loses_no_waiter() {
         done - began
     );
     assert!(past <= lease, "a waiter waited {past:?} past the failover");
-}
-
-/// The load test runs against the cluster (`relaylock bench --url
-/// redis-cluster://...`), summing server statistics over every primary.
-#[cfg(feature = "cli")]
-#[test]
-fn the_load_test_runs_against_a_cluster() {
-    let cluster = RedisCluster::start(3, 0);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
-        .args([
-            "bench",
-            "--url",
-            &cluster.url(),
-            "--workers",
-            "16",
-            "--keys",
-            "4",
-        ])
-        .args(["--duration", "2s", "--json"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let row: serde_json::Value = stdout
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .expect("a JSON row");
-    println!("cluster bench: {row}");
-    assert!(row["acquisitions"].as_u64().unwrap() > 0);
-    assert_eq!(row["violations"].as_u64(), Some(0));
-    // Server statistics came from the cluster's primaries.
-    assert!(row["redis_requests_per_acq"].as_f64().unwrap() > 0.0);
 }
 
 /// Watched locks spread over every shard stay held across several leases:

@@ -1,7 +1,7 @@
 //! Waiting, lease and clean-up promises, each checked in the situation that
 //! once broke it, against a real redis-server.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -18,7 +18,7 @@
 //! Each test prints what it measured (`--nocapture`); docs/reliability.md
 //! quotes those lines.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

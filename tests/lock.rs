@@ -1,6 +1,6 @@
 //! Integration tests of the core lock against a real redis-server.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

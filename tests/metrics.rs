@@ -1,7 +1,7 @@
 //! Metrics are recorded under the documented names, with the documented labels.
 //! Its own test binary: it installs a process-wide recorder.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::collections::HashMap;
 use std::time::Duration;

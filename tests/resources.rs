@@ -5,7 +5,7 @@
 //! CPU and memory are read from `/proc/self`; the tests print what they
 //! measured (`--nocapture`).
 
-mod support;
+use relaylock_testkit as support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

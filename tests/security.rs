@@ -1,7 +1,7 @@
 //! Secured connections against real redis-server: a least-privilege ACL
 //! user (the one README.md documents) works end to end.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -23,7 +23,7 @@
 //!
 //! Each test prints what it measured (`--nocapture`).
 
-mod support;
+use relaylock_testkit as support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,7 +3,7 @@
 //! leave by timeout and by cancellation in random order. No subscription
 //! leaked, no waiter stranded, memory back near its baseline.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! test uses its own `name` label, so tests running in parallel do not mix
 //! their counts.
 
-mod support;
+use relaylock_testkit as support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -1,4 +1,4 @@
-//! `relaylock`: the command-line companion of the library (feature `cli`).
+//! `relaylock`: the command-line companion of the library (crate `relaylock-cli`).
 //!
 //! `relaylock bench` compares pub/sub waiting with spin polling on a real
 //! Redis server; see `relaylock bench --help` and docs/benchmarks.md.
@@ -13,8 +13,6 @@ use relaylock::WaitStrategy;
 
 mod bench;
 mod plot;
-#[path = "../../../tests/support/redis_server.rs"]
-mod redis_server;
 mod stats;
 mod worker;
 

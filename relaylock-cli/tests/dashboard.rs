@@ -1,10 +1,10 @@
 //! The shipped Grafana dashboard parses, and every series it queries is one
-//! relaylock emits (with the `cli` feature: checked against a real Prometheus
-//! rendering of real lock traffic).
+//! relaylock emits (checked against a real Prometheus exporter's rendering
+//! of real lock traffic).
 
 use std::collections::BTreeSet;
 
-const DASHBOARD: &str = include_str!("../docs/dashboards/relaylock-grafana.json");
+const DASHBOARD: &str = include_str!("../../docs/dashboards/relaylock-grafana.json");
 
 /// Every `relaylock_*` series name in the dashboard's queries.
 fn queried_series() -> BTreeSet<String> {
@@ -69,18 +69,13 @@ fn dashboard_queries_only_emitted_metrics() {
     }
 }
 
-#[cfg(feature = "cli")]
-#[path = "support/redis_server.rs"]
-mod redis_server;
-
-#[cfg(feature = "cli")]
 mod rendered {
     use std::time::Duration;
 
     use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
     use relaylock::{Error, LockClient, LockOptions};
 
-    use super::redis_server;
+    use relaylock_testkit as redis_server;
 
     /// Real traffic through the Prometheus exporter: every queried series shows up.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
