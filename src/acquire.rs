@@ -20,23 +20,23 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::interfaces::ClientLike;
 use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 use metrics::SharedString;
 
-use crate::client::Inner;
+use crate::calls::AcquireReply;
 use crate::error::{Error, Result};
-use crate::guard::{release, release_in_background, LockGuard, State};
+use crate::guard::{release, release_in_background, Acquired, LockGuard};
+use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::{NotSubscribed, PollerRole, Waiter};
 use crate::scripts::{Names, HANDOFF_GRACE_MS};
-use crate::watchdog::Lease;
 
 /// A probe claimed when a lease ran out (or none was known) has this long to
 /// record the next holder's lease before another local waiter may probe.
@@ -60,31 +60,9 @@ enum Attempt {
     Held,
 }
 
-/// The acquire script's reply, checked.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum AcquireReply {
-    /// Taken, with this fencing token.
-    Acquired(u64),
-    /// Held by another owner for about this long.
-    Held(Duration),
-}
-
-/// Interpret the acquire script's reply. The remaining lease is
-/// `default_lease` when Redis reports none (`-1`: a key without expiry, so
-/// relaylock did not write it; `-2`: a void marker): re-check after that.
-pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<AcquireReply> {
-    match reply {
-        [1, fence] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64)),
-        [0, pttl] => Ok(AcquireReply::Held(
-            u64::try_from(*pttl).map_or(default_lease, Duration::from_millis),
-        )),
-        other => Err(Error::UnexpectedReply(format!("acquire replied {other:?}"))),
-    }
-}
-
 /// One lock call: everything fixed for its lifetime.
-struct Call<'a> {
-    inner: &'a Arc<Inner>,
+struct LockCall<'a> {
+    inner: &'a Arc<ClientInner>,
     key: &'a str,
     names: Names,
     token: String,
@@ -99,11 +77,11 @@ struct Call<'a> {
 }
 
 pub(crate) async fn lock(
-    inner: &Arc<Inner>,
+    inner: &Arc<ClientInner>,
     key: &str,
     options: &LockOptions,
 ) -> Result<LockGuard> {
-    let call = Call::new(inner, key, options)?;
+    let call = LockCall::new(inner, key, options)?;
     let deadline = options.wait.map(|w| call.started.checked_add(w));
     let outcome = match (deadline, inner.strategy) {
         // wait(0): exactly one try
@@ -129,11 +107,11 @@ pub(crate) async fn lock(
 }
 
 pub(crate) async fn try_lock(
-    inner: &Arc<Inner>,
+    inner: &Arc<ClientInner>,
     key: &str,
     options: &LockOptions,
 ) -> Result<Option<LockGuard>> {
-    let call = Call::new(inner, key, options)?;
+    let call = LockCall::new(inner, key, options)?;
     match call.attempt(None).await? {
         Attempt::Acquired(fence, sent) => {
             if let Err(e) = call.replicated(fence).await {
@@ -173,8 +151,8 @@ fn expired(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
 }
 
-impl<'a> Call<'a> {
-    fn new(inner: &'a Arc<Inner>, key: &'a str, options: &'a LockOptions) -> Result<Self> {
+impl<'a> LockCall<'a> {
+    fn new(inner: &'a Arc<ClientInner>, key: &'a str, options: &'a LockOptions) -> Result<Self> {
         inner.check_key(key)?;
         let lease = options.lease.unwrap_or(inner.default_lease);
         let lease_ms = validate_lease(lease)?;
@@ -182,7 +160,7 @@ impl<'a> Call<'a> {
             Some((n, timeout)) => Some((n, validate_replicas(n, timeout, lease)?)),
             None => None,
         };
-        Ok(Call {
+        Ok(LockCall {
             inner,
             key,
             names: inner.names(key),
@@ -240,12 +218,13 @@ impl<'a> Call<'a> {
     }
 
     async fn wait_for_replicas(&self, required: u32, timeout_ms: u64) -> Result<()> {
-        let checkout = self.inner.replica_connection().await?;
+        let checkout = self.inner.replicas.checkout().await?;
         let conn = checkout.client();
         let names = &self.names;
         // Not grow-only, so it always writes: the write WAIT waits for.
         let renewed = self
             .inner
+            .calls
             .set_lease(conn, names, &self.token, self.lease_ms)
             .await?;
         if renewed != [1] {
@@ -255,12 +234,13 @@ impl<'a> Call<'a> {
         // the command timeout, not by the command timeout alone. One attempt
         // only: a WAIT that fred replayed on a new connection would cover
         // none of this connection's writes.
-        let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout();
+        let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout;
         // In a cluster, to the node of the lock's slot, which the renewal
         // above went to.
         let cluster_hash = self
             .inner
-            .redis
+            .calls
+            .redis()
             .is_clustered()
             .then(|| ClusterHash::Custom(redis_keyslot(names.lock.as_bytes())));
         let options = Options {
@@ -274,7 +254,7 @@ impl<'a> Call<'a> {
             CustomCommand::new_static("WAIT", None, true),
             vec![i64::from(required), timeout_ms as i64],
         );
-        match crate::error::bounded(limit + Duration::from_millis(100), wait).await? {
+        match crate::error::with_timeout(limit + Duration::from_millis(100), wait).await? {
             n if n >= i64::from(required) => Ok(()),
             n => Err(Error::NotReplicated {
                 acked: u32::try_from(n.max(0)).unwrap_or(0),
@@ -284,31 +264,19 @@ impl<'a> Call<'a> {
     }
 
     fn into_guard(self, fence: u64, sent: Instant) -> LockGuard {
-        let lease_state = Lease::new(sent, self.lease);
-        let watch = OnceLock::new();
-        if self.renew {
-            let id = self.inner.watchdog.watch(
-                &self.names,
-                &self.token,
-                &lease_state,
-                self.name.cloned(),
-                true,
-            );
-            let _ = watch.set(id);
-        }
-        LockGuard {
-            inner: Arc::clone(self.inner),
-            key: self.key.to_owned(),
-            names: self.names,
-            token: self.token,
-            fence,
-            name: self.name.cloned(),
-            acquired_at: sent,
-            lease: self.lease,
-            lease_state,
-            watch,
-            state: State::Held,
-        }
+        LockGuard::new(
+            Arc::clone(self.inner),
+            Acquired {
+                key: self.key.to_owned(),
+                names: self.names,
+                token: self.token,
+                fence,
+                name: self.name.cloned(),
+                sent,
+                lease: self.lease,
+                renew: self.renew,
+            },
+        )
     }
 
     /// One acquire script call. A caller that will wait (with its `queue`
@@ -316,33 +284,11 @@ impl<'a> Call<'a> {
     /// is taken, and may take a reservation made for this client.
     async fn attempt(&self, queue: Option<&Waiter>) -> Result<Attempt> {
         m::attempt(self.name);
-        let void = self.names.void(&self.token);
-        let names = &self.names;
-        let keys = vec![
-            names.lock.as_str(),
-            names.side.as_str(),
-            void.as_str(),
-            names.queue.as_str(),
-        ];
         let client = match queue {
             Some(_) => self.inner.registry.client_id(),
             None => "",
         };
-        let queued = if queue.is_some_and(Waiter::is_queued) {
-            "1"
-        } else {
-            "0"
-        };
-        let args: Vec<Value> = vec![
-            self.token.as_str().into(),
-            (self.lease_ms as i64).into(),
-            ((self.lease_ms + self.inner.side_retention_ms) as i64).into(),
-            client.into(),
-            names.channel.as_str().into(),
-            queued.into(),
-            self.inner.registry.publish_command().into(),
-            (self.inner.side_retention_ms as i64).into(),
-        ];
+        let queued = queue.is_some_and(Waiter::is_queued);
         // An acquire script whose outcome we never learn (future dropped,
         // reply lost, timeout) may have taken the lock: release that token.
         let orphan = OnDrop(Some(|| {
@@ -358,17 +304,24 @@ impl<'a> Call<'a> {
             w.queued_try_in_flight(true);
         }
         let sent = Instant::now();
-        let script = &self.inner.scripts.acquire;
-        let reply: Vec<i64> = self
+        let reply = self
             .inner
-            .bounded(script.evalsha_with_reload(&self.inner.redis, keys, args))
+            .calls
+            .acquire(
+                &self.names,
+                &self.token,
+                self.lease_ms,
+                client,
+                queued,
+                self.inner.default_lease,
+            )
             .await?;
         orphan.disarm();
         if let Some(w) = queue {
             w.queued_try_in_flight(false);
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
-        match acquire_reply(&reply, self.inner.default_lease)? {
+        match reply {
             AcquireReply::Acquired(fence) => {
                 if let Some(w) = queue {
                     w.note_acquired(sent, self.lease);

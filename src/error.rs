@@ -64,7 +64,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Await a fred command for at most `limit`; past it, fail with fred's own
 /// `Timeout` error kind (the command may still run in Redis).
-pub(crate) async fn bounded<T>(
+pub(crate) async fn with_timeout<T>(
     limit: Duration,
     command: impl std::future::Future<Output = Result<T, fred::error::Error>>,
 ) -> Result<T, fred::error::Error> {
@@ -76,4 +76,20 @@ pub(crate) async fn bounded<T>(
                 "relaylock: command timed out",
             ))
         })
+}
+
+/// Connect `client`, or give up after `timeout` (then stop its reconnect
+/// loop) with [`Error::ConnectTimeout`] or the connection error.
+pub(crate) async fn connect_within<C: fred::interfaces::ClientLike>(
+    client: &C,
+    timeout: Duration,
+) -> Result<()> {
+    let outcome = tokio::time::timeout(timeout, client.init()).await;
+    let error = match outcome {
+        Ok(Ok(_task)) => return Ok(()),
+        Ok(Err(e)) => Error::Redis(e),
+        Err(_) => Error::ConnectTimeout(timeout),
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+    Err(error)
 }

@@ -8,15 +8,15 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use fred::types::Value;
 use metrics::SharedString;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::Inner;
+use crate::calls::Released;
 use crate::error::{Error, Result};
+use crate::inner::ClientInner;
 use crate::metrics as m;
 use crate::options::validate_lease;
-use crate::scripts::{Names, HANDOFF_GRACE_MS, RING_CHARS};
+use crate::scripts::Names;
 use crate::watchdog::Lease;
 
 /// A held lock.
@@ -49,27 +49,42 @@ use crate::watchdog::Lease;
 /// guard.release().await?;
 /// # let _ = fence; Ok(()) }
 /// ```
+#[must_use = "dropping a guard releases the lock (in the background)"]
 pub struct LockGuard {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<ClientInner>,
+    key: String,
+    names: Names,
+    token: String,
+    fence: u64,
+    name: Option<SharedString>,
+    acquired_at: Instant,
+    lease: Duration,
+    /// What is known about the lease; shared with the watchdog.
+    lease_state: Arc<Lease>,
+    /// The watchdog id, once the watchdog looks after this lock (at once for
+    /// a renewed lock, on first `lost`/`lost_token` for a fixed one).
+    watch: OnceLock<u64>,
+    /// Where the guard is in its life; decides what dropping it does.
+    state: State,
+}
+
+/// What an acquisition hands to [`LockGuard::new`].
+pub(crate) struct Acquired {
     pub(crate) key: String,
     pub(crate) names: Names,
     pub(crate) token: String,
     pub(crate) fence: u64,
     pub(crate) name: Option<SharedString>,
-    pub(crate) acquired_at: Instant,
+    /// When the acquire call that took the lock was sent.
+    pub(crate) sent: Instant,
     pub(crate) lease: Duration,
-    /// What is known about the lease; shared with the watchdog.
-    pub(crate) lease_state: Arc<Lease>,
-    /// The watchdog id, once the watchdog looks after this lock (at once for
-    /// a renewed lock, on first `lost`/`lost_token` for a fixed one).
-    pub(crate) watch: OnceLock<u64>,
-    /// Where the guard is in its life; decides what dropping it does.
-    pub(crate) state: State,
+    /// Renewed by the watchdog while the guard lives.
+    pub(crate) renew: bool,
 }
 
 /// The life of a guard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum State {
+enum State {
     /// Held: dropping releases in the background.
     Held,
     /// `release()` is running: dropping its future releases in the
@@ -91,6 +106,32 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
+    /// The guard of a lock just acquired; a renewed lock is registered with
+    /// the watchdog at once.
+    pub(crate) fn new(inner: Arc<ClientInner>, a: Acquired) -> LockGuard {
+        let lease_state = Lease::new(a.sent, a.lease);
+        let watch = OnceLock::new();
+        if a.renew {
+            let id = inner
+                .watchdog
+                .watch(&a.names, &a.token, &lease_state, a.name.clone(), true);
+            let _ = watch.set(id);
+        }
+        LockGuard {
+            inner,
+            key: a.key,
+            names: a.names,
+            token: a.token,
+            fence: a.fence,
+            name: a.name,
+            acquired_at: a.sent,
+            lease: a.lease,
+            lease_state,
+            watch,
+            state: State::Held,
+        }
+    }
+
     /// The key this guard locks, as given to `lock`.
     pub fn key(&self) -> &str {
         &self.key
@@ -205,9 +246,12 @@ impl LockGuard {
         if self.watch.get().is_some() {
             self.inner.watchdog.replan();
         }
-        let call = self
-            .inner
-            .set_lease(&self.inner.redis, &self.names, &self.token, lease_ms);
+        let call = self.inner.calls.set_lease(
+            self.inner.calls.redis(),
+            &self.names,
+            &self.token,
+            lease_ms,
+        );
         let reply = Tracked {
             call: Box::pin(call),
             lease: &self.lease_state,
@@ -298,17 +342,6 @@ impl Drop for LockGuard {
     }
 }
 
-/// What the release script found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Released {
-    /// Deleted our key and published.
-    Now,
-    /// Our key was already released by an earlier (replayed) call.
-    Already,
-    /// The key no longer held our token.
-    NotOurs,
-}
-
 /// Count a release's outcome; a loss counts only if nobody counted it before
 /// (the watchdog, `extend`).
 fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Option<&Lease>) {
@@ -324,23 +357,16 @@ fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Optio
     }
 }
 
-/// Run the release script for `token`. `fence` is `None` for an acquisition
-/// whose reply never arrived (the script reads the fence from the value).
+/// Release `token`: the release script, queueing this client again when it
+/// still has local waiters (the registry tracks that until the outcome is
+/// known, see `Registry::requeue`). `fence` is `None` for an acquisition
+/// whose reply never arrived.
 pub(crate) async fn release(
-    inner: &Inner,
+    inner: &ClientInner,
     names: &Names,
     token: &str,
     fence: Option<u64>,
 ) -> Result<Released> {
-    let void = names.void(token);
-    let keys = vec![
-        names.lock.as_str(),
-        names.side.as_str(),
-        void.as_str(),
-        names.queue.as_str(),
-    ];
-    // With local waiters left, this client queues again behind the others;
-    // `requeued` lives until the outcome is known (see `Registry::requeue`).
     let registry = &inner.registry;
     let requeued = registry.requeue(&names.channel);
     let requeue = if requeued.is_some() {
@@ -348,26 +374,7 @@ pub(crate) async fn release(
     } else {
         ""
     };
-    let args: Vec<Value> = vec![
-        token.into(),
-        fence.map(|f| f.to_string()).unwrap_or_default().into(),
-        names.channel.as_str().into(),
-        (inner.side_retention_ms as i64).into(),
-        (RING_CHARS as i64).into(),
-        requeue.into(),
-        (HANDOFF_GRACE_MS as i64).into(),
-        registry.publish_command().into(),
-    ];
-    let script = &inner.scripts.release;
-    let reply: i64 = inner
-        .bounded(script.evalsha_with_reload(&inner.redis, keys, args))
-        .await?;
-    match reply {
-        1 => Ok(Released::Now),
-        2 => Ok(Released::Already),
-        0 => Ok(Released::NotOurs),
-        other => Err(Error::UnexpectedReply(format!("release replied {other}"))),
-    }
+    inner.calls.release(names, token, fence, requeue).await
 }
 
 /// A dropped guard's metrics name and lease, so its background release is
@@ -379,7 +386,7 @@ pub(crate) type Report = (Option<SharedString>, Arc<Lease>);
 /// `fence` None; or during `WAIT`), which records no metrics because it was
 /// never reported as acquired.
 pub(crate) fn release_in_background(
-    inner: Arc<Inner>,
+    inner: Arc<ClientInner>,
     names: Names,
     token: String,
     fence: Option<u64>,

@@ -41,17 +41,22 @@
 #![deny(missing_docs)]
 
 mod acquire;
+mod builder;
+mod calls;
 mod client;
 mod error;
 mod guard;
+mod inner;
 pub mod metrics;
 mod options;
 mod registry;
+mod replica_pool;
 pub mod scripts;
 mod subscriber;
 mod watchdog;
 
-pub use client::{LockClient, LockClientBuilder};
+pub use builder::LockClientBuilder;
+pub use client::LockClient;
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use options::{LockOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN};
@@ -111,7 +116,7 @@ pub mod __fuzz {
             assert!(prefix.len() <= MAX_PREFIX_LEN && !prefix.contains(['{', '}']));
             let names = Names::new(prefix, key);
             assert!(names.lock.starts_with(prefix));
-            assert_eq!(names.side, format!("{}:fence", names.lock));
+            assert_eq!(names.fence, format!("{}:fence", names.lock));
             assert_eq!(Names::queue_of_channel(&names.channel), names.queue);
         }
 
@@ -132,8 +137,8 @@ pub mod __fuzz {
                 i64::from_le_bytes(w)
             })
             .collect();
-        if let Ok(crate::acquire::AcquireReply::Acquired(fence)) =
-            crate::acquire::acquire_reply(&reply, Duration::from_secs(30))
+        if let Ok(crate::calls::AcquireReply::Acquired(fence)) =
+            crate::calls::acquire_reply(&reply, Duration::from_secs(30))
         {
             assert!(fence > 0);
         }

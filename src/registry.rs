@@ -263,15 +263,6 @@ impl Registry {
         }
     }
 
-    /// The command the scripts publish release messages with.
-    pub(crate) fn publish_command(&self) -> &'static str {
-        if self.sharded {
-            "SPUBLISH"
-        } else {
-            "PUBLISH"
-        }
-    }
-
     async fn subscribe_channel(&self, channel: &str) -> Result<(), fred::error::Error> {
         if self.sharded {
             self.bounded(self.subscriber.ssubscribe(channel)).await
@@ -292,7 +283,7 @@ impl Registry {
     /// `limit`.
     pub(crate) async fn ping_every_node(&self, limit: Duration) -> Result<(), fred::error::Error> {
         if !self.clustered() {
-            return crate::error::bounded(limit, self.subscriber.ping::<()>(None)).await;
+            return crate::error::with_timeout(limit, self.subscriber.ping::<()>(None)).await;
         }
         for server in self.subscriber.active_connections() {
             let options = Options {
@@ -300,7 +291,7 @@ impl Registry {
                 ..Default::default()
             };
             let node = self.subscriber.with_options(&options);
-            crate::error::bounded(limit, node.ping::<()>(None)).await?;
+            crate::error::with_timeout(limit, node.ping::<()>(None)).await?;
         }
         Ok(())
     }
@@ -418,7 +409,7 @@ impl Registry {
         &self,
         command: impl std::future::Future<Output = Result<T, fred::error::Error>>,
     ) -> Result<T, fred::error::Error> {
-        crate::error::bounded(self.command_timeout, command).await
+        crate::error::with_timeout(self.command_timeout, command).await
     }
 
     /// Register a task for `channel` (before its first try). It stays

@@ -272,8 +272,9 @@ impl Scripts {
 pub(crate) struct Names {
     /// `<prefix>:{<key>}`: the lock itself.
     pub(crate) lock: String,
-    /// `<prefix>:{<key>}:fence`: the side hash.
-    pub(crate) side: String,
+    /// `<prefix>:{<key>}:fence`: the fence hash (the last fencing token,
+    /// the ring of released ones, the current reservation).
+    pub(crate) fence: String,
     /// `<prefix>:{<key>}:ch`: the release channel.
     pub(crate) channel: String,
     /// `<prefix>:{<key>}:q`: the clients waiting for the lock.
@@ -296,7 +297,7 @@ impl Names {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
         let lock = format!("{prefix}:{{{key}}}");
         Names {
-            side: format!("{lock}:fence"),
+            fence: format!("{lock}:fence"),
             channel: format!("{lock}:ch"),
             queue: format!("{lock}:q"),
             lock,
@@ -316,7 +317,7 @@ mod tests {
     fn names_share_one_hash_tag() {
         let n = Names::new("relaylock", "orders:42");
         assert_eq!(n.lock, "relaylock:{orders:42}");
-        assert_eq!(n.side, "relaylock:{orders:42}:fence");
+        assert_eq!(n.fence, "relaylock:{orders:42}:fence");
         assert_eq!(n.channel, "relaylock:{orders:42}:ch");
         assert_eq!(n.queue, "relaylock:{orders:42}:q");
         assert_eq!(Names::queue_of_channel(&n.channel), n.queue);
@@ -329,7 +330,7 @@ mod tests {
         // A lock name always ends with '}', a side name with "fence".
         let a = Names::new("p", "x}:fence");
         let b = Names::new("p", "x");
-        assert_ne!(a.lock, b.side);
+        assert_ne!(a.lock, b.fence);
         assert!(a.lock.ends_with('}'));
     }
 

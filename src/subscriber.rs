@@ -138,7 +138,7 @@ async fn check_alive(subscriber: SubscriberClient, registry: Arc<Registry>, limi
 /// The check compares with the node recorded at subscription, so a map that
 /// fred already refreshed by itself (after a MOVED) is followed too.
 async fn follow_slots(subscriber: &SubscriberClient, registry: &Registry, limit: Duration) {
-    if let Err(e) = crate::error::bounded(limit, subscriber.sync_cluster()).await {
+    if let Err(e) = crate::error::with_timeout(limit, subscriber.sync_cluster()).await {
         tracing::warn!(error = %e, "relaylock: could not refresh the subscriber's cluster map");
     }
     if registry.any_channel_moved() {

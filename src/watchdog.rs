@@ -37,17 +37,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use fred::clients::Client;
 use fred::interfaces::ClientLike;
-use fred::types::scripts::Script;
-use fred::types::Value;
 use fred::util::redis_keyslot;
 use metrics::SharedString;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
+use crate::calls::{Calls, RenewItem};
 use crate::metrics::{self as m, Renewal};
 use crate::scripts::{Names, RENEW_BATCH};
 
@@ -229,9 +226,9 @@ impl Lease {
 }
 
 /// One lock the watchdog looks after.
-struct Entry {
+struct Watched {
     lock: String,
-    side: String,
+    fence: String,
     token: String,
     lease: Arc<Lease>,
     name: Option<SharedString>,
@@ -248,7 +245,7 @@ struct Entry {
 struct Item {
     id: u64,
     lock: String,
-    side: String,
+    fence: String,
     token: String,
     lease: Duration,
     generation: u64,
@@ -268,12 +265,9 @@ type Round = Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>;
 
 /// The state the guards and the task share.
 pub(crate) struct Watchdog {
-    redis: Client,
-    script: Script,
-    /// `Some(limit)` when the fred client enforces no command timeout itself.
-    command_limit: Option<Duration>,
-    side_retention_ms: u64,
-    entries: Mutex<HashMap<u64, Entry>>,
+    /// The script calls (a batched `RENEW`).
+    calls: Calls,
+    entries: Mutex<HashMap<u64, Watched>>,
     next_id: AtomicU64,
     wake: Notify,
     /// When the task will next wake by itself, in µs since `epoch`. Written
@@ -284,17 +278,9 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn new(
-        redis: Client,
-        script: Script,
-        command_limit: Option<Duration>,
-        side_retention_ms: u64,
-    ) -> Arc<Self> {
+    pub(crate) fn new(calls: Calls) -> Arc<Self> {
         Arc::new(Watchdog {
-            redis,
-            script,
-            command_limit,
-            side_retention_ms,
+            calls,
             entries: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wake: Notify::new(),
@@ -303,7 +289,7 @@ impl Watchdog {
         })
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+    fn entries(&self) -> MutexGuard<'_, HashMap<u64, Watched>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -335,9 +321,9 @@ impl Watchdog {
         let mut entries = self.entries();
         entries.insert(
             id,
-            Entry {
+            Watched {
                 lock: names.lock.clone(),
-                side: names.side.clone(),
+                fence: names.fence.clone(),
                 token: token.to_owned(),
                 lease: Arc::clone(lease),
                 name,
@@ -424,7 +410,7 @@ impl Watchdog {
                     Some(Item {
                         id,
                         lock: e.lock.clone(),
-                        side: e.side.clone(),
+                        fence: e.fence.clone(),
                         token: e.token.clone(),
                         lease: s.renew_with,
                         generation: s.generation,
@@ -440,7 +426,7 @@ impl Watchdog {
 
     /// One round: every item, in calls of at most `RENEW_BATCH` locks.
     async fn renew(self: Arc<Self>, mut items: Vec<Item>) -> Vec<Outcome> {
-        if !self.redis.is_clustered() {
+        if !self.calls.redis().is_clustered() {
             let mut out = Vec::with_capacity(items.len());
             for chunk in items.chunks(RENEW_BATCH) {
                 out.extend(self.renew_chunk(chunk).await);
@@ -492,25 +478,17 @@ impl Watchdog {
 
     /// One RENEW call for `chunk` (all in one slot, in a cluster).
     async fn renew_chunk(&self, chunk: &[Item]) -> Vec<Outcome> {
-        let mut keys: Vec<&str> = Vec::with_capacity(chunk.len() * 2);
-        let mut args: Vec<Value> = Vec::with_capacity(chunk.len() * 2 + 2);
-        args.push((self.side_retention_ms as i64).into());
-        // Grow only: a renewal racing an `extend` never shortens the lease.
-        args.push("1".into());
-        for it in chunk {
-            keys.push(&it.lock);
-            keys.push(&it.side);
-            args.push(it.token.as_str().into());
-            args.push((it.lease.as_millis() as i64).into());
-        }
+        let batch: Vec<RenewItem<'_>> = chunk
+            .iter()
+            .map(|it| RenewItem {
+                lock: &it.lock,
+                fence: &it.fence,
+                token: &it.token,
+                lease_ms: it.lease.as_millis() as u64,
+            })
+            .collect();
         let sent = Instant::now();
-        let call = self.script.evalsha_with_reload(&self.redis, keys, args);
-        let reply: Result<Vec<i64>> = match self.command_limit {
-            None => call.await.map_err(Error::from),
-            Some(limit) => crate::error::bounded(limit, call)
-                .await
-                .map_err(Error::from),
-        };
+        let reply = self.calls.renew(&batch).await;
         let codes = match reply {
             Ok(codes) if codes.len() == chunk.len() => codes.into_iter().map(Some).collect(),
             Ok(codes) => {

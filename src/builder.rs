@@ -1,0 +1,512 @@
+//! [`LockClientBuilder`]: the settings of a client, checked and turned into
+//! connections, scripts and background tasks by [`build`](LockClientBuilder::build).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::types::config::{Config, ReconnectPolicy};
+use fred::types::Builder;
+
+use crate::calls::Calls;
+use crate::client::LockClient;
+use crate::error::{connect_within, with_timeout, Error, Result};
+use crate::inner::{ClientInner, Tasks};
+use crate::options::{
+    validate_lease, validate_prefix, validate_url_scheme, WaitStrategy, MAX_LEASE,
+};
+use crate::registry::Registry;
+use crate::replica_pool::Replicas;
+use crate::scripts::Scripts;
+use crate::watchdog::{self, Watchdog};
+
+impl LockClient {
+    /// Connect to the Redis at `url` (`redis://[user:password@]host:port[/db]`)
+    /// with every other setting at its default. See [`builder`](Self::builder).
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a malformed URL and with
+    /// [`Error::ConnectTimeout`] (or the connection error) when the server
+    /// cannot be reached within the connect timeout (5 s by default).
+    pub async fn connect(url: &str) -> Result<LockClient> {
+        LockClient::builder().url(url).build().await
+    }
+
+    /// A builder with every setting at its default.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+}
+
+/// Configures and connects a [`LockClient`], in the style of fred's builder.
+///
+/// ```no_run
+/// # async fn demo() -> relaylock::Result<()> {
+/// use std::time::Duration;
+/// use relaylock::{LockClient, WaitStrategy};
+///
+/// let client = LockClient::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .prefix("billing")                          // every Redis name starts "billing:"
+///     .default_lease(Duration::from_secs(30))
+///     .wait_strategy(WaitStrategy::PubSub)
+///     .connect_timeout(Duration::from_secs(2))
+///     .build()
+///     .await?;
+/// # drop(client); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClientBuilder {
+    url: Option<String>,
+    fred_client: Option<Client>,
+    fred_config: Option<Config>,
+    prefix: String,
+    default_lease: Duration,
+    wait_strategy: WaitStrategy,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    unsubscribe_linger: Duration,
+    message_buffer: usize,
+    replica_connections: usize,
+    side_retention: Duration,
+    #[cfg(feature = "tls")]
+    tls_roots: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password: never print it.
+        f.debug_struct("LockClientBuilder")
+            .field("url", &self.url.as_ref().map(|_| "<set>"))
+            .field("fred_client", &self.fred_client.is_some())
+            .field("fred_config", &self.fred_config.is_some())
+            .field("prefix", &self.prefix)
+            .field("default_lease", &self.default_lease)
+            .field("wait_strategy", &self.wait_strategy)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("unsubscribe_linger", &self.unsubscribe_linger)
+            .field("message_buffer", &self.message_buffer)
+            .field("replica_connections", &self.replica_connections)
+            .field("side_retention", &self.side_retention)
+            .finish()
+    }
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            url: None,
+            fred_client: None,
+            fred_config: None,
+            prefix: "relaylock".into(),
+            default_lease: Duration::from_secs(30),
+            wait_strategy: WaitStrategy::PubSub,
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(5),
+            unsubscribe_linger: Duration::from_millis(500),
+            message_buffer: 1024,
+            replica_connections: 4,
+            side_retention: Duration::from_millis(crate::scripts::SIDE_RETENTION_MS),
+            #[cfg(feature = "tls")]
+            tls_roots: None,
+        }
+    }
+}
+
+impl LockClientBuilder {
+    /// The Redis URL, as fred parses it: `redis://[[user]:password@]host[:port][/db]`.
+    /// Default: `redis://127.0.0.1:6379`.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// Connect with a fred configuration instead of a URL: any deployment
+    /// fred supports (centralized, clustered, sentinel) with its TLS and
+    /// authentication settings. relaylock still applies its own timeouts,
+    /// reconnect policy and buffer sizes on top.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> relaylock::Result<()> {
+    /// use fred::types::config::{Config, ServerConfig};
+    ///
+    /// let config = Config {
+    ///     server: ServerConfig::new_clustered(vec![("10.0.0.1", 6379), ("10.0.0.2", 6379)]),
+    ///     ..Config::default()
+    /// };
+    /// let client = relaylock::LockClient::builder().fred_config(config).build().await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    pub fn fred_config(mut self, config: Config) -> Self {
+        self.fred_config = Some(config);
+        self
+    }
+
+    /// Use an existing fred client for commands instead of a URL. relaylock
+    /// opens its subscriber connection with the same configuration, connects
+    /// the client if it is not connected yet, and never quits it.
+    pub fn fred_client(mut self, client: Client) -> Self {
+        self.fred_client = Some(client);
+        self
+    }
+
+    /// The namespace of every Redis name relaylock creates. Default `relaylock`.
+    /// Non-empty, at most 128 bytes, without `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of a lock taken without [`LockOptions::lease`]. The
+    /// watchdog renews it at a third of the lease while the guard lives (see
+    /// [`LockOptions::watchdog`]). Default 30 s.
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// How waiters wait. Default [`WaitStrategy::PubSub`].
+    pub fn wait_strategy(mut self, strategy: WaitStrategy) -> Self {
+        self.wait_strategy = strategy;
+        self
+    }
+
+    /// How long `build` may take to connect before it fails with
+    /// [`Error::ConnectTimeout`]. Also the TCP connect timeout of every later
+    /// reconnect. Default 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one Redis command may take, reconnects included, before it
+    /// fails. Also the limit after which a connection that answers nothing is
+    /// considered dead and replaced. Default 5 s. With a client passed in
+    /// with [`fred_client`](Self::fred_client), the client's own
+    /// `default_command_timeout` applies when it has one, and this one when
+    /// it has none.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// How long a channel stays subscribed after its last local waiter left,
+    /// so a key in steady use is not resubscribed at every hand-over.
+    /// Default 500 ms. Zero unsubscribes at once.
+    pub fn unsubscribe_linger(mut self, linger: Duration) -> Self {
+        self.unsubscribe_linger = linger;
+        self
+    }
+
+    /// Release messages fred buffers for the subscriber task before it counts
+    /// as lagging (then every waiter re-checks). Default 1024.
+    pub fn message_buffer(mut self, messages: usize) -> Self {
+        self.message_buffer = messages.max(1);
+        self
+    }
+
+    /// How many extra connections serve acquisitions with
+    /// [`LockOptions::min_replicas`]. `WAIT` blocks its connection until the
+    /// replicas acknowledge or the timeout passes, so this many such
+    /// acquisitions wait for replicas at the same time. Opened on first use.
+    /// Default 4, between 1 and 64.
+    pub fn replica_connections(mut self, connections: usize) -> Self {
+        self.replica_connections = connections;
+        self
+    }
+
+    /// Trust these certificate authorities (PEM, one or more certificates)
+    /// for TLS instead of the system's roots: for a private CA. Implies TLS
+    /// for a `redis://` URL too. Feature `tls`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> relaylock::Result<()> {
+    /// let ca = std::fs::read("ca.crt").unwrap();
+    /// let client = relaylock::LockClient::builder()
+    ///     .url("rediss://relay:secret@redis.internal:6380")
+    ///     .tls_root_certificates_pem(ca)
+    ///     .build()
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificates_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
+    /// How long a lock's bookkeeping outlives its last use: the side hash
+    /// (fencing counter, recently released tokens), the queue of waiting
+    /// clients and the markers of abandoned acquisitions. Within this window
+    /// a replayed release is recognised as ours and a server clock stepping
+    /// back cannot make fencing tokens go backwards; past it, nothing of the
+    /// lock stays in Redis. Default 60 s
+    /// ([`SIDE_RETENTION_MS`](crate::scripts::SIDE_RETENTION_MS)), between
+    /// 1 s and 1 day. Every client of one prefix should use the same value.
+    pub fn side_retention(mut self, retention: Duration) -> Self {
+        self.side_retention = retention;
+        self
+    }
+
+    /// Every setting against its limits (nothing is sent yet).
+    fn validate(&self) -> Result<()> {
+        validate_prefix(&self.prefix)?;
+        validate_lease(self.default_lease)?;
+        let poll = match self.wait_strategy {
+            WaitStrategy::Poll(interval) => Some(("poll interval", interval)),
+            WaitStrategy::PubSub => None,
+        };
+        for (what, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("command_timeout", self.command_timeout),
+        ]
+        .into_iter()
+        .chain(poll)
+        {
+            if d.is_zero() || d > Duration::from_secs(3600) {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} {d:?} must be between 1 ms and 1 h"
+                )));
+            }
+        }
+        if self.side_retention < Duration::from_secs(1) || self.side_retention > MAX_LEASE {
+            return Err(Error::InvalidArgument(format!(
+                "side_retention {:?} must be between 1 s and 1 day",
+                self.side_retention
+            )));
+        }
+        if !(1..=64).contains(&self.replica_connections) {
+            return Err(Error::InvalidArgument(format!(
+                "replica_connections {} must be between 1 and 64",
+                self.replica_connections
+            )));
+        }
+        #[cfg(feature = "tls")]
+        if self.tls_roots.is_some() && self.fred_client.is_some() {
+            return Err(Error::InvalidArgument(
+                "tls_root_certificates_pem does not apply to a fred_client: configure TLS on that client".into(),
+            ));
+        }
+        let sources = [
+            self.url.is_some(),
+            self.fred_client.is_some(),
+            self.fred_config.is_some(),
+        ];
+        if sources.into_iter().filter(|s| *s).count() > 1 {
+            return Err(Error::InvalidArgument(
+                "set one of url, fred_config and fred_client".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The command client (built, or the one passed in; whether relaylock
+    /// owns it) and the builder the other connections are made with.
+    fn command_client(&self) -> Result<(Client, bool, Builder)> {
+        let (redis, owns_redis, builder) = match self.fred_client.clone() {
+            Some(client) => {
+                let mut builder = Builder::from_config(client.client_config());
+                builder
+                    .set_connection_config(client.connection_config().clone())
+                    .set_performance_config(client.perf_config());
+                // Only the subscriber is built here: the client's own command
+                // settings stay as the user set them.
+                bound_commands(&mut builder, self.command_timeout, self.message_buffer);
+                builder.set_policy(
+                    client
+                        .client_reconnect_policy()
+                        .unwrap_or_else(default_policy),
+                );
+                (client, false, builder)
+            }
+            None => {
+                #[allow(unused_mut)]
+                let mut config = match self.fred_config.clone() {
+                    Some(config) => config,
+                    None => {
+                        let url = self.url.as_deref().unwrap_or("redis://127.0.0.1:6379");
+                        validate_url_scheme(url)?;
+                        Config::from_url(url).map_err(|e| {
+                            Error::InvalidArgument(format!("invalid Redis URL: {}", e.details()))
+                        })?
+                    }
+                };
+                #[cfg(feature = "tls")]
+                if let Some(pem) = &self.tls_roots {
+                    config.tls = Some(tls_with_roots(pem)?.into());
+                }
+                let mut builder = Builder::from_config(config);
+                builder
+                    .with_connection_config(|c| {
+                        c.connection_timeout = self.connect_timeout;
+                        c.internal_command_timeout = self.connect_timeout;
+                        c.tcp.nodelay = Some(true);
+                    })
+                    .set_policy(default_policy());
+                bound_commands(&mut builder, self.command_timeout, self.message_buffer);
+                (builder.build()?, true, builder)
+            }
+        };
+        Ok((redis, owns_redis, builder))
+    }
+
+    /// Check the settings, connect both connections, load the scripts and
+    /// start the subscriber and watchdog tasks.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`] for a setting out of its range, a
+    ///   malformed URL, or conflicting connection sources (`url`,
+    ///   `fred_config`, `fred_client`);
+    /// * [`Error::ConnectTimeout`] when a connection is not up within the
+    ///   connect timeout, or [`Error::Redis`] with the connection error;
+    /// * [`Error::Redis`] when the scripts cannot be loaded (an ACL without
+    ///   `SCRIPT LOAD`, a server error).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes leaves no task running.
+    /// Connections it opened are closed by fred when their handles drop;
+    /// a `fred_client` passed in stays as it was (connected, if this call
+    /// connected it).
+    pub async fn build(self) -> Result<LockClient> {
+        self.validate()?;
+        let (redis, owns_redis, builder) = self.command_client()?;
+        let subscriber = builder.build_subscriber_client()?;
+        let fred_times_out = !redis.perf_config().default_command_timeout.is_zero();
+        let command_limit = (!fred_times_out).then_some(self.command_timeout);
+        if !redis.is_connected() {
+            connect_within(&redis, self.connect_timeout).await?;
+        }
+        if let Err(e) = connect_within(&subscriber, self.connect_timeout).await {
+            if owns_redis {
+                let _ = tokio::time::timeout(self.connect_timeout, redis.quit()).await;
+            }
+            return Err(e);
+        }
+        let scripts = Scripts::new();
+        let loaded = async {
+            scripts.acquire.load(&redis).await?;
+            scripts.release.load(&redis).await?;
+            scripts.renew.load(&redis).await
+        };
+        if let Err(e) = with_timeout(self.command_timeout, loaded).await {
+            let _ = tokio::time::timeout(self.connect_timeout, subscriber.quit()).await;
+            if owns_redis {
+                let _ = tokio::time::timeout(self.connect_timeout, redis.quit()).await;
+            }
+            return Err(e.into());
+        }
+
+        // Redis Cluster: sharded pub/sub (SSUBSCRIBE, SPUBLISH) keeps each
+        // release message within the lock's shard. It needs Redis 7.
+        let clustered = redis.is_clustered();
+        let sharded = clustered && redis.server_version().is_some_and(|v| v.major >= 7);
+        if clustered && !sharded {
+            tracing::warn!(
+                version = ?redis.server_version(),
+                "relaylock: Redis Cluster without sharded pub/sub (needs Redis 7): falling back to PUBLISH/SUBSCRIBE, which broadcasts every release to every node"
+            );
+        }
+
+        crate::metrics::describe();
+        // 16 hex digits of a random UUID: unique among the clients of a lock
+        // with overwhelming probability, short in the queue hash and messages.
+        let client_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+        let registry = Arc::new(Registry::new(
+            subscriber.clone(),
+            redis.clone(),
+            client_id,
+            self.unsubscribe_linger,
+            self.command_timeout,
+            sharded,
+        ));
+        let subscriber_task = crate::subscriber::spawn(
+            &subscriber,
+            &redis,
+            Arc::clone(&registry),
+            self.command_timeout,
+        );
+        let publish = if sharded { "SPUBLISH" } else { "PUBLISH" };
+        let calls = Calls::new(
+            redis,
+            scripts,
+            command_limit,
+            self.side_retention.as_millis() as u64,
+            publish,
+        );
+        let watchdog = Watchdog::new(calls.clone());
+        let watchdog_task = watchdog::spawn(&watchdog);
+        Ok(LockClient {
+            inner: Arc::new(ClientInner {
+                calls,
+                registry,
+                watchdog,
+                replicas: Replicas::new(builder, self.replica_connections, self.connect_timeout),
+                prefix: self.prefix,
+                default_lease: self.default_lease,
+                strategy: self.wait_strategy,
+                command_timeout: self.command_timeout,
+                tasks: Tasks {
+                    subscriber,
+                    subscriber_task,
+                    watchdog_task,
+                    owns_redis,
+                },
+            }),
+        })
+    }
+}
+
+/// A rustls connector trusting exactly the certificates in `pem`.
+#[cfg(feature = "tls")]
+fn tls_with_roots(pem: &[u8]) -> Result<fred::types::config::TlsConnector> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| {
+            Error::InvalidArgument(format!("TLS root certificates: invalid PEM: {e}"))
+        })?;
+        roots
+            .add(cert)
+            .map_err(|e| Error::InvalidArgument(format!("TLS root certificates: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(Error::InvalidArgument(
+            "TLS root certificates: no certificate in the PEM".into(),
+        ));
+    }
+    // ring explicitly: `ClientConfig::builder()` panics when the
+    // application also enables another rustls provider and installed none.
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::InvalidArgument(format!("TLS configuration: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config.into())
+}
+
+/// Commands time out after `command_timeout`, a connection that leaves one
+/// unanswered that long is replaced, and the message stream buffers
+/// `message_buffer` messages.
+fn bound_commands(builder: &mut Builder, command_timeout: Duration, message_buffer: usize) {
+    builder
+        .with_connection_config(|c| {
+            c.unresponsive.max_timeout = Some(command_timeout);
+            c.unresponsive.interval = (command_timeout / 4).max(Duration::from_millis(10));
+        })
+        .with_performance_config(|p| {
+            p.default_command_timeout = command_timeout;
+            p.broadcast_channel_capacity = message_buffer;
+        });
+}
+
+/// Reconnect forever, 50 ms doubling up to 2 s between attempts.
+fn default_policy() -> ReconnectPolicy {
+    ReconnectPolicy::new_exponential(0, 50, 2_000, 2)
+}

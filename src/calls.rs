@@ -1,0 +1,228 @@
+//! The script calls: acquire, release, and renew (one lock for `extend`, a
+//! batch for the watchdog). The one place that sends relaylock's scripts to
+//! Redis; the acquire loop, the guard and the watchdog call down into it.
+//!
+//! Every call is bounded by the command timeout (fred's own when the client
+//! has one, else a timer here). A call cut short may still run in Redis: the
+//! callers that care arm their own clean-up (an abandoned acquisition is
+//! released, an abandoned shortening `extend` keeps the shorter lease record).
+
+use std::future::Future;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::types::Value;
+
+use crate::error::{with_timeout, Error, Result};
+use crate::scripts::{Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS};
+
+/// The acquire script's reply, checked.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// Taken, with this fencing token.
+    Acquired(u64),
+    /// Held by another owner for about this long.
+    Held(Duration),
+}
+
+/// Interpret the acquire script's reply. The remaining lease is
+/// `default_lease` when Redis reports none (`-1`: a key without expiry, so
+/// relaylock did not write it; `-2`: a void marker): re-check after that.
+pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<AcquireReply> {
+    match reply {
+        [1, fence] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64)),
+        [0, pttl] => Ok(AcquireReply::Held(
+            u64::try_from(*pttl).map_or(default_lease, Duration::from_millis),
+        )),
+        other => Err(Error::UnexpectedReply(format!("acquire replied {other:?}"))),
+    }
+}
+
+/// What the release script found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Released our key (deleted, or reserved for the next client) and
+    /// published.
+    Now,
+    /// Our key was already released by an earlier (replayed) call.
+    Already,
+    /// The key no longer held our token.
+    NotOurs,
+}
+
+/// One lock of a watchdog renewal batch.
+pub(crate) struct RenewItem<'a> {
+    pub(crate) lock: &'a str,
+    pub(crate) fence: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) lease_ms: u64,
+}
+
+/// The command connection and the scripts, with the settings every call
+/// needs. Cheap to clone (fred clients are handles).
+#[derive(Clone)]
+pub(crate) struct Calls {
+    redis: Client,
+    scripts: Scripts,
+    /// `Some(limit)` when relaylock bounds each command itself: the fred
+    /// client enforces no timeout (one passed in with `fred_client`).
+    limit: Option<Duration>,
+    side_retention_ms: u64,
+    /// `PUBLISH`, or `SPUBLISH` with sharded pub/sub (Redis Cluster 7+).
+    publish: &'static str,
+}
+
+impl Calls {
+    pub(crate) fn new(
+        redis: Client,
+        scripts: Scripts,
+        limit: Option<Duration>,
+        side_retention_ms: u64,
+        publish: &'static str,
+    ) -> Self {
+        Calls {
+            redis,
+            scripts,
+            limit,
+            side_retention_ms,
+            publish,
+        }
+    }
+
+    /// The command connection.
+    pub(crate) fn redis(&self) -> &Client {
+        &self.redis
+    }
+
+    /// Await a fred command, bounded by the command timeout.
+    pub(crate) async fn run<T>(
+        &self,
+        command: impl Future<Output = Result<T, fred::error::Error>>,
+    ) -> Result<T> {
+        match self.limit {
+            None => Ok(command.await?),
+            Some(limit) => Ok(with_timeout(limit, command).await?),
+        }
+    }
+
+    /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call. `client` is this
+    /// client's id for a caller that will wait (it queues, and may take a
+    /// reservation), `""` otherwise; `queued` says the client believes it is
+    /// in the queue.
+    pub(crate) async fn acquire(
+        &self,
+        names: &Names,
+        token: &str,
+        lease_ms: u64,
+        client: &str,
+        queued: bool,
+        default_lease: Duration,
+    ) -> Result<AcquireReply> {
+        let void = names.void(token);
+        let keys = vec![
+            names.lock.as_str(),
+            names.fence.as_str(),
+            void.as_str(),
+            names.queue.as_str(),
+        ];
+        let args: Vec<Value> = vec![
+            token.into(),
+            (lease_ms as i64).into(),
+            ((lease_ms + self.side_retention_ms) as i64).into(),
+            client.into(),
+            names.channel.as_str().into(),
+            if queued { "1" } else { "0" }.into(),
+            self.publish.into(),
+            (self.side_retention_ms as i64).into(),
+        ];
+        let script = &self.scripts.acquire;
+        let reply: Vec<i64> = self
+            .run(script.evalsha_with_reload(&self.redis, keys, args))
+            .await?;
+        acquire_reply(&reply, default_lease)
+    }
+
+    /// One [`RELEASE`](crate::scripts::RELEASE) call for `token`. `fence` is
+    /// `None` for an acquisition whose reply never arrived (the script reads
+    /// the fence from the value). `requeue` is this client's id when it
+    /// still has local waiters (it queues again, at the back), else `""`.
+    pub(crate) async fn release(
+        &self,
+        names: &Names,
+        token: &str,
+        fence: Option<u64>,
+        requeue: &str,
+    ) -> Result<Released> {
+        let void = names.void(token);
+        let keys = vec![
+            names.lock.as_str(),
+            names.fence.as_str(),
+            void.as_str(),
+            names.queue.as_str(),
+        ];
+        let args: Vec<Value> = vec![
+            token.into(),
+            fence.map(|f| f.to_string()).unwrap_or_default().into(),
+            names.channel.as_str().into(),
+            (self.side_retention_ms as i64).into(),
+            (RING_CHARS as i64).into(),
+            requeue.into(),
+            (HANDOFF_GRACE_MS as i64).into(),
+            self.publish.into(),
+        ];
+        let script = &self.scripts.release;
+        let reply: i64 = self
+            .run(script.evalsha_with_reload(&self.redis, keys, args))
+            .await?;
+        match reply {
+            1 => Ok(Released::Now),
+            2 => Ok(Released::Already),
+            0 => Ok(Released::NotOurs),
+            other => Err(Error::UnexpectedReply(format!("release replied {other}"))),
+        }
+    }
+
+    /// Set the remaining lease of the lock `names` to `lease_ms` if it holds
+    /// `token` (one-lock [`RENEW`](crate::scripts::RENEW), also when that
+    /// shortens it), on `conn`. The script's reply: `[1]` set, `[0]` gone,
+    /// `[-1]` another token.
+    pub(crate) async fn set_lease(
+        &self,
+        conn: &Client,
+        names: &Names,
+        token: &str,
+        lease_ms: u64,
+    ) -> Result<Vec<i64>> {
+        let keys = vec![names.lock.as_str(), names.fence.as_str()];
+        let args: Vec<Value> = vec![
+            (self.side_retention_ms as i64).into(),
+            "0".into(), // not grow-only
+            token.into(),
+            (lease_ms as i64).into(),
+        ];
+        self.run(self.scripts.renew.evalsha_with_reload(conn, keys, args))
+            .await
+    }
+
+    /// One grow-only [`RENEW`](crate::scripts::RENEW) call for a batch of
+    /// locks (all in one slot, in a cluster): one code per lock, in order.
+    pub(crate) async fn renew(&self, batch: &[RenewItem<'_>]) -> Result<Vec<i64>> {
+        let mut keys: Vec<&str> = Vec::with_capacity(batch.len() * 2);
+        let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2 + 2);
+        args.push((self.side_retention_ms as i64).into());
+        // Grow only: a renewal racing an `extend` never shortens the lease.
+        args.push("1".into());
+        for r in batch {
+            keys.push(r.lock);
+            keys.push(r.fence);
+            args.push(r.token.into());
+            args.push((r.lease_ms as i64).into());
+        }
+        self.run(
+            self.scripts
+                .renew
+                .evalsha_with_reload(&self.redis, keys, args),
+        )
+        .await
+    }
+}

@@ -1,0 +1,134 @@
+//! The connections `min_replicas` acquisitions `WAIT` on. `WAIT` blocks its
+//! connection, so each call checks one out for itself; the pool is opened on
+//! first use.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::clients::{Client, Pool};
+use fred::types::Builder;
+use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
+
+use crate::error::{connect_within, Error, Result};
+
+/// The replica connections of one client, opened on first use with the
+/// command connection's configuration.
+pub(crate) struct Replicas {
+    pool: OnceCell<ReplicaPool>,
+    connections: usize,
+    builder: Builder,
+    connect_timeout: Duration,
+}
+
+impl Replicas {
+    pub(crate) fn new(
+        builder: Builder,
+        connections: usize,
+        connect_timeout: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Replicas {
+            pool: OnceCell::new(),
+            connections,
+            builder,
+            connect_timeout,
+        })
+    }
+
+    /// Check out a connection for exclusive use (no other command may queue
+    /// behind a `WAIT`). The pool is opened on first use, in a task of its
+    /// own: a caller that goes away meanwhile neither leaks half-open
+    /// connections nor makes the next caller open another pool.
+    pub(crate) async fn checkout(self: &Arc<Self>) -> Result<Checkout<'_>> {
+        if self.pool.get().is_none() {
+            let replicas = Arc::clone(self);
+            let opened = tokio::spawn(async move {
+                replicas
+                    .pool
+                    .get_or_try_init(|| async {
+                        let pool = replicas.builder.build_pool(replicas.connections)?;
+                        connect_within(&pool, replicas.connect_timeout).await?;
+                        Ok::<_, Error>(ReplicaPool::new(pool))
+                    })
+                    .await
+                    .map(|_| ())
+            });
+            opened.await.map_err(|e| {
+                Error::Redis(fred::error::Error::new(
+                    fred::error::ErrorKind::Unknown,
+                    format!("opening the replica connections failed: {e}"),
+                ))
+            })??;
+        }
+        let pool = self.pool.get().expect("opened above");
+        pool.checkout().await
+    }
+
+    /// The pool, if it was opened (to close it with the client).
+    pub(crate) fn opened(&self) -> Option<Pool> {
+        self.pool.get().map(|p| p.pool.clone())
+    }
+}
+
+/// The open pool; each connection is checked out by one call at a time.
+struct ReplicaPool {
+    pool: Pool,
+    free: Mutex<Vec<usize>>,
+    permits: Semaphore,
+}
+
+/// One replica-pool connection, returned to the pool on drop.
+pub(crate) struct Checkout<'a> {
+    pool: &'a ReplicaPool,
+    index: usize,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl ReplicaPool {
+    fn new(pool: Pool) -> Self {
+        let n = pool.clients().len();
+        ReplicaPool {
+            pool,
+            free: Mutex::new((0..n).collect()),
+            permits: Semaphore::new(n),
+        }
+    }
+
+    /// Wait for a free connection. Each holder keeps it for one bounded
+    /// renew + `WAIT`, so the wait is bounded too.
+    async fn checkout(&self) -> Result<Checkout<'_>> {
+        let permit = self.permits.acquire().await.map_err(|_| {
+            Error::Redis(fred::error::Error::new(
+                fred::error::ErrorKind::Canceled,
+                "relaylock: replica pool closed",
+            ))
+        })?;
+        let index = self
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .expect("a permit guarantees a free connection");
+        Ok(Checkout {
+            pool: self,
+            index,
+            _permit: permit,
+        })
+    }
+}
+
+impl Checkout<'_> {
+    pub(crate) fn client(&self) -> &Client {
+        &self.pool.pool.clients()[self.index]
+    }
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        // Back before the permit (a field, dropped after this) is returned.
+        self.pool
+            .free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.index);
+    }
+}
