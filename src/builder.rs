@@ -26,9 +26,16 @@ impl LockClient {
     /// Connect to the Redis at `url` (`redis://[user:password@]host:port[/db]`)
     /// with every other setting at its default. See [`builder`](Self::builder).
     ///
-    /// Fails with [`Error::InvalidArgument`] for a malformed URL and with
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a malformed URL;
     /// [`Error::ConnectTimeout`] (or the connection error) when the server
-    /// cannot be reached within the connect timeout (5 s by default).
+    /// cannot be reached within the connect timeout (5 s by default); see
+    /// [`LockClientBuilder::build`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockClientBuilder::build`].
     pub async fn connect(url: &str) -> Result<LockClient> {
         LockClient::builder().url(url).build().await
     }
@@ -57,6 +64,7 @@ impl LockClient {
 /// # drop(client); Ok(()) }
 /// ```
 #[derive(Clone)]
+#[must_use = "a builder does nothing until `build` is awaited"]
 pub struct LockClientBuilder {
     url: Option<String>,
     fred_client: Option<Client>,
@@ -232,6 +240,7 @@ impl LockClientBuilder {
     /// # drop(client); Ok(()) }
     /// ```
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificates_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_roots = Some(pem.into());
         self

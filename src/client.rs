@@ -56,18 +56,73 @@ impl fmt::Debug for LockClient {
 
 impl LockClient {
     /// Take the lock on `key`, waiting as long as it takes. Uses the client's
-    /// default lease. Same as [`lock_with`](Self::lock_with) with default options.
+    /// default lease, renewed by the watchdog while the guard lives. Same as
+    /// [`lock_with`](Self::lock_with) with default options.
     ///
-    /// Cancel-safe: dropping the future leaves no lock held and no waiter
-    /// registered, and a wake-up it received is passed on to the next waiter.
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`] for an empty or over-long key, or a lease
+    ///   out of range, before anything is sent;
+    /// * [`Error::Timeout`] when the wait limit passes first;
+    /// * [`Error::NotReplicated`] when fewer replicas than
+    ///   [`LockOptions::min_replicas`] asked for acknowledged in time (the
+    ///   lock was released);
+    /// * [`Error::Redis`] for a connection error or a command timeout, and
+    ///   [`Error::UnexpectedReply`] when the key holds something relaylock
+    ///   did not write. A waiter does not retry errors: retry the call.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe. Dropping the future at any await point leaves no lock
+    /// held and no waiter registered: a wake-up it had received is passed to
+    /// the next local waiter, and an acquire script in flight (which may have
+    /// taken the lock without the reply reaching us) is followed by a release
+    /// of its token in the background.
     pub async fn lock(&self, key: &str) -> Result<LockGuard> {
         self.lock_with(key, LockOptions::default()).await
     }
 
     /// Take the lock on `key` with the given options: a wait limit (then
     /// [`Error::Timeout`] when it runs out), a lease, a metrics name.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// use std::time::Duration;
+    /// use relaylock::{Error, LockOptions};
+    ///
+    /// let opts = LockOptions::default().wait(Duration::from_secs(2)).name("orders");
+    /// match client.lock_with("orders:42", opts).await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(Error::Timeout) => { /* busy: try later */ }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`] for an empty or over-long key, or a lease
+    ///   out of range, before anything is sent;
+    /// * [`Error::Timeout`] when the wait limit passes first;
+    /// * [`Error::NotReplicated`] when fewer replicas than
+    ///   [`LockOptions::min_replicas`] asked for acknowledged in time (the
+    ///   lock was released);
+    /// * [`Error::Redis`] for a connection error or a command timeout, and
+    ///   [`Error::UnexpectedReply`] when the key holds something relaylock
+    ///   did not write. A waiter does not retry errors: retry the call.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe. Dropping the future at any await point leaves no lock
+    /// held and no waiter registered: a wake-up it had received is passed to
+    /// the next local waiter, and an acquire script in flight (which may have
+    /// taken the lock without the reply reaching us) is followed by a release
+    /// of its token in the background.
     pub async fn lock_with(&self, key: &str, options: LockOptions) -> Result<LockGuard> {
-        acquire::lock(&self.inner, key, &options).await
+        // Boxed: the wait loop's state machine is large (several kB in a
+        // debug build), and a caller's own future stays small with it on the
+        // heap. One allocation per call, next to at least one round trip.
+        Box::pin(acquire::lock(&self.inner, key, &options)).await
     }
 
     /// Run `work` under the lock on `key`: take the lock (with `options`),
@@ -93,6 +148,19 @@ impl LockClient {
     ///     .await?;
     /// # let _ = total; Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`lock_with`](Self::lock_with) while taking the lock, those
+    /// of [`LockGuard::release`] after the closure, and
+    /// [`Error::LockLost`] when the lock was found lost while the closure ran.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while waiting: as [`lock_with`](Self::lock_with). Dropped
+    /// while the closure runs: the closure's future is dropped with it and
+    /// the lock is released in the background. Dropped while releasing: the
+    /// release completes in the background.
     pub async fn with_lock<F, T>(&self, key: &str, options: LockOptions, work: F) -> Result<T>
     where
         F: AsyncFnOnce(&LockGuard) -> T,
@@ -119,23 +187,49 @@ impl LockClient {
     /// It takes only a free lock. While other clients queue for the key,
     /// each release reserves it for the client that waited longest (fair
     /// hand-over), so `try_lock` does not succeed until the queue is empty.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_with`](Self::lock_with), without [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: an acquire script in flight when the future is dropped is
+    /// followed by a release of its token in the background.
     pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
         self.try_lock_with(key, LockOptions::default()).await
     }
 
     /// [`try_lock`](Self::try_lock) with options (its wait limit is ignored).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock`](Self::try_lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_lock`](Self::try_lock).
     pub async fn try_lock_with(
         &self,
         key: &str,
         options: LockOptions,
     ) -> Result<Option<LockGuard>> {
-        acquire::try_lock(&self.inner, key, &options).await
+        Box::pin(acquire::try_lock(&self.inner, key, &options)).await
     }
 
     /// Whether anybody holds the lock on `key` right now (one `EXISTS`). A
     /// lock reserved for the next client during a hand-over (at most 50 ms)
     /// counts as locked. The answer can be stale by the time it arrives; use
     /// it for display only.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key; [`Error::Redis`] for a
+    /// connection error or when the command timeout passes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
     pub async fn is_locked(&self, key: &str) -> Result<bool> {
         self.inner.check_key(key)?;
         let exists = self.inner.calls.redis().exists(self.inner.names(key).lock);

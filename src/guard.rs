@@ -184,6 +184,8 @@ impl LockGuard {
     /// it completes when that lease runs out. Never completes while the lock
     /// stays held.
     ///
+    /// # Cancel safety
+    ///
     /// Cancel-safe: dropping the future loses nothing; call it again.
     ///
     /// ```no_run
@@ -234,9 +236,24 @@ impl LockGuard {
     /// Set the remaining lease to `lease` from now. For a lock the watchdog
     /// renews, later renewals use `lease` too.
     ///
-    /// Fails with [`Error::LockLost`] (and fires [`lost`](Self::lost)) when
-    /// the lock no longer holds this guard's token; the key is then left
-    /// untouched. Safe to retry.
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] (and [`lost`](Self::lost) fires) when the key no
+    ///   longer holds this guard's token; the key is then left untouched;
+    /// * [`Error::InvalidArgument`] for a lease out of range, before anything
+    ///   is sent;
+    /// * [`Error::Redis`] for a connection error or a command timeout: the
+    ///   call may or may not have run. Safe to retry.
+    ///
+    /// # Cancel safety
+    ///
+    /// The command may run in Redis even when the future is dropped (or
+    /// fails) before its reply arrives. So a SHORTER lease counts from the
+    /// moment the call is sent: [`is_held`](Self::is_held) and
+    /// [`lost`](Self::lost) never rely on the old, longer lease whatever
+    /// happens to the call, and a longer one counts only once confirmed. A
+    /// renewed lock's later renewals use `lease` only once the call
+    /// succeeded.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         let lease_ms = validate_lease(lease)?;
         let sent = Instant::now();
@@ -281,6 +298,19 @@ impl LockGuard {
     /// another owner may have run its critical section concurrently); the key
     /// of a new owner is never touched. A release replayed by the client after
     /// a lost reply is recognised as ours and does not report a false loss.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] when the lease had run out (another owner may
+    ///   have run concurrently);
+    /// * [`Error::Redis`] for a connection error or a command timeout: the
+    ///   lock may still be held until its lease ends (renewal has stopped).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes releases the lock in the
+    /// background, as dropping the guard does (a release that already ran is
+    /// recognised, so the lock is released once).
     pub async fn release(mut self) -> Result<()> {
         self.close();
         m::held(self.name.as_ref(), self.acquired_at.elapsed());

@@ -39,6 +39,7 @@
 //! The algorithm and its safety argument are in `docs/design.md`.
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod builder;
