@@ -259,7 +259,7 @@ impl LockGuard {
         let sent = Instant::now();
         // A shorter lease counts from now on, before the reply: the call may
         // run in Redis even if its outcome never reaches us.
-        let generation = self.lease_state.extending(sent, lease);
+        let generation = self.lease_state.record().extending(sent, lease);
         if self.watch.get().is_some() {
             self.inner.watchdog.replan();
         }
@@ -277,7 +277,7 @@ impl LockGuard {
         .await?;
         match reply.as_slice() {
             [1] => {
-                self.lease_state.extended(generation, sent, lease);
+                self.lease_state.record().extended(generation, sent, lease);
                 if self.watch.get().is_some() {
                     // The watchdog planned with the old lease.
                     self.inner.watchdog.replan();
@@ -347,7 +347,9 @@ impl<F> Drop for Tracked<'_, F> {
     fn drop(&mut self) {
         // Every command the call queued was queued before now. A success
         // settles the record right after this (`Lease::extended`).
-        self.lease.extend_abandoned(self.generation, Instant::now());
+        self.lease
+            .record()
+            .extend_abandoned(self.generation, Instant::now());
     }
 }
 

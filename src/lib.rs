@@ -46,14 +46,18 @@ mod builder;
 mod calls;
 mod client;
 mod error;
+mod estimate;
 mod guard;
 mod inner;
+mod lease;
 pub mod metrics;
 mod options;
+mod presence;
 mod registry;
 mod replica_pool;
 pub mod scripts;
 mod subscriber;
+mod sync;
 mod watchdog;
 
 pub use builder::LockClientBuilder;
@@ -68,8 +72,9 @@ pub use options::{LockOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_
 pub mod __fuzz {
     use std::time::{Duration, Instant};
 
+    use crate::estimate::expiry_after;
     use crate::options::{validate_key, validate_lease, validate_prefix, validate_url_scheme};
-    use crate::registry::{expiry_after, Announcement};
+    use crate::registry::Announcement;
     use crate::scripts::Names;
     use crate::{MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN};
 

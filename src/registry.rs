@@ -22,7 +22,7 @@
 //!   stream wakes EVERY waiter of every key ([`Registry::wake_all`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,36 +38,30 @@ use metrics::SharedString;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
+use crate::estimate::Estimate;
 use crate::metrics as m;
+use crate::presence::Presence;
 use crate::scripts::{Names, HANDOFF_GRACE_MS};
+use crate::sync;
 
 /// The local waiters of one key.
 #[derive(Debug)]
 pub(crate) struct Entry {
     /// One permit per release message; waiters queue on it in FIFO order.
     pub(crate) notify: Notify,
-    /// Local waiters registered for this key. Incremented under the map's
-    /// shard lock, so it is never incremented on an entry already removed.
-    count: AtomicUsize,
-    /// Fast-path mirror of `subscribed`: true while the subscription is known
-    /// to be confirmed. Cleared by cleanup BEFORE it reads `count`.
-    confirmed: AtomicBool,
+    /// The waiter count, the confirmation flag, the queue flags, and the
+    /// handshakes between them (see [`Presence`]).
+    presence: Presence,
     /// Whether SUBSCRIBE was sent (and not undone) on the subscriber connection.
     /// Every SUBSCRIBE/UNSUBSCRIBE of this channel happens under this mutex,
     /// so they reach Redis in the order the registry decided them.
     subscribed: Mutex<bool>,
     /// What this client knows of the holder's lease (see [`Estimate`]).
-    estimate: std::sync::Mutex<Estimate>,
+    estimate: sync::Mutex<Estimate>,
     /// Woken (`notify_waiters`) when the next re-check moves EARLIER, or the
     /// channel's subscription was confirmed after a failure, so sleepers
     /// recompute how long (and in which mode) they wait.
     estimate_moved: Notify,
-    /// True once a try of this client registered it in the queue hash; the
-    /// last local waiter to leave takes it out again.
-    queued: AtomicBool,
-    /// Release scripts of this client in flight that may queue it again
-    /// (see [`Registry::requeue`]).
-    requeues: AtomicUsize,
     /// Counts the messages of this key's channel, so a grace timer can tell
     /// whether anything was announced after it started.
     announcements: AtomicU64,
@@ -107,64 +101,18 @@ impl<'a> Announcement<'a> {
     }
 }
 
-/// When a lease of `lease` seen at `at` ends, for waking waiters: capped at
-/// [`MAX_LEASE`](crate::MAX_LEASE). A longer one (a key written by something
-/// else, a garbage `t:` message) is re-checked after that instead of
-/// overflowing the clock.
-pub(crate) fn expiry_after(at: Instant, lease: Duration) -> Instant {
-    at + lease.min(crate::MAX_LEASE)
-}
-
-/// What the local waiters of a key know of its holder, shared by all of
-/// them.
-#[derive(Debug, Default)]
-struct Estimate {
-    /// When the newest observation of the holder's lease was made (a try
-    /// sent, a `t:` message received, a local acquisition sent).
-    seen: Option<Instant>,
-    /// When the CURRENT holder's lease ends, as the newest observation says.
-    expiry: Option<Instant>,
-    /// When the newest try of this client was sent.
-    own_seen: Option<Instant>,
-    /// When the lease that this client's own newest try saw ends: by then
-    /// one local waiter tries again even while other clients keep handing
-    /// the lock to each other, so a client that fell out of the queue
-    /// queues again.
-    recheck: Option<Instant>,
-    /// While the channel is degraded (not confirmed): when the next poll of
-    /// the lock may start.
-    poll_at: Option<Instant>,
-    /// When the last attempt to subscribe the channel failed (cleared by a
-    /// success).
-    failed_at: Option<Instant>,
-}
-
-impl Estimate {
-    /// The next moment a local waiter must re-check: the earlier of the
-    /// holder's lease end and this client's own re-check.
-    fn due(&self) -> Option<Instant> {
-        match (self.expiry, self.recheck) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
-
 impl Entry {
-    fn estimate(&self) -> std::sync::MutexGuard<'_, Estimate> {
-        self.estimate.lock().unwrap_or_else(|p| p.into_inner())
+    fn estimate(&self) -> sync::MutexGuard<'_, Estimate> {
+        sync::lock(&self.estimate)
     }
 
     fn new() -> Self {
         Entry {
             notify: Notify::new(),
-            count: AtomicUsize::new(0),
-            confirmed: AtomicBool::new(false),
+            presence: Presence::new(),
             subscribed: Mutex::new(false),
-            estimate: std::sync::Mutex::new(Estimate::default()),
+            estimate: sync::Mutex::new(Estimate::default()),
             estimate_moved: Notify::new(),
-            queued: AtomicBool::new(false),
-            requeues: AtomicUsize::new(0),
             announcements: AtomicU64::new(0),
             poller: AtomicBool::new(false),
             poller_freed: Notify::new(),
@@ -177,30 +125,11 @@ impl Entry {
         self.linger_until.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Record that the lock is held until `lease` after `seen` (an
-    /// observation made at `seen`). The newest observation wins, whether it
-    /// moves the end earlier or later: it describes the current holder. An
-    /// `own` observation (this client's try or acquisition) also sets the
-    /// client's re-check. Sleepers are woken when the next re-check moved
+    /// Record an observation of the holder's lease (see
+    /// [`Estimate::observe`]); wake sleepers when the next re-check moved
     /// earlier.
     fn observe(&self, seen: Instant, lease: Duration, own: bool) {
-        let end = expiry_after(seen, lease) + Duration::from_millis(1);
-        let moved_earlier = {
-            let mut e = self.estimate();
-            let before = e.due();
-            if e.seen.is_none_or(|s| s <= seen) {
-                e.seen = Some(seen);
-                e.expiry = Some(end);
-            }
-            if own && e.own_seen.is_none_or(|s| s <= seen) {
-                e.own_seen = Some(seen);
-                e.recheck = Some(end);
-            }
-            match (before, e.due()) {
-                (Some(b), Some(a)) => a < b,
-                _ => false,
-            }
-        };
+        let moved_earlier = self.estimate().observe(seen, lease, own);
         if moved_earlier {
             self.estimate_moved.notify_waiters();
         }
@@ -327,7 +256,7 @@ impl Registry {
         // unsubscribed one has nothing to follow.
         self.map
             .iter()
-            .filter(|e| e.value().confirmed.load(SeqCst))
+            .filter(|e| e.value().presence.is_confirmed())
             .any(|e| {
                 let recorded = e
                     .value()
@@ -422,7 +351,7 @@ impl Registry {
                 .map
                 .entry(channel.to_owned())
                 .or_insert_with(|| Arc::new(Entry::new()));
-            let before = e.count.fetch_add(1, SeqCst);
+            let before = e.presence.join();
             (Arc::clone(&e), before)
         };
         let waiter = Waiter {
@@ -432,7 +361,7 @@ impl Registry {
             gauge: None,
             queued_try: AtomicBool::new(false),
         };
-        (waiter, before > 0)
+        (waiter, before)
     }
 
     /// A future that completes at the next [`wake_all`](Self::wake_all). It
@@ -521,7 +450,7 @@ impl Registry {
         // failure below, whose subscription may be gone too.
         for (_, entry) in &entries {
             if *entry.subscribed.lock().await {
-                entry.confirmed.store(false, SeqCst);
+                entry.presence.set_confirmed(false);
             }
         }
         let connection = self.connection();
@@ -564,7 +493,7 @@ impl Registry {
                     for entry in &resubscribed {
                         let sub = entry.subscribed.lock().await;
                         if *sub {
-                            entry.confirmed.store(true, SeqCst);
+                            entry.presence.set_confirmed(true);
                             entry.estimate().failed_at = None;
                         }
                     }
@@ -596,9 +525,7 @@ impl Registry {
     /// [`Requeue`] does it when dropped if nobody waits by then.
     pub(crate) fn requeue(self: &Arc<Self>, channel: &str) -> Option<Requeue> {
         let entry = Arc::clone(self.map.get(channel)?.value());
-        entry.requeues.fetch_add(1, SeqCst);
-        if entry.count.load(SeqCst) == 0 {
-            entry.requeues.fetch_sub(1, SeqCst);
+        if !entry.presence.begin_requeue() {
             // The last waiter may have left between the two lines above and
             // seen our count: the queue clean-up is ours then.
             self.leave_queue_if_idle(channel, &entry);
@@ -617,10 +544,7 @@ impl Registry {
         // Dekker with `Waiter::drop` and `Requeue::drop`: each lowers its
         // counter, then reads the other's (SeqCst), so the last of them to
         // finish sees both at zero.
-        if entry.count.load(SeqCst) != 0 || entry.requeues.load(SeqCst) != 0 {
-            return;
-        }
-        if !entry.queued.swap(false, SeqCst) {
+        if !entry.presence.take_queue_leave() {
             return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -638,7 +562,7 @@ impl Registry {
             }
             // A waiter that arrived meanwhile may have queued before the HDEL
             // ran and been taken out with it: wake one to try (and queue) again.
-            if entry.count.load(SeqCst) > 0 {
+            if entry.presence.count() > 0 {
                 entry.notify.notify_one();
             }
         });
@@ -675,7 +599,7 @@ impl Registry {
                 let mut until = entry.linger_until();
                 // Read under the deadline's lock: a waiter that leaves after
                 // this read finds `None` and starts a new task.
-                if entry.count.load(SeqCst) > 0 {
+                if entry.presence.count() > 0 {
                     *until = None;
                     return;
                 }
@@ -686,9 +610,7 @@ impl Registry {
                 continue;
             }
             let mut sub = entry.subscribed.lock().await;
-            let was_confirmed = entry.confirmed.swap(false, SeqCst);
-            if entry.count.load(SeqCst) > 0 {
-                entry.confirmed.store(was_confirmed, SeqCst);
+            if !entry.presence.unconfirm_if_idle() {
                 continue;
             }
             if *sub {
@@ -704,7 +626,7 @@ impl Registry {
             let removed = self
                 .map
                 .remove_if(&channel, |_, e| {
-                    Arc::ptr_eq(e, &entry) && e.count.load(SeqCst) == 0
+                    Arc::ptr_eq(e, &entry) && e.presence.count() == 0
                 })
                 .is_some();
             if removed {
@@ -759,8 +681,7 @@ pub(crate) struct Requeue {
 
 impl Drop for Requeue {
     fn drop(&mut self) {
-        self.entry.queued.store(true, SeqCst);
-        self.entry.requeues.fetch_sub(1, SeqCst);
+        self.entry.presence.end_requeue();
         self.registry
             .leave_queue_if_idle(&self.channel, &self.entry);
     }
@@ -818,11 +739,11 @@ impl Waiter {
     /// Cancel-safe: dropping the future leaves the state consistent (the flag
     /// is raised before SUBSCRIBE is sent, so a cleanup always undoes it).
     pub(crate) async fn ensure_subscribed(&self) -> Result<bool, NotSubscribed> {
-        if self.entry.confirmed.load(SeqCst) {
+        if self.entry.presence.is_confirmed() {
             return Ok(true);
         }
         let mut sub = self.entry.subscribed.lock().await;
-        if self.entry.confirmed.load(SeqCst) {
+        if self.entry.presence.is_confirmed() {
             // Confirmed by the waiter we queued behind on the mutex.
             return Ok(true);
         }
@@ -851,7 +772,7 @@ impl Waiter {
         };
         confirmed.map_err(NotSubscribed::Failed)?;
         registry.record_node(&self.channel, &self.entry);
-        self.entry.confirmed.store(true, SeqCst);
+        self.entry.presence.set_confirmed(true);
         if recovered {
             // Degraded sleepers wait without a time bound: tell them.
             self.entry.estimate_moved.notify_waiters();
@@ -862,7 +783,7 @@ impl Waiter {
     /// Whether an attempt to subscribe may be made now: the channel is not
     /// confirmed, and no attempt failed within [`RESUBSCRIBE_EVERY`].
     pub(crate) fn subscribe_due(&self) -> bool {
-        !self.entry.confirmed.load(SeqCst)
+        !self.entry.presence.is_confirmed()
             && self
                 .entry
                 .estimate()
@@ -897,18 +818,18 @@ impl Waiter {
 
     /// Whether the key's channel is subscribed and confirmed right now.
     pub(crate) fn is_confirmed(&self) -> bool {
-        self.entry.confirmed.load(SeqCst)
+        self.entry.presence.is_confirmed()
     }
 
     /// A try of this client registered it in the key's queue hash.
     pub(crate) fn mark_queued(&self) {
-        self.entry.queued.store(true, SeqCst);
+        self.entry.presence.mark_queued();
     }
 
     /// Whether a try of this client registered it in the key's queue hash
     /// (and nothing took it out since).
     pub(crate) fn is_queued(&self) -> bool {
-        self.entry.queued.load(SeqCst)
+        self.entry.presence.is_queued()
     }
 
     /// A try that may queue this client is about to be sent (`true`) or its
@@ -928,10 +849,7 @@ impl Waiter {
     /// or this client's own re-check is due); zero if that moment passed,
     /// `None` when nothing is known.
     pub(crate) fn until_due(&self) -> Option<Duration> {
-        self.entry
-            .estimate()
-            .due()
-            .map(|d| d.saturating_duration_since(Instant::now()))
+        self.entry.estimate().until_due(Instant::now())
     }
 
     /// Claim the right to probe the lock because the re-check is due (or
@@ -939,19 +857,7 @@ impl Waiter {
     /// wins; the winner pushes what passed `slice` ahead, so the others sleep
     /// on until its try records the holder's lease. Costs no round trip.
     pub(crate) fn claim_probe(&self, slice: Duration) -> bool {
-        let now = Instant::now();
-        let mut e = self.entry.estimate();
-        if e.due().is_some_and(|d| d > now) {
-            return false;
-        }
-        let next = Some(now + slice);
-        if e.expiry.is_none_or(|x| x <= now) {
-            e.expiry = next;
-        }
-        if e.recheck.is_none_or(|x| x <= now) {
-            e.recheck = next;
-        }
-        true
+        self.entry.estimate().claim_probe(Instant::now(), slice)
     }
 
     /// Take the polling role of this degraded key, if nobody holds it.
@@ -974,21 +880,13 @@ impl Waiter {
     /// How long until the next poll of this degraded key is due (zero when
     /// it is).
     pub(crate) fn until_poll(&self) -> Duration {
-        self.entry.estimate().poll_at.map_or(Duration::ZERO, |at| {
-            at.saturating_duration_since(Instant::now())
-        })
+        self.entry.estimate().until_poll(Instant::now())
     }
 
     /// Claim the poll of this degraded key that is due now, scheduling the
     /// next one `every` later. Costs no round trip.
     pub(crate) fn claim_poll(&self, every: Duration) -> bool {
-        let now = Instant::now();
-        let mut e = self.entry.estimate();
-        if e.poll_at.is_some_and(|at| at > now) {
-            return false;
-        }
-        e.poll_at = Some(now + every);
-        true
+        self.entry.estimate().claim_poll(Instant::now(), every)
     }
 }
 
@@ -1010,25 +908,21 @@ impl Drop for Waiter {
         if let Some(name) = &self.gauge {
             m::waiters(name.as_ref(), -1.0);
         }
-        if self.queued_try.load(SeqCst) {
-            // Dropped (or failed) with a queueing try in flight: it may have
-            // queued this client, so the clean-up must take it out.
-            self.entry.queued.store(true, SeqCst);
-        }
-        if self.entry.count.fetch_sub(1, SeqCst) == 1 {
+        // Dropped (or failed) with a queueing try in flight: it may have
+        // queued this client, so the clean-up must take it out.
+        if self.entry.presence.leave(self.queued_try.load(SeqCst)) {
             // Never subscribed nor queued (the uncontended path: one try that
             // acquired): remove inline. Holding the mutex with the flag down means no
             // subscription exists to order against; `count` is re-checked
             // under the shard lock where `join` raises it.
             if let Ok(sub) = self.entry.subscribed.try_lock() {
                 if !*sub
-                    && !self.entry.queued.load(SeqCst)
-                    && self.entry.requeues.load(SeqCst) == 0
+                    && self.entry.presence.is_idle_and_unqueued()
                     && self.entry.linger_until().is_none()
                 {
                     let entry = &self.entry;
                     self.registry.map.remove_if(&self.channel, |_, e| {
-                        Arc::ptr_eq(e, entry) && e.count.load(SeqCst) == 0
+                        Arc::ptr_eq(e, entry) && e.presence.count() == 0
                     });
                     return;
                 }

@@ -33,7 +33,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::{Calls, RenewItem};
+use crate::lease::{LeaseRecord, LeaseState};
 use crate::metrics::{self as m, Renewal};
 use crate::scripts::{Names, RENEW_BATCH};
 
@@ -52,153 +53,44 @@ use crate::scripts::{Names, RENEW_BATCH};
 /// this long later (and again until their lease runs out).
 const RETRY: Duration = Duration::from_millis(100);
 
-/// How long before the end of a lease, as this process's clock sees it, the
-/// lock stops counting as held: a tenth of the lease, at most 1 s, plus 1 ms
-/// for Redis's millisecond expiry resolution. It absorbs the drift between
-/// this clock and the server's while the lease runs.
-pub(crate) fn margin(lease: Duration) -> Duration {
-    (lease / 10).min(Duration::from_secs(1)) + Duration::from_millis(1)
-}
-
-/// What a guard and the watchdog know about one lease.
+/// What a guard and the watchdog share about one lock: the lease record
+/// and the lost-lock signal.
 pub(crate) struct Lease {
-    state: Mutex<LeaseState>,
-    lost: AtomicBool,
+    record: LeaseRecord,
     /// Cancelled when the lock is known lost, or when its guard is released
     /// or dropped.
     signal: CancellationToken,
 }
 
-#[derive(Clone, Copy)]
-struct LeaseState {
-    /// When the command that last set the lease was sent: the lease began no
-    /// earlier than this.
-    sent: Instant,
-    /// The lease that command set.
-    lease: Duration,
-    /// The lease renewals set (changed by `extend`).
-    renew_with: Duration,
-    /// Bumped by every `extend`: a renewal built before it may have reached
-    /// Redis before or after it, so its reply confirms nothing.
-    generation: u64,
-    /// The newest `extend` whose outcome is not known.
-    extend: Pending,
-}
-
-/// What is known of the newest `extend` call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pending {
-    /// None, or it succeeded (its reply set the record).
-    Settled,
-    /// Its future is alive: any command of it may still be queued after a
-    /// renewal, so renewals confirm nothing.
-    InFlight,
-    /// Its future ended without a confirmed outcome (dropped, error,
-    /// timeout). Every command it queued was queued before this instant, so a
-    /// renewal sent after it runs after them on the same connection (and,
-    /// grow-only, leaves a lease at least as long as its own).
-    Abandoned(Instant),
-}
-
-impl LeaseState {
-    fn safe_until(&self) -> Instant {
-        self.sent + self.lease.saturating_sub(margin(self.lease))
-    }
-}
-
 impl Lease {
     pub(crate) fn new(sent: Instant, lease: Duration) -> Arc<Self> {
         Arc::new(Lease {
-            state: Mutex::new(LeaseState {
-                sent,
-                lease,
-                renew_with: lease,
-                generation: 0,
-                extend: Pending::Settled,
-            }),
-            lost: AtomicBool::new(false),
+            record: LeaseRecord::new(sent, lease),
             signal: CancellationToken::new(),
         })
     }
 
-    fn state(&self) -> MutexGuard<'_, LeaseState> {
-        // The lock is never held across a panic point that leaves the state
-        // inconsistent: recover from poisoning.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// The lease record (extend, renewal and their generations).
+    pub(crate) fn record(&self) -> &LeaseRecord {
+        &self.record
     }
 
-    /// An `extend(lease)` sent at `sent` is about to go out. Whatever becomes
-    /// of it (it may run in Redis even if its caller never learns the
-    /// outcome), the recorded lease must not end later than the real one: if
-    /// it would end earlier than the recorded lease, the record takes it
-    /// now. Renewals built before it confirm nothing from here on (new
-    /// generation). Returns the generation to confirm it with.
-    pub(crate) fn extending(&self, sent: Instant, lease: Duration) -> u64 {
-        let mut s = self.state();
-        s.generation += 1;
-        s.extend = Pending::InFlight;
-        let shorter = LeaseState { sent, lease, ..*s };
-        if shorter.safe_until() < s.safe_until() {
-            s.sent = sent;
-            s.lease = lease;
-        }
-        s.generation
-    }
-
-    /// The `extend(lease)` of `generation`, sent at `sent`, succeeded:
-    /// renewals use `lease` from now on, and the lease is known to run from
-    /// `sent`, unless a later `extend` started meanwhile (that one decides).
-    /// A renewal that ran after it only ever lengthens the lease (`RENEW` in
-    /// grow-only mode): the safe direction.
-    pub(crate) fn extended(&self, generation: u64, sent: Instant, lease: Duration) {
-        let mut s = self.state();
-        if s.generation != generation {
-            return;
-        }
-        s.renew_with = lease;
-        s.sent = sent;
-        s.lease = lease;
-        s.extend = Pending::Settled;
-    }
-
-    /// The future of the `extend` of `generation` ended at `at` without a
-    /// confirmed outcome (or is being dropped). Renewals sent after `at`
-    /// confirm again.
-    pub(crate) fn extend_abandoned(&self, generation: u64, at: Instant) {
-        let mut s = self.state();
-        if s.generation == generation && s.extend == Pending::InFlight {
-            s.extend = Pending::Abandoned(at);
-        }
-    }
-
-    /// A renewal of generation `generation`, sent at `sent`, set `lease`.
-    fn renewed(&self, generation: u64, sent: Instant, lease: Duration) {
-        let mut s = self.state();
-        let after_extend = match s.extend {
-            Pending::Settled => true,
-            Pending::InFlight => false,
-            Pending::Abandoned(at) => sent > at,
-        };
-        if s.generation == generation && after_extend && sent >= s.sent {
-            s.sent = sent;
-            s.lease = lease;
-        }
+    fn state(&self) -> LeaseState {
+        self.record.snapshot()
     }
 
     /// Until when the lock is certainly still ours, by this process's clock.
     pub(crate) fn safe_until(&self) -> Instant {
-        self.state().safe_until()
+        self.record.safe_until()
     }
 
     /// Held as far as this process knows, without a round trip.
     pub(crate) fn is_held(&self) -> bool {
-        !self.lost.load(Ordering::SeqCst)
-            && !self.signal.is_cancelled()
-            && Instant::now() < self.safe_until()
+        !self.record.is_lost() && !self.signal.is_cancelled() && Instant::now() < self.safe_until()
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        self.record.is_lost()
     }
 
     /// The lock is known lost: run `first` (count and log it) if nobody
@@ -206,7 +98,7 @@ impl Lease {
     /// fire the signal, so that whoever the signal wakes sees the count.
     /// Returns whether this call was the first.
     pub(crate) fn mark_lost(&self, first: impl FnOnce()) -> bool {
-        let is_first = !self.lost.swap(true, Ordering::SeqCst);
+        let is_first = self.record.set_lost();
         if is_first {
             first();
         }
@@ -366,7 +258,7 @@ impl Watchdog {
                 expired.push(id);
                 continue;
             }
-            let s = *e.lease.state();
+            let s = e.lease.state();
             let safe_until = s.safe_until();
             if now >= safe_until {
                 expired.push(id);
@@ -406,7 +298,7 @@ impl Watchdog {
                 .filter_map(|id| {
                     let e = entries.get_mut(&id)?;
                     e.in_flight = true;
-                    let s = *e.lease.state();
+                    let s = e.lease.state();
                     Some(Item {
                         id,
                         lock: e.lock.clone(),
@@ -537,7 +429,7 @@ impl Watchdog {
             e.in_flight = false;
             match code {
                 Some(1) => {
-                    e.lease.renewed(generation, sent, lease);
+                    e.lease.record().renewed(generation, sent, lease);
                     e.retry_at = None;
                     m::renewal(e.name.as_ref(), Renewal::Renewed);
                 }
@@ -588,68 +480,6 @@ pub(crate) fn spawn(dog: &Arc<Watchdog>) -> JoinHandle<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn margins() {
-        assert_eq!(margin(Duration::from_secs(30)), Duration::from_millis(1001));
-        assert_eq!(margin(Duration::from_secs(3)), Duration::from_millis(301));
-        assert_eq!(
-            margin(Duration::from_millis(1)),
-            Duration::from_micros(1100)
-        );
-    }
-
-    #[test]
-    fn lease_confirmations_only_move_forward() {
-        let t0 = Instant::now();
-        let l = Lease::new(t0, Duration::from_secs(3));
-        let at = |ms| t0 + Duration::from_millis(ms);
-        assert_eq!(l.safe_until(), at(3000 - 301));
-        l.renewed(0, at(1000), Duration::from_secs(3));
-        assert_eq!(l.safe_until(), at(4000 - 301));
-        // An older command's confirmation arriving late changes nothing.
-        l.renewed(0, at(500), Duration::from_secs(30));
-        assert_eq!(l.safe_until(), at(4000 - 301));
-        // After an extend, a renewal built before it confirms nothing, even
-        // one sent later: on the wire it may have run first.
-        let g = l.extending(at(2000), Duration::from_secs(1));
-        assert_eq!(g, 1);
-        // A shortening extend counts from the moment it is sent, before its
-        // reply: a cancelled or failed call may still have run.
-        assert_eq!(l.safe_until(), at(3000 - 101));
-        // While it is in flight, even a renewal of its generation confirms
-        // nothing: the extend may still be queued behind it.
-        l.renewed(1, at(2100), Duration::from_secs(3));
-        assert_eq!(l.safe_until(), at(3000 - 101));
-        l.extended(g, at(2000), Duration::from_secs(1));
-        assert_eq!(l.safe_until(), at(3000 - 101));
-        l.renewed(0, at(2500), Duration::from_secs(3));
-        assert_eq!(l.safe_until(), at(3000 - 101));
-        l.renewed(1, at(2500), Duration::from_secs(1));
-        assert_eq!(l.safe_until(), at(3500 - 101));
-        // A lengthening extend changes the record only once it succeeded;
-        // the reply of an older extend changes nothing after a newer one
-        // started.
-        let g2 = l.extending(at(3000), Duration::from_secs(10));
-        assert_eq!(l.safe_until(), at(3500 - 101));
-        l.extended(g, at(2000), Duration::from_secs(1));
-        assert_eq!(l.safe_until(), at(3500 - 101));
-        l.extended(g2, at(3000), Duration::from_secs(10));
-        assert_eq!(l.safe_until(), at(13000 - 1001));
-        // A shortening extend abandoned after its last poll at 4100: a
-        // renewal sent before then confirms nothing, one sent after does.
-        let g3 = l.extending(at(4000), Duration::from_millis(200));
-        assert_eq!(l.safe_until(), at(4200 - 21));
-        l.extend_abandoned(g3, at(4100));
-        l.renewed(g3, at(4050), Duration::from_secs(10));
-        assert_eq!(l.safe_until(), at(4200 - 21));
-        l.renewed(g3, at(4150), Duration::from_secs(10));
-        assert_eq!(l.safe_until(), at(14150 - 1001));
-        // A lease shorter than its margin is never safe.
-        let tiny = Lease::new(t0, Duration::from_millis(1));
-        assert!(tiny.safe_until() <= t0);
-        assert!(!tiny.is_held());
-    }
 
     #[test]
     fn loss_is_counted_once_and_closing_is_not_a_loss() {

@@ -1,0 +1,142 @@
+//! [`Presence`]: the counters of one key's entry in the registry, and the
+//! two handshakes between them that decide who cleans up.
+//!
+//! * **Subscription**: a newcomer raises `count` and then reads `confirmed`;
+//!   a clean-up clears `confirmed` and then reads `count`. So either the
+//!   newcomer sees the channel unconfirmed (and subscribes again under the
+//!   entry's mutex, after the clean-up), or the clean-up sees the newcomer
+//!   and keeps the subscription ([`unconfirm_if_idle`](Presence::unconfirm_if_idle)).
+//! * **Queue**: the last waiter to leave lowers `count` and then reads
+//!   `requeues`; a release that queued the client again lowers `requeues`
+//!   and then reads `count`. So the last of the two to finish sees both at
+//!   zero and takes the client out of the queue
+//!   ([`take_queue_leave`](Presence::take_queue_leave)).
+//!
+//! Both are Dekker-style (a write, then a read of the other's variable):
+//! they need the write and the read ordered, which `SeqCst` atomics give on
+//! hardware. loom models `SeqCst` accesses as acquire/release only, so each
+//! side also issues `fence(SeqCst)` between its write and its read: correct
+//! on hardware, and checkable by the loom models in `relaylock-loom`.
+
+use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
+
+/// The counters of one key's local waiters.
+#[derive(Debug, Default)]
+pub(crate) struct Presence {
+    /// Local tasks registered for this key.
+    count: AtomicUsize,
+    /// The channel's subscription is known to be confirmed.
+    confirmed: AtomicBool,
+    /// A try or a release of this client may have registered it in the
+    /// key's queue hash (and nothing took it out since).
+    queued: AtomicBool,
+    /// Release scripts of this client in flight that may queue it again.
+    requeues: AtomicUsize,
+}
+
+impl Presence {
+    pub(crate) fn new() -> Self {
+        Presence {
+            count: AtomicUsize::new(0),
+            confirmed: AtomicBool::new(false),
+            queued: AtomicBool::new(false),
+            requeues: AtomicUsize::new(0),
+        }
+    }
+
+    /// A task registers (under the map's shard lock, so never on an entry
+    /// already removed). Returns whether other tasks were registered.
+    pub(crate) fn join(&self) -> bool {
+        let before = self.count.fetch_add(1, SeqCst);
+        fence(SeqCst);
+        before > 0
+    }
+
+    /// A task leaves; `queued_try` says a try that may have queued this
+    /// client was still in flight. Returns whether it was the last.
+    pub(crate) fn leave(&self, queued_try: bool) -> bool {
+        if queued_try {
+            self.queued.store(true, SeqCst);
+        }
+        let last = self.count.fetch_sub(1, SeqCst) == 1;
+        fence(SeqCst);
+        last
+    }
+
+    /// Local tasks registered now.
+    pub(crate) fn count(&self) -> usize {
+        self.count.load(SeqCst)
+    }
+
+    /// Whether nobody is registered and nothing may have queued this client
+    /// or be about to: the entry can go without any clean-up.
+    pub(crate) fn is_idle_and_unqueued(&self) -> bool {
+        self.count.load(SeqCst) == 0 && !self.queued.load(SeqCst) && self.requeues.load(SeqCst) == 0
+    }
+
+    pub(crate) fn is_confirmed(&self) -> bool {
+        self.confirmed.load(SeqCst)
+    }
+
+    /// The subscription was confirmed (or, `false`, may be gone).
+    pub(crate) fn set_confirmed(&self, confirmed: bool) {
+        self.confirmed.store(confirmed, SeqCst);
+    }
+
+    /// The clean-up's side of the subscription handshake: unconfirm the
+    /// channel, then check that nobody came. Returns `true` when the
+    /// channel may be unsubscribed (a newcomer from now on sees it
+    /// unconfirmed and subscribes again after the clean-up); `false` when a
+    /// task is registered (the confirmation is restored).
+    pub(crate) fn unconfirm_if_idle(&self) -> bool {
+        let was = self.confirmed.swap(false, SeqCst);
+        fence(SeqCst);
+        if self.count.load(SeqCst) > 0 {
+            self.confirmed.store(was, SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// A try registered this client in the queue hash.
+    pub(crate) fn mark_queued(&self) {
+        self.queued.store(true, SeqCst);
+    }
+
+    pub(crate) fn is_queued(&self) -> bool {
+        self.queued.load(SeqCst)
+    }
+
+    /// A release that will queue this client again if tasks still wait:
+    /// returns whether it should (then [`end_requeue`](Self::end_requeue)
+    /// must follow once its outcome is known or abandoned).
+    pub(crate) fn begin_requeue(&self) -> bool {
+        self.requeues.fetch_add(1, SeqCst);
+        fence(SeqCst);
+        if self.count.load(SeqCst) == 0 {
+            self.requeues.fetch_sub(1, SeqCst);
+            fence(SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// The requeueing release's outcome is known (or abandoned): the client
+    /// may be queued.
+    pub(crate) fn end_requeue(&self) {
+        self.queued.store(true, SeqCst);
+        self.requeues.fetch_sub(1, SeqCst);
+        fence(SeqCst);
+    }
+
+    /// The queue side of the handshake: whether THIS caller must take the
+    /// client out of the queue hash now (nobody waits, no release that may
+    /// queue it is in flight, and it may be queued). At most one caller gets
+    /// `true` per time the client was queued.
+    pub(crate) fn take_queue_leave(&self) -> bool {
+        if self.count.load(SeqCst) != 0 || self.requeues.load(SeqCst) != 0 {
+            return false;
+        }
+        self.queued.swap(false, SeqCst)
+    }
+}
