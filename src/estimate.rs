@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::options::MAX_LEASE;
+use crate::limits::MAX_LEASE;
 
 /// When a lease of `lease` seen at `at` ends, for waking waiters: capped at
 /// [`MAX_LEASE`]. A longer one (a key written by something else, a garbage

@@ -328,7 +328,7 @@ impl LockGuard {
 }
 
 /// An `extend` call's future, which reports to the lease record when it
-/// ends without a confirmed outcome (see `Lease::extend_abandoned`).
+/// ends, whatever its outcome (see `LeaseRecord::extend_ended`).
 struct Tracked<'a, F> {
     call: Pin<Box<F>>,
     lease: &'a Lease,
@@ -349,7 +349,7 @@ impl<F> Drop for Tracked<'_, F> {
         // settles the record right after this (`Lease::extended`).
         self.lease
             .record()
-            .extend_abandoned(self.generation, Instant::now());
+            .extend_ended(self.generation, Instant::now());
     }
 }
 

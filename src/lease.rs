@@ -36,23 +36,27 @@ pub(crate) struct LeaseState {
     /// Bumped by every `extend`: a renewal built before it may have reached
     /// Redis before or after it, so its reply confirms nothing.
     pub(crate) generation: u64,
-    /// The newest `extend` whose outcome is not known.
+    /// Where the newest `extend` call is (see [`Pending`]).
     extend: Pending,
 }
 
-/// What is known of the newest `extend` call.
+/// Where the newest `extend` call is, for judging renewals: a renewal can
+/// only be trusted when it was sent after every command of the extend was
+/// queued (then it ran after them on the same connection and, grow-only,
+/// left a lease at least as long as its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pending {
-    /// None, or it succeeded (its reply set the record).
-    Settled,
+    /// No `extend` yet.
+    None,
     /// Its future is alive: any command of it may still be queued after a
     /// renewal, so renewals confirm nothing.
     InFlight,
-    /// Its future ended without a confirmed outcome (dropped, error,
-    /// timeout). Every command it queued was queued before this instant, so a
-    /// renewal sent after it runs after them on the same connection (and,
-    /// grow-only, leaves a lease at least as long as its own).
-    Abandoned(Instant),
+    /// Its future ended (replied, failed, timed out or dropped) at this
+    /// instant, so every command it queued was queued before it. A renewal
+    /// sent before it may have run before the extend, even when the extend
+    /// succeeded and its reply was processed first (found by the loom model
+    /// `extend (completed) vs renewal`): it confirms nothing.
+    Ended(Instant),
 }
 
 impl LeaseState {
@@ -70,7 +74,7 @@ impl LeaseRecord {
                 lease,
                 renew_with: lease,
                 generation: 0,
-                extend: Pending::Settled,
+                extend: Pending::None,
             }),
             lost: AtomicBool::new(false),
         }
@@ -121,16 +125,15 @@ impl LeaseRecord {
         s.renew_with = lease;
         s.sent = sent;
         s.lease = lease;
-        s.extend = Pending::Settled;
     }
 
-    /// The future of the `extend` of `generation` ended at `at` without a
-    /// confirmed outcome (or is being dropped). Renewals sent after `at`
-    /// confirm again.
-    pub(crate) fn extend_abandoned(&self, generation: u64, at: Instant) {
+    /// The future of the `extend` of `generation` ended at `at` (its reply
+    /// arrived, it failed, or it is being dropped): every command it queued
+    /// was queued before `at`, and renewals sent after `at` confirm again.
+    pub(crate) fn extend_ended(&self, generation: u64, at: Instant) {
         let mut s = self.state();
         if s.generation == generation && s.extend == Pending::InFlight {
-            s.extend = Pending::Abandoned(at);
+            s.extend = Pending::Ended(at);
         }
     }
 
@@ -138,9 +141,9 @@ impl LeaseRecord {
     pub(crate) fn renewed(&self, generation: u64, sent: Instant, lease: Duration) {
         let mut s = self.state();
         let after_extend = match s.extend {
-            Pending::Settled => true,
+            Pending::None => true,
             Pending::InFlight => false,
-            Pending::Abandoned(at) => sent > at,
+            Pending::Ended(at) => sent > at,
         };
         if s.generation == generation && after_extend && sent >= s.sent {
             s.sent = sent;
@@ -194,7 +197,14 @@ mod tests {
         // nothing: the extend may still be queued behind it.
         l.renewed(1, at(2100), Duration::from_secs(3));
         assert_eq!(l.safe_until(), at(3000 - 101));
+        // Its future ends (the reply arrived) at 2010, then the reply is
+        // applied, as `LockGuard::extend` does.
+        l.extend_ended(g, at(2010));
         l.extended(g, at(2000), Duration::from_secs(1));
+        assert_eq!(l.safe_until(), at(3000 - 101));
+        // A renewal sent before the extend's future ended confirms nothing,
+        // even of the new generation: it may have run before the extend.
+        l.renewed(1, at(2005), Duration::from_secs(3));
         assert_eq!(l.safe_until(), at(3000 - 101));
         l.renewed(0, at(2500), Duration::from_secs(3));
         assert_eq!(l.safe_until(), at(3000 - 101));
@@ -207,13 +217,14 @@ mod tests {
         assert_eq!(l.safe_until(), at(3500 - 101));
         l.extended(g, at(2000), Duration::from_secs(1));
         assert_eq!(l.safe_until(), at(3500 - 101));
+        l.extend_ended(g2, at(3010));
         l.extended(g2, at(3000), Duration::from_secs(10));
         assert_eq!(l.safe_until(), at(13000 - 1001));
         // A shortening extend abandoned after its last poll at 4100: a
         // renewal sent before then confirms nothing, one sent after does.
         let g3 = l.extending(at(4000), Duration::from_millis(200));
         assert_eq!(l.safe_until(), at(4200 - 21));
-        l.extend_abandoned(g3, at(4100));
+        l.extend_ended(g3, at(4100));
         l.renewed(g3, at(4050), Duration::from_secs(10));
         assert_eq!(l.safe_until(), at(4200 - 21));
         l.renewed(g3, at(4150), Duration::from_secs(10));

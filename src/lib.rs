@@ -50,6 +50,7 @@ mod estimate;
 mod guard;
 mod inner;
 mod lease;
+mod limits;
 pub mod metrics;
 mod options;
 mod presence;

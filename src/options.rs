@@ -7,13 +7,7 @@ use metrics::SharedString;
 
 use crate::error::{Error, Result};
 
-/// Longest accepted lock key, in bytes.
-pub const MAX_KEY_LEN: usize = 1024;
-/// Longest accepted lease (one day). A longer lease is almost always a unit
-/// mistake, and a crashed holder would block everyone that long.
-pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
-/// Longest accepted prefix, in bytes.
-pub const MAX_PREFIX_LEN: usize = 128;
+pub use crate::limits::{MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN};
 
 /// How a waiting task learns that a lock may be free.
 ///

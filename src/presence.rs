@@ -21,7 +21,7 @@
 use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
 
 /// The counters of one key's local waiters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Presence {
     /// Local tasks registered for this key.
     count: AtomicUsize,

@@ -1,0 +1,161 @@
+//! A shortening `extend` races a watchdog renewal, on the real
+//! `LeaseRecord`. Redis is modelled as one connection: commands run in the
+//! order they were sent; `extend` sets the lease exactly, a renewal only
+//! lengthens it (grow-only). The guard's side follows `LockGuard::extend`:
+//! measure `sent`, lower the record (`extending`), send; then either the
+//! reply arrives (`extend_ended` from the wrapper's drop, then
+//! `extended`), or the future is dropped right after sending
+//! (`extend_ended` only; the command still runs later). The watchdog's
+//! side follows a round: read the record, measure `sent`, send, await the
+//! reply, `renewed`. Logical time: one tick per step.
+//!
+//! Checked: once every command ran, the recorded lease never ends later
+//! than the real one (`sent + lease` of the record <= Redis's expiry); and
+//! `set_lost` is first exactly once.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+
+use super::explore;
+use crate::lease::LeaseRecord;
+
+const INITIAL: u64 = 3_000;
+const SHORT: u64 = 200;
+
+#[derive(Clone, Copy)]
+enum Cmd {
+    Extend(u64),
+    Renew(u64),
+}
+
+struct Redis {
+    t0: Instant,
+    /// Logical clock, in ms since `t0`.
+    clock: u64,
+    queue: VecDeque<(usize, Cmd)>,
+    next_id: usize,
+    done: Vec<usize>,
+    /// When the key expires, in ms since `t0`.
+    expires: u64,
+}
+
+impl Redis {
+    fn tick(&mut self) -> Instant {
+        self.clock += 1;
+        self.t0 + Duration::from_millis(self.clock)
+    }
+
+    fn send(&mut self, cmd: Cmd) -> usize {
+        self.next_id += 1;
+        self.queue.push_back((self.next_id, cmd));
+        self.next_id
+    }
+
+    /// Run the queue until command `id` ran (all of it with `None`).
+    fn run_until(&mut self, id: Option<usize>) {
+        while !id.is_some_and(|id| self.done.contains(&id)) {
+            let Some((next, cmd)) = self.queue.pop_front() else {
+                return;
+            };
+            self.clock += 1;
+            let now = self.clock;
+            match cmd {
+                Cmd::Extend(ms) => self.expires = now + ms,
+                Cmd::Renew(ms) => self.expires = self.expires.max(now + ms),
+            }
+            self.done.push(next);
+        }
+    }
+}
+
+fn model(extend_completes: bool) {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let record = Arc::new(LeaseRecord::new(t0, ms(INITIAL)));
+    let redis = Arc::new(Mutex::new(Redis {
+        t0,
+        clock: 0,
+        queue: VecDeque::new(),
+        next_id: 0,
+        done: Vec::new(),
+        expires: INITIAL,
+    }));
+
+    let extend = {
+        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
+        thread::spawn(move || {
+            let sent = redis.lock().unwrap().tick();
+            let generation = record.extending(sent, ms(SHORT));
+            let id = redis.lock().unwrap().send(Cmd::Extend(SHORT));
+            if extend_completes {
+                redis.lock().unwrap().run_until(Some(id));
+                let at = redis.lock().unwrap().tick();
+                record.extend_ended(generation, at);
+                record.extended(generation, sent, ms(SHORT));
+            } else {
+                let at = redis.lock().unwrap().tick();
+                record.extend_ended(generation, at);
+            }
+        })
+    };
+    let renewal = {
+        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
+        thread::spawn(move || {
+            let planned = record.snapshot();
+            let sent = redis.lock().unwrap().tick();
+            let renew_ms = planned.renew_with.as_millis() as u64;
+            let id = redis.lock().unwrap().send(Cmd::Renew(renew_ms));
+            redis.lock().unwrap().run_until(Some(id));
+            record.renewed(planned.generation, sent, planned.renew_with);
+        })
+    };
+    extend.join().unwrap();
+    renewal.join().unwrap();
+
+    let mut redis = redis.lock().unwrap();
+    redis.run_until(None);
+    let s = record.snapshot();
+    let recorded_end = s.sent + s.lease;
+    let real_end = t0 + ms(redis.expires);
+    assert!(
+        recorded_end <= real_end,
+        "the record says {:?} past t0, Redis {:?}",
+        recorded_end - t0,
+        real_end - t0
+    );
+}
+
+#[test]
+fn a_completed_shortening_extend_vs_a_renewal() {
+    explore("extend (completed) vs renewal", || model(true));
+}
+
+#[test]
+fn an_abandoned_shortening_extend_vs_a_renewal() {
+    explore("extend (abandoned after sending) vs renewal", || {
+        model(false)
+    });
+}
+
+#[test]
+fn a_loss_is_first_once() {
+    explore("mark lost from two sides", || {
+        let record = Arc::new(LeaseRecord::new(Instant::now(), Duration::from_secs(1)));
+        let firsts: Vec<_> = (0..2)
+            .map(|_| {
+                let record = Arc::clone(&record);
+                thread::spawn(move || record.set_lost())
+            })
+            .collect();
+        let n = firsts
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .filter(|f| *f)
+            .count();
+        assert_eq!(n, 1);
+        assert!(record.is_lost());
+    });
+}

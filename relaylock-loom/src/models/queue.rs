@@ -1,0 +1,52 @@
+//! A release that queues its client again (local waiters left) races the
+//! last local waiter leaving. The registry's rules, with the real
+//! `Presence` handshake: the release registers before sending (`requeue`),
+//! the script's `HSET` runs, then it ends its registration and takes the
+//! client out of the queue if nobody waits by then; the last waiter takes
+//! the client out only when no such release is in flight. Redis runs the
+//! commands in the order they happen here (one connection).
+//!
+//! Checked: once nobody waits and every release finished, the client is not
+//! in the queue (no ghost that a hand-over would idle on).
+
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+
+use super::explore;
+use crate::presence::Presence;
+
+#[test]
+fn requeue_vs_last_waiter() {
+    explore("requeue vs the last waiter", || {
+        let p = Arc::new(Presence::new());
+        p.join();
+        p.mark_queued(); // the waiter's try queued the client
+                         // The client's field in the queue hash.
+        let redis_queued = Arc::new(Mutex::new(true));
+
+        let release = {
+            let (p, q) = (Arc::clone(&p), Arc::clone(&redis_queued));
+            thread::spawn(move || {
+                if p.begin_requeue() {
+                    *q.lock().unwrap() = true; // the script's HSET
+                    p.end_requeue();
+                }
+                if p.take_queue_leave() {
+                    *q.lock().unwrap() = false; // HDEL
+                }
+            })
+        };
+        let waiter = {
+            let (p, q) = (Arc::clone(&p), Arc::clone(&redis_queued));
+            thread::spawn(move || {
+                if p.leave(false) && p.take_queue_leave() {
+                    *q.lock().unwrap() = false; // HDEL
+                }
+            })
+        };
+        release.join().unwrap();
+        waiter.join().unwrap();
+        assert_eq!(p.count(), 0);
+        assert!(!*redis_queued.lock().unwrap(), "queued with nobody waiting");
+    });
+}
