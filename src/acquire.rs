@@ -42,9 +42,6 @@ use crate::scripts::{Names, HANDOFF_GRACE_MS};
 /// record the next holder's lease before another local waiter may probe.
 const PROBE_SLICE: Duration = Duration::from_millis(50);
 
-/// A timer that never fires in practice (a disabled `select!` branch).
-const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
-
 /// While a channel's subscription cannot be confirmed (subscriber connection
 /// down or silent, ACL forbids the channel), ONE local waiter per key (the
 /// poller) re-checks this often: under half the hand-over grace, so a lock
@@ -453,6 +450,10 @@ impl<'a> LockCall<'a> {
             // without a time bound of their own, until the role is handed
             // on, so a degraded key costs the same whatever its number of
             // waiters.
+            // Registered before the state is read, so a change right after
+            // the read still wakes us.
+            let moved = waiter.estimate_moved();
+            let freed = waiter.poller_freed();
             let degraded = !waiter.is_confirmed();
             if !degraded {
                 role = None;
@@ -460,17 +461,16 @@ impl<'a> LockCall<'a> {
             } else if role.is_none() {
                 role = waiter.take_poller_role();
             }
-            let moved = waiter.estimate_moved();
-            let freed = waiter.poller_freed();
-            let mut bound = if !degraded {
-                Some(waiter.until_due().unwrap_or(PROBE_SLICE))
-            } else if role.is_some() {
-                Some(waiter.until_poll())
+            // The poller polls; the other degraded waiters are still bounded
+            // by the holder's lease, so a hand-over of the role that goes
+            // astray costs at most that, never a hang.
+            let mut bound = if degraded && role.is_some() {
+                waiter.until_poll()
             } else {
-                None
+                waiter.until_due().unwrap_or(PROBE_SLICE)
             };
             if let Some(left) = remaining(deadline) {
-                bound = Some(bound.map_or(left, |b| b.min(left)));
+                bound = bound.min(left);
             }
             let cause = tokio::select! {
                 biased;
@@ -488,10 +488,15 @@ impl<'a> LockCall<'a> {
                     continue;
                 }
                 _ = freed, if degraded && role.is_none() => {
+                    // Take the role at once: if this waiter leaves right
+                    // after (its deadline), dropping the role hands it on
+                    // again (found in review: the role was lost with a
+                    // waiter that timed out in the same tick).
+                    role = waiter.take_poller_role();
                     must_try = false;
                     continue;
                 }
-                _ = tokio::time::sleep(bound.unwrap_or(FOREVER)), if bound.is_some() => WakeCause::Ttl,
+                _ = tokio::time::sleep(bound) => WakeCause::Ttl,
             };
             must_try = match cause {
                 WakeCause::Message => {
@@ -509,8 +514,7 @@ impl<'a> LockCall<'a> {
                     if expired(deadline) {
                         return Err(Error::Timeout);
                     }
-                    if degraded {
-                        // Only the poller sleeps on a timer here.
+                    if degraded && role.is_some() {
                         if resubscribe.is_none() && waiter.subscribe_due() {
                             resubscribe = Some(Box::pin(self.subscribe(&waiter, deadline)));
                         }

@@ -14,6 +14,9 @@ pub(crate) fn expiry_after(at: Instant, lease: Duration) -> Instant {
     at + lease.min(MAX_LEASE)
 }
 
+/// Observations of one lease closer than this are the same lease.
+const JITTER: Duration = Duration::from_millis(2);
+
 /// The shared knowledge of one key's holder.
 #[derive(Debug, Default)]
 pub(crate) struct Estimate {
@@ -63,8 +66,11 @@ impl Estimate {
             self.own_seen = Some(seen);
             self.recheck = Some(end);
         }
+        // Earlier by more than the jitter of two observations of the same
+        // lease (each try's `sent + PTTL` differs by microseconds), so that
+        // jitter does not wake every sleeper at every try.
         match (before, self.due()) {
-            (Some(b), Some(a)) => a < b,
+            (Some(b), Some(a)) => a + JITTER < b,
             _ => false,
         }
     }

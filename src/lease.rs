@@ -40,23 +40,32 @@ pub(crate) struct LeaseState {
     extend: Pending,
 }
 
-/// Where the newest `extend` call is, for judging renewals: a renewal can
-/// only be trusted when it was sent after every command of the extend was
-/// queued (then it ran after them on the same connection and, grow-only,
-/// left a lease at least as long as its own).
+/// Where the `extend` calls of a lock are, for judging replies: a renewal
+/// (or an extend) can only set the record when it was sent after every
+/// command of every other extend was queued (then it ran after them on the
+/// same connection).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pending {
-    /// No `extend` yet.
-    None,
-    /// Its future is alive: any command of it may still be queued after a
-    /// renewal, so renewals confirm nothing.
-    InFlight,
-    /// Its future ended (replied, failed, timed out or dropped) at this
-    /// instant, so every command it queued was queued before it. A renewal
-    /// sent before it may have run before the extend, even when the extend
+struct Pending {
+    /// `extend` futures alive: any command of theirs may still be queued
+    /// after a renewal, so renewals confirm nothing, and an extend's reply
+    /// may only lower the record.
+    in_flight: u32,
+    /// When the last `extend` future ended (replied, failed, timed out or
+    /// dropped): every command it queued was queued before. A renewal sent
+    /// before it may have run before that extend, even when the extend
     /// succeeded and its reply was processed first (found by the loom model
     /// `extend (completed) vs renewal`): it confirms nothing.
-    Ended(Instant),
+    ended_at: Option<Instant>,
+    /// When the last extend that was NOT the newest one ended: if after the
+    /// newest one was sent, the older one's commands may run after it.
+    older_ended_at: Option<Instant>,
+}
+
+impl Pending {
+    /// Whether a command sent at `sent` ran after every extend's commands.
+    fn after_extends(&self, sent: Instant) -> bool {
+        self.in_flight == 0 && self.ended_at.is_none_or(|at| sent > at)
+    }
 }
 
 impl LeaseState {
@@ -74,7 +83,11 @@ impl LeaseRecord {
                 lease,
                 renew_with: lease,
                 generation: 0,
-                extend: Pending::None,
+                extend: Pending {
+                    in_flight: 0,
+                    ended_at: None,
+                    older_ended_at: None,
+                },
             }),
             lost: AtomicBool::new(false),
         }
@@ -103,7 +116,7 @@ impl LeaseRecord {
     pub(crate) fn extending(&self, sent: Instant, lease: Duration) -> u64 {
         let mut s = self.state();
         s.generation += 1;
-        s.extend = Pending::InFlight;
+        s.extend.in_flight += 1;
         let shorter = LeaseState { sent, lease, ..*s };
         if shorter.safe_until() < s.safe_until() {
             s.sent = sent;
@@ -117,14 +130,27 @@ impl LeaseRecord {
     /// `sent`, unless a later `extend` started meanwhile (that one decides).
     /// A renewal that ran after it only ever lengthens the lease (`RENEW` in
     /// grow-only mode): the safe direction.
+    ///
+    /// With other `extend` calls still in flight (or ended after this one
+    /// was sent), their commands may run after this one in Redis: then the
+    /// reply may only lower the record (found in review: two extends on one
+    /// guard, the older re-sent after a `NOSCRIPT` reload, left the record
+    /// at the newer 20 s while Redis held the older 500 ms).
     pub(crate) fn extended(&self, generation: u64, sent: Instant, lease: Duration) {
         let mut s = self.state();
         if s.generation != generation {
             return;
         }
         s.renew_with = lease;
-        s.sent = sent;
-        s.lease = lease;
+        let confirmed = LeaseState { sent, lease, ..*s };
+        // This extend ran last in Redis when no other is alive and every
+        // older one ended before it was sent.
+        let ran_last =
+            s.extend.in_flight == 0 && s.extend.older_ended_at.is_none_or(|at| at < sent);
+        if ran_last || confirmed.safe_until() < s.safe_until() {
+            s.sent = sent;
+            s.lease = lease;
+        }
     }
 
     /// The future of the `extend` of `generation` ended at `at` (its reply
@@ -132,20 +158,17 @@ impl LeaseRecord {
     /// was queued before `at`, and renewals sent after `at` confirm again.
     pub(crate) fn extend_ended(&self, generation: u64, at: Instant) {
         let mut s = self.state();
-        if s.generation == generation && s.extend == Pending::InFlight {
-            s.extend = Pending::Ended(at);
+        s.extend.in_flight = s.extend.in_flight.saturating_sub(1);
+        s.extend.ended_at = Some(s.extend.ended_at.map_or(at, |e| e.max(at)));
+        if generation != s.generation {
+            s.extend.older_ended_at = Some(s.extend.older_ended_at.map_or(at, |e| e.max(at)));
         }
     }
 
     /// A renewal of generation `generation`, sent at `sent`, set `lease`.
     pub(crate) fn renewed(&self, generation: u64, sent: Instant, lease: Duration) {
         let mut s = self.state();
-        let after_extend = match s.extend {
-            Pending::None => true,
-            Pending::InFlight => false,
-            Pending::Ended(at) => sent > at,
-        };
-        if s.generation == generation && after_extend && sent >= s.sent {
+        if s.generation == generation && s.extend.after_extends(sent) && sent >= s.sent {
             s.sent = sent;
             s.lease = lease;
         }
@@ -229,6 +252,18 @@ mod tests {
         assert_eq!(l.safe_until(), at(4200 - 21));
         l.renewed(g3, at(4150), Duration::from_secs(10));
         assert_eq!(l.safe_until(), at(14150 - 1001));
+        // Two extends overlap: the newer one's reply, while the older one
+        // is still in flight, may not raise the record (the older one may
+        // still run after it in Redis).
+        let o = LeaseRecord::new(t0, Duration::from_secs(30));
+        let old = o.extending(at(100), Duration::from_millis(500));
+        let new = o.extending(at(110), Duration::from_secs(20));
+        o.extend_ended(new, at(150));
+        o.extended(new, at(110), Duration::from_secs(20));
+        assert_eq!(o.safe_until(), at(600 - 51));
+        o.extend_ended(old, at(700));
+        o.extended(old, at(100), Duration::from_millis(500));
+        assert_eq!(o.safe_until(), at(600 - 51));
         // A lease shorter than its margin is never safe.
         let tiny = LeaseRecord::new(t0, Duration::from_millis(1));
         assert!(tiny.safe_until() <= t0);

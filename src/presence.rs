@@ -68,6 +68,13 @@ impl Presence {
         self.count.load(SeqCst)
     }
 
+    /// Whether nobody is registered and no release that may queue this
+    /// client is in flight: the entry may leave the map (a release in
+    /// flight still needs it to take the client out of the queue after).
+    pub(crate) fn is_unused(&self) -> bool {
+        self.count.load(SeqCst) == 0 && self.requeues.load(SeqCst) == 0
+    }
+
     /// Whether nobody is registered and nothing may have queued this client
     /// or be about to: the entry can go without any clean-up.
     pub(crate) fn is_idle_and_unqueued(&self) -> bool {

@@ -498,7 +498,14 @@ impl Registry {
                         }
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "relaylock: could not confirm resubscription"),
+                Err(e) => {
+                    // Unconfirmed, and recorded as failed: the keys' pollers
+                    // subscribe again, and their success wakes the sleepers.
+                    for entry in &resubscribed {
+                        entry.estimate().failed_at = Some(Instant::now());
+                    }
+                    tracing::warn!(error = %e, "relaylock: could not confirm resubscription");
+                }
             }
         }
         tracing::debug!(
@@ -626,7 +633,7 @@ impl Registry {
             let removed = self
                 .map
                 .remove_if(&channel, |_, e| {
-                    Arc::ptr_eq(e, &entry) && e.presence.count() == 0
+                    Arc::ptr_eq(e, &entry) && e.presence.is_unused()
                 })
                 .is_some();
             if removed {
@@ -764,19 +771,13 @@ impl Waiter {
             .subscribe_confirmed(&self.channel)
             .await
             .and_then(|()| registry.same_connection(&connection));
-        let recovered = {
-            let mut e = self.entry.estimate();
-            let recovered = e.failed_at.is_some() && confirmed.is_ok();
-            e.failed_at = confirmed.is_err().then(Instant::now);
-            recovered
-        };
+        self.entry.estimate().failed_at = confirmed.is_err().then(Instant::now);
         confirmed.map_err(NotSubscribed::Failed)?;
         registry.record_node(&self.channel, &self.entry);
         self.entry.presence.set_confirmed(true);
-        if recovered {
-            // Degraded sleepers wait without a time bound: tell them.
-            self.entry.estimate_moved.notify_waiters();
-        }
+        // Sleepers of a degraded key recompute their mode (a no-op for the
+        // first subscription of a key: its other waiters are not asleep).
+        self.entry.estimate_moved.notify_waiters();
         Ok(false)
     }
 

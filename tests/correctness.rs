@@ -461,3 +461,142 @@ async fn a_failed_unsubscribe_is_tried_again() {
     );
     holder.release().await.unwrap();
 }
+
+/// A degraded key (the ACL forbids its channel): the waiter holding the
+/// polling role leaves, and the waiter it hands the role to times out in
+/// the same tick. The role must not be lost with it: a waiter without a
+/// deadline takes the lock once it is free (found in review: 7 of 8 rounds
+/// stranded it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_keys_polling_role_survives_a_waiter_timing_out() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("ACL", None, false),
+            vec![
+                "SETUSER",
+                "nosub",
+                "on",
+                ">pw",
+                "~*",
+                "resetchannels",
+                "+@all",
+            ],
+        )
+        .await
+        .unwrap();
+    let holder_client = client(&server).await;
+    let port = server.port;
+    let limited = LockClient::builder()
+        .url(format!("redis://nosub:pw@127.0.0.1:{port}"))
+        .build()
+        .await
+        .unwrap();
+    let mut stranded = 0;
+    let rounds = 4;
+    for round in 0..rounds {
+        let key = format!("k{round}");
+        let holder = holder_client
+            .lock_with(&key, LockOptions::default().lease(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        // K+1 waiters with the same deadline, spawned together.
+        let mut timed = Vec::new();
+        for _ in 0..6 {
+            let limited = limited.clone();
+            let key = key.clone();
+            timed.push(tokio::spawn(async move {
+                limited
+                    .lock_with(
+                        &key,
+                        LockOptions::default().wait(Duration::from_millis(1500)),
+                    )
+                    .await
+                    .map(|g| g.fencing_token())
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let patient = {
+            let limited = limited.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                let g = limited.lock(&key).await.unwrap();
+                let at = Instant::now();
+                drop(g);
+                at
+            })
+        };
+        for t in timed {
+            assert!(t.await.unwrap().is_err());
+        }
+        // Everybody with a deadline is gone; now free the lock.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        holder.release().await.unwrap();
+        let released = Instant::now();
+        match tokio::time::timeout(Duration::from_secs(5), patient).await {
+            Ok(at) => {
+                let took = at.unwrap().duration_since(released);
+                println!(
+                    "round {round}: the patient waiter took the lock {took:?} after the release"
+                );
+            }
+            Err(_) => {
+                stranded += 1;
+                println!("round {round}: the patient waiter did NOT take the free lock within 5 s (stranded)");
+            }
+        }
+        let _: i64 = admin.del(holder_client.redis_key(&key)).await.unwrap();
+    }
+    assert_eq!(
+        stranded, 0,
+        "{stranded} of {rounds} rounds stranded a waiter"
+    );
+}
+
+/// Two overlapping `extend`s of one guard while the script cache is empty:
+/// the older, shorter one is re-sent after its reload and runs LAST in
+/// Redis. The lease record must not keep the newer, longer lease (found in
+/// review: another client took the lock while `is_held()` was true).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_extends_never_overstate_the_lease() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let owner = client(&server).await;
+    let other = client(&server).await;
+    let key = owner.redis_key("k");
+    let guard = owner
+        .lock_with("k", LockOptions::default().lease(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("SCRIPT", None, false),
+            vec!["FLUSH"],
+        )
+        .await
+        .unwrap();
+    let mut short = Box::pin(guard.extend(Duration::from_millis(500)));
+    // Sent: EVALSHA, which will answer NOSCRIPT.
+    assert!(futures::poll!(short.as_mut()).is_pending());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A newer extend, to 20 s, runs to completion (it reloads the script).
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+    let pttl_after_long: i64 = admin.pttl(&key).await.unwrap();
+    // The older one now reloads and sends its EVALSHA again: it runs last.
+    short.await.unwrap();
+    let pttl: i64 = admin.pttl(&key).await.unwrap();
+    println!("PTTL after the 20 s extend: {pttl_after_long} ms; after the older 500 ms one completed: {pttl} ms");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let exists: i64 = admin.exists(&key).await.unwrap();
+    let taken = other.try_lock("k").await.unwrap();
+    println!(
+        "700 ms later: key exists = {exists}, another client took it = {}, the first guard's is_held() = {}",
+        taken.is_some(),
+        guard.is_held()
+    );
+    assert!(
+        !(taken.is_some() && guard.is_held()),
+        "two holders: the other client holds the lock while the first guard's is_held() is still true"
+    );
+}

@@ -236,4 +236,11 @@ async fn lingering_subscriptions_cost_memory_per_key_not_per_departure() {
         peak < 40 * 1024,
         "RSS reached {peak} KiB (started at {before} KiB) with a 5 s linger"
     );
+    // Flat: within the linger (5 s), memory kept per departure would keep
+    // growing from one second to the next.
+    let growth = samples[3].saturating_sub(samples[0]);
+    assert!(
+        growth < 4 * 1024,
+        "RSS grew {growth} KiB from the first to the fourth second: {samples:?}"
+    );
 }

@@ -128,6 +128,55 @@ fn model(extend_completes: bool) {
     );
 }
 
+/// Two `extend` calls of one guard overlap (a shorter and a longer one);
+/// each is queued when its thread gets to it, so the older may run last
+/// (as after a NOSCRIPT reload).
+fn two_extends() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let record = Arc::new(LeaseRecord::new(t0, ms(INITIAL)));
+    let redis = Arc::new(Mutex::new(Redis {
+        t0,
+        clock: 0,
+        queue: VecDeque::new(),
+        next_id: 0,
+        done: Vec::new(),
+        expires: INITIAL,
+    }));
+    let threads: Vec<_> = [SHORT, 5_000]
+        .into_iter()
+        .map(|lease| {
+            let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
+            thread::spawn(move || {
+                let sent = redis.lock().unwrap().tick();
+                let generation = record.extending(sent, ms(lease));
+                let id = redis.lock().unwrap().send(Cmd::Extend(lease));
+                redis.lock().unwrap().run_until(Some(id));
+                let at = redis.lock().unwrap().tick();
+                record.extend_ended(generation, at);
+                record.extended(generation, sent, ms(lease));
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut redis = redis.lock().unwrap();
+    redis.run_until(None);
+    let s = record.snapshot();
+    assert!(
+        s.sent + s.lease <= t0 + ms(redis.expires),
+        "the record says {:?} past t0, Redis {} ms",
+        s.sent + s.lease - t0,
+        redis.expires
+    );
+}
+
+#[test]
+fn two_overlapping_extends() {
+    explore("two overlapping extends", two_extends);
+}
+
 #[test]
 fn a_completed_shortening_extend_vs_a_renewal() {
     explore("extend (completed) vs renewal", || model(true));
