@@ -49,6 +49,18 @@ const PROBE_SLICE: Duration = Duration::from_millis(50);
 /// other waiters of the key sleep until the role is handed on to them.
 const DEGRADED_POLL: Duration = Duration::from_millis(HANDOFF_GRACE_MS / 2);
 
+/// The outcome of making sure a key's channel is subscribed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Subscription {
+    /// It already was: no round trip, nothing missed.
+    AlreadyConfirmed,
+    /// This call confirmed it: a release published before may have reached
+    /// nobody, so the caller tries once more before waiting.
+    ConfirmedNow,
+    /// It could not be confirmed (degraded): the key's poller re-checks.
+    Unconfirmed,
+}
+
 /// What one acquire script call found.
 enum Attempt {
     /// Taken, with its fencing token and when the call that took it was sent.
@@ -355,26 +367,25 @@ impl<'a> LockCall<'a> {
         }
     }
 
-    /// Subscribe (bounded by the deadline); `Ok(true)` when the subscription
-    /// was already confirmed, `Ok(false)` when this call confirmed it, `Err`
-    /// when it could not be confirmed (degraded: one waiter polls).
-    async fn subscribe(
-        &self,
-        waiter: &Waiter,
-        deadline: Option<Instant>,
-    ) -> std::result::Result<bool, ()> {
+    /// Subscribe, bounded by the deadline.
+    async fn subscribe(&self, waiter: &Waiter, deadline: Option<Instant>) -> Subscription {
         let outcome = match remaining(deadline) {
             None => waiter.ensure_subscribed().await,
             Some(left) => match tokio::time::timeout(left, waiter.ensure_subscribed()).await {
                 Ok(r) => r,
-                Err(_) => return Err(()),
+                Err(_) => return Subscription::Unconfirmed,
             },
         };
-        outcome.map_err(|e| match e {
-            NotSubscribed::Failed(e) => tracing::warn!(error = %e, key = %self.names.lock,
-                "relaylock: could not subscribe to the release channel; one waiter polls every {DEGRADED_POLL:?} meanwhile"),
-            NotSubscribed::FailedRecently => {}
-        })
+        match outcome {
+            Ok(true) => Subscription::AlreadyConfirmed,
+            Ok(false) => Subscription::ConfirmedNow,
+            Err(NotSubscribed::Failed(e)) => {
+                tracing::warn!(error = %e, key = %self.names.lock,
+                    "relaylock: could not subscribe to the release channel; one waiter polls every {DEGRADED_POLL:?} meanwhile");
+                Subscription::Unconfirmed
+            }
+            Err(NotSubscribed::FailedRecently) => Subscription::Unconfirmed,
+        }
     }
 
     /// One try by a registered waiter. If it fails or is dropped before its
@@ -420,9 +431,9 @@ impl<'a> LockCall<'a> {
         // is known yet), and then only one of them (the probe claim). When
         // the subscription cannot be confirmed, the poller (below) re-checks.
         let mut must_try = match self.subscribe(&waiter, deadline).await {
-            Ok(false) => true,
-            Ok(true) => queued && waiter.claim_probe(PROBE_SLICE),
-            Err(()) => false,
+            Subscription::ConfirmedNow => true,
+            Subscription::AlreadyConfirmed => queued && waiter.claim_probe(PROBE_SLICE),
+            Subscription::Unconfirmed => false,
         };
         // While degraded: the polling role, and the poller's subscription
         // attempt running beside its polling (it may take a command timeout
@@ -480,7 +491,7 @@ impl<'a> LockCall<'a> {
                     resubscribe = None;
                     // This call confirmed it: a release published before that
                     // reached nobody, so try once.
-                    must_try = outcome == Ok(false);
+                    must_try = outcome == Subscription::ConfirmedNow;
                     continue;
                 }
                 _ = moved => {

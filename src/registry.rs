@@ -46,7 +46,7 @@ use crate::sync;
 
 /// The local waiters of one key.
 #[derive(Debug)]
-pub(crate) struct Entry {
+pub(crate) struct KeyWaiters {
     /// One permit per release message; waiters queue on it in FIFO order.
     pub(crate) notify: Notify,
     /// The waiter count, the confirmation flag, the queue flags, and the
@@ -101,13 +101,13 @@ impl<'a> Announcement<'a> {
     }
 }
 
-impl Entry {
+impl KeyWaiters {
     fn estimate(&self) -> sync::MutexGuard<'_, Estimate> {
         sync::lock(&self.estimate)
     }
 
     fn new() -> Self {
-        Entry {
+        KeyWaiters {
             notify: Notify::new(),
             presence: Presence::new(),
             subscribed: Mutex::new(false),
@@ -139,7 +139,7 @@ impl Entry {
 /// The registry of one [`LockClient`](crate::LockClient).
 #[derive(Debug)]
 pub(crate) struct Registry {
-    map: DashMap<String, Arc<Entry>>,
+    map: DashMap<String, Arc<KeyWaiters>>,
     /// Woken with `notify_waiters` on a reconnect or a lag: every waiter
     /// re-checks.
     wake_all: Notify,
@@ -194,17 +194,21 @@ impl Registry {
 
     async fn subscribe_channel(&self, channel: &str) -> Result<(), fred::error::Error> {
         if self.sharded {
-            self.bounded(self.subscriber.ssubscribe(channel)).await
+            self.with_command_timeout(self.subscriber.ssubscribe(channel))
+                .await
         } else {
-            self.bounded(self.subscriber.subscribe(channel)).await
+            self.with_command_timeout(self.subscriber.subscribe(channel))
+                .await
         }
     }
 
     async fn unsubscribe_channel(&self, channel: &str) -> Result<(), fred::error::Error> {
         if self.sharded {
-            self.bounded(self.subscriber.sunsubscribe(channel)).await
+            self.with_command_timeout(self.subscriber.sunsubscribe(channel))
+                .await
         } else {
-            self.bounded(self.subscriber.unsubscribe(channel)).await
+            self.with_command_timeout(self.subscriber.unsubscribe(channel))
+                .await
         }
     }
 
@@ -269,7 +273,7 @@ impl Registry {
     }
 
     /// Record the node `entry`'s channel was just confirmed on.
-    fn record_node(&self, channel: &str, entry: &Entry) {
+    fn record_node(&self, channel: &str, entry: &KeyWaiters) {
         if self.clustered() {
             *entry.node.lock().unwrap_or_else(|p| p.into_inner()) = self.node_of(channel);
         }
@@ -314,10 +318,11 @@ impl Registry {
                 cluster_hash: Some(ClusterHash::Custom(self.routing_slot(channel))),
                 ..Default::default()
             };
-            self.bounded(self.subscriber.with_options(&options).ping::<()>(None))
+            self.with_command_timeout(self.subscriber.with_options(&options).ping::<()>(None))
                 .await
         } else {
-            self.bounded(self.subscriber.ping::<()>(None)).await
+            self.with_command_timeout(self.subscriber.ping::<()>(None))
+                .await
         }
     }
 
@@ -334,7 +339,7 @@ impl Registry {
 
     /// Run a command, bounded by the command timeout whatever the fred
     /// client's own settings.
-    async fn bounded<T>(
+    async fn with_command_timeout<T>(
         &self,
         command: impl std::future::Future<Output = Result<T, fred::error::Error>>,
     ) -> Result<T, fred::error::Error> {
@@ -350,7 +355,7 @@ impl Registry {
             let e = self
                 .map
                 .entry(channel.to_owned())
-                .or_insert_with(|| Arc::new(Entry::new()));
+                .or_insert_with(|| Arc::new(KeyWaiters::new()));
             let before = e.presence.join();
             (Arc::clone(&e), before)
         };
@@ -358,7 +363,7 @@ impl Registry {
             registry: Arc::clone(self),
             channel: channel.to_owned(),
             entry,
-            gauge: None,
+            gauge: Gauge::NotCounted,
             queued_try: AtomicBool::new(false),
         };
         (waiter, before)
@@ -441,7 +446,7 @@ impl Registry {
     pub(crate) async fn resubscribe_all(&self) {
         // A confirmation in flight may have gone to the old connection.
         self.reconnects.fetch_add(1, SeqCst);
-        let entries: Vec<(String, Arc<Entry>)> = self
+        let entries: Vec<(String, Arc<KeyWaiters>)> = self
             .map
             .iter()
             .map(|r| (r.key().clone(), Arc::clone(r.value())))
@@ -486,7 +491,8 @@ impl Registry {
             let pinged = if self.clustered() {
                 Ok(())
             } else {
-                self.bounded(self.subscriber.ping::<()>(None)).await
+                self.with_command_timeout(self.subscriber.ping::<()>(None))
+                    .await
             };
             match pinged.and_then(|()| self.same_connection(&connection)) {
                 Ok(()) => {
@@ -547,7 +553,7 @@ impl Registry {
 
     /// Take this client out of the key's queue hash if a try or a release
     /// queued it and no local task waits any more. Runs in the background.
-    fn leave_queue_if_idle(self: &Arc<Self>, channel: &str, entry: &Arc<Entry>) {
+    fn leave_queue_if_idle(self: &Arc<Self>, channel: &str, entry: &Arc<KeyWaiters>) {
         // Dekker with `Waiter::drop` and `Requeue::drop`: each lowers its
         // counter, then reads the other's (SeqCst), so the last of them to
         // finish sees both at zero.
@@ -564,7 +570,7 @@ impl Registry {
             let leave = registry
                 .redis
                 .hdel::<i64, _, _>(queue.as_str(), registry.client_id.as_str());
-            if let Err(e) = registry.bounded(leave).await {
+            if let Err(e) = registry.with_command_timeout(leave).await {
                 tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }
             // A waiter that arrived meanwhile may have queued before the HDEL
@@ -597,7 +603,7 @@ impl Registry {
     /// Redis: the channel then counts as subscribed still, and the task tries
     /// again after [`UNSUBSCRIBE_RETRY`] until it succeeds, a waiter comes
     /// back, or the client is dropped.
-    async fn linger_then_unsubscribe(self: Arc<Self>, channel: String, entry: Arc<Entry>) {
+    async fn linger_then_unsubscribe(self: Arc<Self>, channel: String, entry: Arc<KeyWaiters>) {
         loop {
             if self.closed.load(SeqCst) {
                 return;
@@ -646,7 +652,7 @@ impl Registry {
 
     /// The last local waiter of `entry` left: leave the queue at once, and
     /// end the subscription after the linger.
-    fn last_waiter_left(self: &Arc<Self>, channel: &str, entry: &Arc<Entry>) {
+    fn last_waiter_left(self: &Arc<Self>, channel: &str, entry: &Arc<KeyWaiters>) {
         self.leave_queue_if_idle(channel, entry);
         let start = {
             let mut until = entry.linger_until();
@@ -683,7 +689,7 @@ const UNSUBSCRIBE_RETRY: Duration = Duration::from_secs(1);
 pub(crate) struct Requeue {
     registry: Arc<Registry>,
     channel: String,
-    entry: Arc<Entry>,
+    entry: Arc<KeyWaiters>,
 }
 
 impl Drop for Requeue {
@@ -700,20 +706,28 @@ impl Drop for Requeue {
 pub(crate) struct Waiter {
     registry: Arc<Registry>,
     channel: String,
-    entry: Arc<Entry>,
+    entry: Arc<KeyWaiters>,
     /// Set once the task really waits: it then counts in the waiters gauge
-    /// (under this `name` label, if any) until dropped.
-    gauge: Option<Option<SharedString>>,
+    /// until dropped.
+    gauge: Gauge,
     /// A try that may queue this client is in flight: if the waiter is
     /// dropped before its outcome is known, the client may be queued.
     queued_try: AtomicBool,
+}
+
+/// Whether a waiter counts in the `relaylock_waiters` gauge.
+#[derive(Debug)]
+enum Gauge {
+    NotCounted,
+    /// Counted, under this `name` label (if any).
+    Counted(Option<SharedString>),
 }
 
 /// The polling role of a degraded key, held by one waiter; dropping it
 /// hands the role to the next waiter.
 #[derive(Debug)]
 pub(crate) struct PollerRole {
-    entry: Arc<Entry>,
+    entry: Arc<KeyWaiters>,
 }
 
 impl Drop for PollerRole {
@@ -728,9 +742,9 @@ impl Drop for PollerRole {
 impl Waiter {
     /// Count this task in the `relaylock_waiters` gauge until it is dropped.
     pub(crate) fn count_as_waiting(&mut self, name: Option<&SharedString>) {
-        if self.gauge.is_none() {
+        if let Gauge::NotCounted = self.gauge {
             m::waiters(name, 1.0);
-            self.gauge = Some(name.cloned());
+            self.gauge = Gauge::Counted(name.cloned());
         }
     }
 
@@ -906,7 +920,7 @@ pub(crate) const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        if let Some(name) = &self.gauge {
+        if let Gauge::Counted(name) = &self.gauge {
             m::waiters(name.as_ref(), -1.0);
         }
         // Dropped (or failed) with a queueing try in flight: it may have
@@ -936,6 +950,112 @@ impl Drop for Waiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+
+    /// A registry on fred clients that never connect: the in-process paths
+    /// (join, wake-ups, hand-ons, the grace timer, the polling role) do no
+    /// I/O, so they run here without Redis, on tokio's paused clock.
+    fn offline_registry() -> Arc<Registry> {
+        let builder = fred::types::Builder::default_centralized();
+        Arc::new(Registry::new(
+            builder.build_subscriber_client().unwrap(),
+            builder.build().unwrap(),
+            "me".into(),
+            Duration::from_millis(50),
+            Duration::from_secs(1),
+            false,
+        ))
+    }
+
+    fn ready<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
+        let waker = std::task::Waker::noop();
+        matches!(f.poll(&mut Context::from_waker(waker)), Poll::Ready(_))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_wakes_one_waiter_in_order_and_a_dropped_wakeup_is_passed_on() {
+        let r = offline_registry();
+        let (a, queued_a) = r.join("ch");
+        let (b, queued_b) = r.join("ch");
+        let (c, _) = r.join("ch");
+        assert!(!queued_a && queued_b);
+        let mut na = pin!(a.notified());
+        let mut nb = Box::pin(b.notified());
+        let mut nc = pin!(c.notified());
+        assert!(!ready(na.as_mut()) && !ready(nb.as_mut()) && !ready(nc.as_mut()));
+        r.on_message("ch", "r:");
+        // One release, one wake-up: the first to wait.
+        assert!(ready(na.as_mut()));
+        assert!(!ready(nb.as_mut()) && !ready(nc.as_mut()));
+        // A release reserved for this client wakes one too; if the woken
+        // waiter is cancelled before it runs, the wake-up passes on.
+        r.on_message("ch", "r:me");
+        drop(nb);
+        assert!(ready(nc.as_mut()));
+        // A waiter leaving during its try hands the re-check on: with nobody
+        // waiting, the permit is kept for the next one to wait.
+        a.pass_on();
+        assert!(ready(pin!(b.notified())));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_for_another_client_wakes_one_waiter_after_the_grace_unless_taken() {
+        let r = offline_registry();
+        let (a, _) = r.join("ch");
+        let mut na = pin!(a.notified());
+        assert!(!ready(na.as_mut()));
+        // Reserved for another client, which takes it (`t:`) in time.
+        r.on_message("ch", "r:other");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        r.on_message("ch", "t:1000");
+        tokio::time::sleep(Duration::from_millis(HANDOFF_GRACE_MS * 2)).await;
+        assert!(
+            !ready(na.as_mut()),
+            "woken although the reservation was taken"
+        );
+        // Reserved for another client that never comes: after the grace,
+        // one waiter probes.
+        r.on_message("ch", "r:other");
+        tokio::time::sleep(Duration::from_millis(HANDOFF_GRACE_MS - 5)).await;
+        assert!(!ready(na.as_mut()));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(ready(na.as_mut()), "nobody probed the lapsed reservation");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_polling_role_is_held_once_and_handed_on() {
+        let r = offline_registry();
+        let (a, _) = r.join("ch");
+        let (b, _) = r.join("ch");
+        let role = a.take_poller_role().expect("free");
+        assert!(b.take_poller_role().is_none());
+        let mut freed = pin!(b.poller_freed());
+        assert!(!ready(freed.as_mut()));
+        drop(role);
+        assert!(ready(freed.as_mut()), "the role's release woke nobody");
+        assert!(b.take_poller_role().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_current_lease_wakes_sleepers_once() {
+        let r = offline_registry();
+        let (a, _) = r.join("ch");
+        // Observations in the past, so the message below is the newest.
+        let t0 = Instant::now() - Duration::from_millis(5);
+        a.note_pttl(t0, Duration::from_secs(10));
+        let mut moved = pin!(a.estimate_moved());
+        assert!(!ready(moved.as_mut()));
+        // The same lease seen again (jitter): nobody is woken.
+        a.note_pttl(t0 + Duration::from_micros(300), Duration::from_secs(10));
+        assert!(!ready(moved.as_mut()));
+        // Another client took over with a 1 s lease.
+        r.on_message("ch", "t:1000");
+        assert!(ready(moved.as_mut()));
+        assert!(a.until_due().unwrap() <= Duration::from_millis(1001));
+    }
 
     #[test]
     fn announcements() {
