@@ -15,10 +15,8 @@ use support::cluster::RedisCluster;
 use support::{command_calls, delta, eventually, Admin};
 
 async fn lock_client(cluster: &RedisCluster, lease: Duration) -> LockClient {
-    LockClient::builder()
-        .url(cluster.url())
+    support::preset(&cluster.url())
         .default_lease(lease)
-        .unsubscribe_linger(Duration::from_millis(50))
         .command_timeout(Duration::from_secs(2))
         .build()
         .await

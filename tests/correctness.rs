@@ -11,12 +11,7 @@ use relaylock::{Error, LockClient, LockOptions};
 use support::{eventually, Admin, RedisServer};
 
 async fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .url(server.url())
-        .unsubscribe_linger(Duration::from_millis(50))
-        .build()
-        .await
-        .expect("connect")
+    support::client(&server.url()).await
 }
 
 fn lease(d: Duration) -> LockOptions {

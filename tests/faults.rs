@@ -37,12 +37,10 @@ const RETENTION: Duration = Duration::from_secs(1);
 /// A client as the scenarios use it: a 1 s lease renewed by the watchdog,
 /// bookkeeping kept 1 s, 1 s command timeout.
 async fn lock_client(url: &str, prefix: &str) -> LockClient {
-    LockClient::builder()
-        .url(url)
+    support::preset(url)
         .prefix(prefix)
         .default_lease(LEASE)
         .side_retention(RETENTION)
-        .unsubscribe_linger(Duration::from_millis(50))
         .command_timeout(Duration::from_secs(1))
         .connect_timeout(Duration::from_secs(2))
         .build()

@@ -12,12 +12,7 @@ use relaylock::{Error, LockClient, LockOptions};
 use support::{command_calls, delta, eventually, Admin, RedisServer};
 
 async fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
-        .url(server.url())
-        .unsubscribe_linger(Duration::from_millis(50))
-        .build()
-        .await
-        .expect("connect")
+    support::client(&server.url()).await
 }
 
 const CHILD_ENV: &str = "RELAYLOCK_TEST_CHILD_URL";
@@ -798,7 +793,7 @@ async fn waiters_poll_when_subscribing_is_denied() {
                 (g.map(|g| g.fencing_token()), start.elapsed())
             })
         };
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        support::until_queued(&admin, &limited, "k").await;
         holder.release().await.unwrap();
         let (got, waited) = waiter.await.unwrap();
         got.unwrap_or_else(|e| panic!("round {round}: {e}"));
@@ -984,7 +979,7 @@ async fn a_no_show_costs_one_grace_period() {
             (g, Instant::now())
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::until_queued(&admin, &waiter_client, "k").await;
     let released = Instant::now();
     holder.release().await.unwrap();
     let (g, at) = waiter.await.unwrap();
@@ -1151,7 +1146,8 @@ async fn subscriptions_confirm_without_client_id() {
         let limited = limited.clone();
         tokio::spawn(async move { limited.lock("k").await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let channel = format!("{}:ch", limited.redis_key("k"));
+    support::until_subscribers(&admin, &channel, 1).await;
     let before = command_calls(&admin).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = command_calls(&admin).await;

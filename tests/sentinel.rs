@@ -65,8 +65,7 @@ const KEY: &str = "k";
 
 /// A client as the tests use it: a 2 s lease, 1 s command timeout.
 async fn lock_client(url: &str, prefix: &str) -> LockClient {
-    LockClient::builder()
-        .url(url)
+    support::preset(url)
         .prefix(prefix)
         .default_lease(LEASE)
         .command_timeout(Duration::from_secs(1))

@@ -61,8 +61,7 @@ fn lost(name: &str) -> u64 {
 async fn client(server: &RedisServer, lease: Duration) -> LockClient {
     // Install the recorder before the first metric is recorded.
     counter("", &[]);
-    LockClient::builder()
-        .url(server.url())
+    support::preset(&server.url())
         .default_lease(lease)
         .build()
         .await

@@ -16,6 +16,21 @@ pub mod sentinel;
 pub mod tls;
 pub use redis_server::{free_port, RedisServer};
 
+/// The client preset of the tests: relaylock's defaults for `url`, with a
+/// 50 ms unsubscribe linger, so a test that checks nothing is left behind
+/// waits 50 ms for the clean-up instead of half a second. Tests set what
+/// they exercise (lease, prefix, timeouts) on top.
+pub fn preset(url: &str) -> relaylock::LockClientBuilder {
+    relaylock::LockClient::builder()
+        .url(url)
+        .unsubscribe_linger(Duration::from_millis(50))
+}
+
+/// [`preset`], connected.
+pub async fn client(url: &str) -> relaylock::LockClient {
+    preset(url).build().await.expect("connect")
+}
+
 /// The inspection helpers of the tests.
 pub trait Admin {
     /// A plain fred client for inspecting the server.
@@ -108,6 +123,31 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Wait (at most 10 s) until `client` is in the queue of `key`: one of its
+/// tasks tried, found the lock held and waits. Panics otherwise.
+pub async fn until_queued(admin: &Client, client: &relaylock::LockClient, key: &str) {
+    let queue = format!("{}:q", client.redis_key(key));
+    let id = client.client_id().to_owned();
+    let queued = eventually(Duration::from_secs(10), || async {
+        admin
+            .hexists::<bool, _, _>(queue.as_str(), id.as_str())
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(queued, "client {id} never queued for {key}");
+}
+
+/// Wait (at most 10 s) until `channel` has `n` subscribers. Panics
+/// otherwise.
+pub async fn until_subscribers(admin: &Client, channel: &str, n: i64) {
+    let reached = eventually(Duration::from_secs(10), || async {
+        numsub(admin, channel).await == n
+    })
+    .await;
+    assert!(reached, "{channel} never had {n} subscribers");
 }
 
 /// A task that waits for the lock on `key` with `client`, releases it at
