@@ -167,9 +167,9 @@ impl LockClientBuilder {
         self
     }
 
-    /// The lease of a lock taken without [`LockOptions::lease`]. The
+    /// The lease of a lock taken without [`LockOptions::lease`](crate::LockOptions::lease). The
     /// watchdog renews it at a third of the lease while the guard lives (see
-    /// [`LockOptions::watchdog`]). Default 30 s.
+    /// [`LockOptions::watchdog`](crate::LockOptions::watchdog)). Default 30 s.
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.default_lease = lease;
         self
@@ -216,7 +216,7 @@ impl LockClientBuilder {
     }
 
     /// How many extra connections serve acquisitions with
-    /// [`LockOptions::min_replicas`]. `WAIT` blocks its connection until the
+    /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas). `WAIT` blocks its connection until the
     /// replicas acknowledge or the timeout passes, so this many such
     /// acquisitions wait for replicas at the same time. Opened on first use.
     /// Default 4, between 1 and 64.

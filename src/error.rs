@@ -54,7 +54,10 @@ pub enum Error {
     #[error("unexpected reply from Redis: {0}")]
     UnexpectedReply(String),
     /// An error reported by the Redis client (`fred`): connection loss, command
-    /// timeout, a server error reply.
+    /// timeout, a server error reply. A command that ran out of time arrives
+    /// here with [`ErrorKind::Timeout`](fred::error::ErrorKind::Timeout),
+    /// whether fred's own timeout or relaylock's bound (for a `fred_client`
+    /// without one) caught it; the command may still have run in Redis.
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),
 }

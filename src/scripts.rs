@@ -4,7 +4,7 @@
 //! clients in other languages that must interoperate with relaylock locks.
 //!
 //! All scripts touch only the names of ONE lock, which share the hash tag
-//! `{<key>}` (see [`Names`]), so they stay valid in Redis Cluster.
+//! `{<key>}` (see the table below), so they stay valid in Redis Cluster.
 //!
 //! Names of one lock (prefix `p`, user key `k`):
 //!

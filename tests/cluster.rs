@@ -404,7 +404,7 @@ async fn one_cluster_change_does_not_start_a_resync_loop() {
         let lock = lock.clone();
         tokio::spawn(async move { lock.lock("hot").await.unwrap().release().await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::until_queued(&data_client(&cluster).await, &lock, "hot").await;
     let other = lock.redis_key("unrelated");
     move_slot(&cluster, redis_keyslot(other.as_bytes())).await;
     let _ = lock.is_locked("unrelated").await; // one MOVED
@@ -439,7 +439,7 @@ async fn a_waiter_follows_its_slot_when_it_migrates() {
     let key = "hot";
     let g = a.lock(key).await.unwrap();
     let waiter = support::spawn_waiter(&b, key);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::until_queued(&data_client(&cluster).await, &b, key).await;
     let moved = Instant::now();
     move_slot(&cluster, redis_keyslot(a.redis_key(key).as_bytes())).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -482,7 +482,7 @@ async fn a_waiter_follows_its_slot_when_fred_saw_the_move_first() {
     let g = a.lock(key).await.unwrap();
     let g_twin = a.lock(&twin).await.unwrap();
     let waiter = support::spawn_waiter(&b, key);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::until_queued(&data_client(&cluster).await, &b, key).await;
     let moved = Instant::now();
     move_slot(&cluster, slot).await;
     let twin_waiter = support::spawn_waiter(&b, &twin);
