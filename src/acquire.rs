@@ -29,7 +29,7 @@ use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 use metrics::SharedString;
 
-use crate::calls::AcquireReply;
+use crate::calls::{acquire_reply, AcquireReply};
 use crate::error::{Error, Result};
 use crate::guard::{release, release_in_background, Acquired, LockGuard};
 use crate::inner::ClientInner;
@@ -316,21 +316,14 @@ impl<'a> LockCall<'a> {
         let reply = self
             .inner
             .calls
-            .acquire(
-                &self.names,
-                &self.token,
-                self.lease_ms,
-                client,
-                queued,
-                self.inner.default_lease,
-            )
+            .acquire(&self.names, &self.token, self.lease_ms, client, queued)
             .await?;
         orphan.disarm();
         if let Some(w) = queue {
             w.queued_try_in_flight(false);
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
-        match reply {
+        match acquire_reply(&reply, self.inner.default_lease)? {
             AcquireReply::Acquired(fence) => {
                 if let Some(w) = queue {
                     w.note_acquired(sent, self.lease);

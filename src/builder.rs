@@ -153,8 +153,10 @@ impl LockClientBuilder {
     }
 
     /// Use an existing fred client for commands instead of a URL. relaylock
-    /// opens its subscriber connection with the same configuration, connects
-    /// the client if it is not connected yet, and never quits it.
+    /// opens its subscriber connection with the same configuration and
+    /// connects the client if it is not connected yet; if that does not
+    /// succeed within the connect timeout, it stops the reconnect loop it
+    /// started. Otherwise relaylock never quits it.
     pub fn fred_client(mut self, client: Client) -> Self {
         self.fred_client = Some(client);
         self
@@ -376,14 +378,21 @@ impl LockClientBuilder {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future before it completes leaves no task running.
-    /// Connections it opened are closed by fred when their handles drop;
-    /// a `fred_client` passed in stays as it was (connected, if this call
+    /// Dropping the future before it completes leaves no relaylock task
+    /// running, and the connections it opened are closed in the background
+    /// (with no tokio runtime left, fred's own tasks end with it). A
+    /// `fred_client` passed in stays as it was (connected, if this call
     /// connected it).
     pub async fn build(self) -> Result<LockClient> {
         self.validate()?;
         let (redis, owns_redis, builder) = self.command_client()?;
         let subscriber = builder.build_subscriber_client()?;
+        // Dropped before `build` completes (its future cancelled, or an
+        // error below), this closes the connections it opened.
+        let opened = Opened {
+            redis: owns_redis.then(|| redis.clone()),
+            subscriber: Some(subscriber.clone()),
+        };
         let fred_times_out = !redis.perf_config().default_command_timeout.is_zero();
         let command_limit = (!fred_times_out).then_some(self.command_timeout);
         if !redis.is_connected() {
@@ -448,6 +457,7 @@ impl LockClientBuilder {
         );
         let watchdog = Watchdog::new(calls.clone());
         let watchdog_task = watchdog::spawn(&watchdog);
+        opened.keep();
         Ok(LockClient {
             inner: Arc::new(ClientInner {
                 calls,
@@ -518,4 +528,38 @@ fn bound_commands(builder: &mut Builder, command_timeout: Duration, message_buff
 /// Reconnect forever, 50 ms doubling up to 2 s between attempts.
 fn default_policy() -> ReconnectPolicy {
     ReconnectPolicy::new_exponential(0, 50, 2_000, 2)
+}
+
+/// The connections `build` opened, closed in the background when dropped
+/// unless [`keep`](Opened::keep) was called (the client took them over).
+struct Opened {
+    redis: Option<Client>,
+    subscriber: Option<fred::clients::SubscriberClient>,
+}
+
+impl Opened {
+    fn keep(mut self) {
+        self.redis = None;
+        self.subscriber = None;
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        let (redis, subscriber) = (self.redis.take(), self.subscriber.take());
+        if redis.is_none() && subscriber.is_none() {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let limit = Duration::from_secs(5);
+                if let Some(subscriber) = subscriber {
+                    let _ = tokio::time::timeout(limit, subscriber.quit()).await;
+                }
+                if let Some(redis) = redis {
+                    let _ = tokio::time::timeout(limit, redis.quit()).await;
+                }
+            });
+        }
+    }
 }

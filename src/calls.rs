@@ -105,10 +105,11 @@ impl Calls {
         }
     }
 
-    /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call. `client` is this
-    /// client's id for a caller that will wait (it queues, and may take a
-    /// reservation), `""` otherwise; `queued` says the client believes it is
-    /// in the queue.
+    /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call, its raw reply (check it
+    /// with [`acquire_reply`] once the call's outcome is known). `client` is
+    /// this client's id for a caller that will wait (it queues, and may take
+    /// a reservation), `""` otherwise; `queued` says the client believes it
+    /// is in the queue.
     pub(crate) async fn acquire(
         &self,
         names: &Names,
@@ -116,8 +117,7 @@ impl Calls {
         lease_ms: u64,
         client: &str,
         queued: bool,
-        default_lease: Duration,
-    ) -> Result<AcquireReply> {
+    ) -> Result<Vec<i64>> {
         let void = names.void(token);
         let keys = vec![
             names.lock.as_str(),
@@ -136,10 +136,8 @@ impl Calls {
             (self.side_retention_ms as i64).into(),
         ];
         let script = &self.scripts.acquire;
-        let reply: Vec<i64> = self
-            .run(script.evalsha_with_reload(&self.redis, keys, args))
-            .await?;
-        acquire_reply(&reply, default_lease)
+        self.run(script.evalsha_with_reload(&self.redis, keys, args))
+            .await
     }
 
     /// One [`RELEASE`](crate::scripts::RELEASE) call for `token`. `fence` is

@@ -66,7 +66,9 @@ impl LockClient {
     /// * [`Error::Timeout`] when the wait limit passes first;
     /// * [`Error::NotReplicated`] when fewer replicas than
     ///   [`LockOptions::min_replicas`] asked for acknowledged in time (the
-    ///   lock was released);
+    ///   lock was released, or, if even that failed, expires with its
+    ///   lease), and [`Error::LockLost`] when the lock was gone before the
+    ///   replicas could be asked;
     /// * [`Error::Redis`] for a connection error or a command timeout, and
     ///   [`Error::UnexpectedReply`] when the key holds something relaylock
     ///   did not write. A waiter does not retry errors: retry the call.
@@ -106,7 +108,9 @@ impl LockClient {
     /// * [`Error::Timeout`] when the wait limit passes first;
     /// * [`Error::NotReplicated`] when fewer replicas than
     ///   [`LockOptions::min_replicas`] asked for acknowledged in time (the
-    ///   lock was released);
+    ///   lock was released, or, if even that failed, expires with its
+    ///   lease), and [`Error::LockLost`] when the lock was gone before the
+    ///   replicas could be asked;
     /// * [`Error::Redis`] for a connection error or a command timeout, and
     ///   [`Error::UnexpectedReply`] when the key holds something relaylock
     ///   did not write. A waiter does not retry errors: retry the call.

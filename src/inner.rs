@@ -73,7 +73,7 @@ impl Drop for ClientInner {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let subscriber = self.tasks.subscriber.clone();
             let redis = self.tasks.owns_redis.then(|| self.calls.redis().clone());
-            let pool = self.replicas.opened();
+            let pool = self.replicas.close();
             let limit = self.command_timeout;
             handle.spawn(async move {
                 let _ = tokio::time::timeout(limit, subscriber.quit()).await;

@@ -645,8 +645,15 @@ impl Registry {
             if removed {
                 return;
             }
-            // A waiter joined meanwhile: it subscribes again under the mutex
-            // once this guard is gone; the loop ends at its `count` check.
+            // A waiter joined meanwhile (it subscribes again under the mutex
+            // once this guard is gone; the loop ends at its `count` check),
+            // or a release that may queue this client is still in flight:
+            // look again a little later, not at once (found in review: the
+            // loop spun a core while a slow release was in flight).
+            drop(sub);
+            if entry.presence.count() == 0 {
+                *entry.linger_until() = Some(Instant::now() + REMOVE_RETRY);
+            }
         }
     }
 
@@ -678,6 +685,10 @@ impl Registry {
         }
     }
 }
+
+/// How long the clean-up waits before it tries again to remove an entry
+/// that a requeueing release still needs.
+const REMOVE_RETRY: Duration = Duration::from_millis(100);
 
 /// How long after a failed UNSUBSCRIBE the clean-up tries again.
 const UNSUBSCRIBE_RETRY: Duration = Duration::from_secs(1);

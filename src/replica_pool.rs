@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::clients::{Client, Pool};
+use fred::interfaces::ClientLike;
 use fred::types::Builder;
 use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 
@@ -18,6 +19,11 @@ pub(crate) struct Replicas {
     connections: usize,
     builder: Builder,
     connect_timeout: Duration,
+    /// The client is gone. Read and written under this lock together with
+    /// the pool's state, so a pool opened while the client was dropped is
+    /// quit by one side or the other (found in review: 4 connections left
+    /// open when the last clone was dropped during the pool's connect).
+    closed: Mutex<bool>,
 }
 
 impl Replicas {
@@ -31,6 +37,7 @@ impl Replicas {
             connections,
             builder,
             connect_timeout,
+            closed: Mutex::new(false),
         })
     }
 
@@ -50,7 +57,15 @@ impl Replicas {
                         Ok::<_, Error>(ReplicaPool::new(pool))
                     })
                     .await
-                    .map(|_| ())
+                    .map(|_| ())?;
+                // Opened for a client that went away meanwhile: close it.
+                let closed = *replicas.closed.lock().unwrap_or_else(|p| p.into_inner());
+                if closed {
+                    if let Some(pool) = replicas.pool.get() {
+                        let _ = pool.pool.quit().await;
+                    }
+                }
+                Ok::<_, Error>(())
             });
             opened.await.map_err(|e| {
                 Error::Redis(fred::error::Error::new(
@@ -63,8 +78,11 @@ impl Replicas {
         pool.checkout().await
     }
 
-    /// The pool, if it was opened (to close it with the client).
-    pub(crate) fn opened(&self) -> Option<Pool> {
+    /// The client is going away: the pool, if it was opened, to close it.
+    /// A pool still being opened is closed by its opening task.
+    pub(crate) fn close(&self) -> Option<Pool> {
+        let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+        *closed = true;
         self.pool.get().map(|p| p.pool.clone())
     }
 }

@@ -9,9 +9,10 @@
 //! side follows a round: read the record, measure `sent`, send, await the
 //! reply, `renewed`. Logical time: one tick per step.
 //!
-//! Checked: once every command ran, the recorded lease never ends later
-//! than the real one (`sent + lease` of the record <= Redis's expiry); and
-//! `set_lost` is first exactly once.
+//! Checked: at every step (each command Redis runs, each change of the
+//! record), the recorded lease never ends later than the real one (`sent +
+//! lease` of the record <= Redis's expiry); and `set_lost` is first exactly
+//! once.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -54,8 +55,22 @@ impl Redis {
         self.next_id
     }
 
-    /// Run the queue until command `id` ran (all of it with `None`).
-    fn run_until(&mut self, id: Option<usize>) {
+    /// The invariant at this instant: the record ends no later than Redis's
+    /// expiry.
+    fn check(&self, record: &LeaseRecord) {
+        let s = record.snapshot();
+        let real = self.t0 + Duration::from_millis(self.expires);
+        assert!(
+            s.sent + s.lease <= real,
+            "the record says {:?} past t0, Redis {} ms",
+            s.sent + s.lease - self.t0,
+            self.expires
+        );
+    }
+
+    /// Run the queue until command `id` ran (all of it with `None`),
+    /// checking the invariant after each command.
+    fn run_until(&mut self, id: Option<usize>, record: &LeaseRecord) {
         while !id.is_some_and(|id| self.done.contains(&id)) {
             let Some((next, cmd)) = self.queue.pop_front() else {
                 return;
@@ -67,6 +82,7 @@ impl Redis {
                 Cmd::Renew(ms) => self.expires = self.expires.max(now + ms),
             }
             self.done.push(next);
+            self.check(record);
         }
     }
 }
@@ -91,7 +107,7 @@ fn model(extend_completes: bool) {
             let generation = record.extending(sent, ms(SHORT));
             let id = redis.lock().unwrap().send(Cmd::Extend(SHORT));
             if extend_completes {
-                redis.lock().unwrap().run_until(Some(id));
+                redis.lock().unwrap().run_until(Some(id), &record);
                 let at = redis.lock().unwrap().tick();
                 record.extend_ended(generation, at);
                 record.extended(generation, sent, ms(SHORT));
@@ -99,6 +115,7 @@ fn model(extend_completes: bool) {
                 let at = redis.lock().unwrap().tick();
                 record.extend_ended(generation, at);
             }
+            redis.lock().unwrap().check(&record);
         })
     };
     let renewal = {
@@ -108,15 +125,16 @@ fn model(extend_completes: bool) {
             let sent = redis.lock().unwrap().tick();
             let renew_ms = planned.renew_with.as_millis() as u64;
             let id = redis.lock().unwrap().send(Cmd::Renew(renew_ms));
-            redis.lock().unwrap().run_until(Some(id));
+            redis.lock().unwrap().run_until(Some(id), &record);
             record.renewed(planned.generation, sent, planned.renew_with);
+            redis.lock().unwrap().check(&record);
         })
     };
     extend.join().unwrap();
     renewal.join().unwrap();
 
     let mut redis = redis.lock().unwrap();
-    redis.run_until(None);
+    redis.run_until(None, &record);
     let s = record.snapshot();
     let recorded_end = s.sent + s.lease;
     let real_end = t0 + ms(redis.expires);
@@ -151,10 +169,11 @@ fn two_extends() {
                 let sent = redis.lock().unwrap().tick();
                 let generation = record.extending(sent, ms(lease));
                 let id = redis.lock().unwrap().send(Cmd::Extend(lease));
-                redis.lock().unwrap().run_until(Some(id));
+                redis.lock().unwrap().run_until(Some(id), &record);
                 let at = redis.lock().unwrap().tick();
                 record.extend_ended(generation, at);
                 record.extended(generation, sent, ms(lease));
+                redis.lock().unwrap().check(&record);
             })
         })
         .collect();
@@ -162,7 +181,7 @@ fn two_extends() {
         t.join().unwrap();
     }
     let mut redis = redis.lock().unwrap();
-    redis.run_until(None);
+    redis.run_until(None, &record);
     let s = record.snapshot();
     assert!(
         s.sent + s.lease <= t0 + ms(redis.expires),

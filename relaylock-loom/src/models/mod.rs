@@ -2,6 +2,7 @@
 //! explored.
 
 mod claims;
+mod handshake;
 mod lease;
 mod queue;
 mod subscription;

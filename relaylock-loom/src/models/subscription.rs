@@ -70,7 +70,7 @@ fn join_cleanup_and_last_drop() {
                 *sub = false; // UNSUBSCRIBE
                 let mut m = map.lock().unwrap();
                 if m.as_ref()
-                    .is_some_and(|e| Arc::ptr_eq(e, &first) && e.presence.count() == 0)
+                    .is_some_and(|e| Arc::ptr_eq(e, &first) && e.presence.is_unused())
                 {
                     *m = None;
                 }
