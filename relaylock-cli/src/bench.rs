@@ -195,13 +195,15 @@ fn delta(before: &ServerStats, after: &ServerStats, pick: impl Fn(&str) -> bool)
         .sum()
 }
 
-/// Commands a lock client sends itself (scripts and pub/sub management), as
-/// opposed to commands run inside scripts.
-fn is_request(cmd: &str) -> bool {
+/// Commands a lock client of `strategy` sends itself (scripts and pub/sub
+/// management; and for the bare lock its `SET NX`, as its release script
+/// runs no SET), as opposed to commands run inside scripts.
+fn is_request(strategy: Strategy, cmd: &str) -> bool {
     matches!(
         cmd,
         "evalsha" | "eval" | "subscribe" | "unsubscribe" | "ssubscribe" | "sunsubscribe" | "ping"
     ) || cmd.starts_with("script")
+        || (matches!(strategy, Strategy::Bare(_)) && cmd == "set")
 }
 
 struct Scenario {
@@ -385,7 +387,7 @@ async fn run_one(
     let handoff_p50 = percentile(&handoff, 50.0);
 
     // The admin's INFO calls and the pinger's PINGs are not lock traffic.
-    let requests = delta(&before, &after, is_request).saturating_sub(pings);
+    let requests = delta(&before, &after, |c| is_request(sc.strategy, c)).saturating_sub(pings);
     let commands = delta(&before, &after, |c| c != "info").saturating_sub(pings);
     Ok(Row {
         strategy: sc.strategy.to_string(),

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use relaylock::WaitStrategy;
 
+mod bare;
 mod bench;
 mod plot;
 mod stats;
@@ -38,13 +39,26 @@ enum Command {
     Worker(worker::WorkerArgs),
 }
 
-/// A wait strategy as written on the command line: `pubsub` or `poll:<ms>`.
+/// A strategy as written on the command line: relaylock with pub/sub
+/// waiting (`pubsub`) or with polling (`poll:<ms>`), or the bare lock a user
+/// would write instead (`bare:<ms>`, see [`bare`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Strategy(WaitStrategy);
+pub enum Strategy {
+    /// relaylock, waiting this way.
+    Lock(WaitStrategy),
+    /// The seeds' algorithm: `SET NX PX`, retried every interval; release
+    /// by compare-and-delete. No fencing, no queue, no waiting machinery.
+    Bare(Duration),
+}
 
 impl Strategy {
+    /// How the relaylock client of a worker waits (a bare worker's client
+    /// only provides the connection).
     pub fn wait_strategy(self) -> WaitStrategy {
-        self.0
+        match self {
+            Strategy::Lock(w) => w,
+            Strategy::Bare(_) => WaitStrategy::PubSub,
+        }
     }
 }
 
@@ -52,25 +66,29 @@ impl FromStr for Strategy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         if s == "pubsub" {
-            return Ok(Strategy(WaitStrategy::PubSub));
+            return Ok(Strategy::Lock(WaitStrategy::PubSub));
         }
-        let ms = s
-            .strip_prefix("poll:")
-            .ok_or_else(|| format!("{s:?}: expected pubsub or poll:<ms>"))?;
-        match ms.parse::<u64>() {
-            Ok(ms) if (1..=3_600_000).contains(&ms) => {
-                Ok(Strategy(WaitStrategy::Poll(Duration::from_millis(ms))))
-            }
-            _ => Err(format!("{s:?}: the poll interval is 1 to 3600000 ms")),
+        let (kind, ms) = s
+            .split_once(':')
+            .ok_or_else(|| format!("{s:?}: expected pubsub, poll:<ms> or bare:<ms>"))?;
+        let every = match ms.parse::<u64>() {
+            Ok(ms) if (1..=3_600_000).contains(&ms) => Duration::from_millis(ms),
+            _ => return Err(format!("{s:?}: the retry interval is 1 to 3600000 ms")),
+        };
+        match kind {
+            "poll" => Ok(Strategy::Lock(WaitStrategy::Poll(every))),
+            "bare" => Ok(Strategy::Bare(every)),
+            _ => Err(format!("{s:?}: expected pubsub, poll:<ms> or bare:<ms>")),
         }
     }
 }
 
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            WaitStrategy::Poll(d) => write!(f, "poll:{}", d.as_millis()),
-            _ => f.write_str("pubsub"),
+        match self {
+            Strategy::Lock(WaitStrategy::Poll(d)) => write!(f, "poll:{}", d.as_millis()),
+            Strategy::Bare(d) => write!(f, "bare:{}", d.as_millis()),
+            Strategy::Lock(_) => f.write_str("pubsub"),
         }
     }
 }
@@ -161,18 +179,28 @@ mod tests {
     #[test]
     fn strategies() {
         assert_eq!(
-            "pubsub".parse::<Strategy>().unwrap().0,
-            WaitStrategy::PubSub
+            "pubsub".parse::<Strategy>().unwrap(),
+            Strategy::Lock(WaitStrategy::PubSub)
         );
         assert_eq!(
-            "poll:10".parse::<Strategy>().unwrap().0,
-            WaitStrategy::Poll(Duration::from_millis(10))
+            "poll:10".parse::<Strategy>().unwrap(),
+            Strategy::Lock(WaitStrategy::Poll(Duration::from_millis(10)))
         );
         assert_eq!(
             "poll:10".parse::<Strategy>().unwrap().to_string(),
             "poll:10"
         );
-        for bad in ["", "poll", "poll:0", "poll:x", "spin"] {
+        assert_eq!(
+            "bare:10".parse::<Strategy>().unwrap(),
+            Strategy::Bare(Duration::from_millis(10))
+        );
+        assert_eq!(
+            "bare:10".parse::<Strategy>().unwrap().to_string(),
+            "bare:10"
+        );
+        for bad in [
+            "", "poll", "poll:0", "poll:x", "spin", "bare", "bare:0", "spin:10",
+        ] {
             assert!(bad.parse::<Strategy>().is_err(), "{bad}");
         }
     }

@@ -2,7 +2,9 @@
 
 /// One critical section, as a worker saw it. Times are nanoseconds since the
 /// UNIX epoch on the machine's clock (every process of one run shares it).
-/// `(key index, fencing token, lock called, lock returned, release sent)`.
+/// `(key index, fencing token, lock called, lock returned, release sent)`;
+/// a strategy without fencing tokens (`bare`) records when the lock was
+/// taken in their place, which orders a key's critical sections the same way.
 pub type Record = (u32, u64, u64, u64, u64);
 
 /// Nearest-rank percentile of an ascending slice; `None` when empty.

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 
+use crate::bare::BareLock;
 use crate::stats::Record;
 use crate::Strategy;
 
@@ -139,6 +140,8 @@ struct TaskResult {
 
 struct Shared {
     client: LockClient,
+    /// `Some` for `bare:<ms>`: the baseline lock, on the client's connection.
+    bare: Option<BareLock>,
     keys: Vec<String>,
     held: Vec<AtomicBool>,
     hold: Duration,
@@ -151,6 +154,13 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
     while !*stop.borrow() {
         let k = (rng.next() % shared.keys.len() as u64) as usize;
         let t_call = now_ns();
+        if let Some(bare) = &shared.bare {
+            bare_round(&shared, bare, k, t_call, &mut stop, &mut out).await;
+            if *stop.borrow() {
+                break;
+            }
+            continue;
+        }
         let result = tokio::select! {
             biased;
             _ = stop.changed() => break,
@@ -190,6 +200,55 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
     out
 }
 
+/// One acquisition of the bare lock on key `k`, recorded like a relaylock
+/// one. It issues no fencing token: the record's token is the moment the
+/// lock was taken, which orders a key's critical sections the same way.
+async fn bare_round(
+    shared: &Shared,
+    bare: &BareLock,
+    k: usize,
+    t_call: u64,
+    stop: &mut watch::Receiver<bool>,
+    out: &mut TaskResult,
+) {
+    let name = shared.client.redis_key(&shared.keys[k]);
+    let token = uuid::Uuid::new_v4().to_string();
+    let taken = tokio::select! {
+        biased;
+        _ = stop.changed() => return,
+        r = bare.lock(&name, token) => r,
+    };
+    let token = match taken {
+        Ok(token) => token,
+        Err(e) => {
+            out.errors += 1;
+            out.first_error.get_or_insert_with(|| e.to_string());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            return;
+        }
+    };
+    let t_acq = now_ns();
+    if shared.held[k].swap(true, Ordering::SeqCst) {
+        out.violations += 1;
+    }
+    if !shared.hold.is_zero() {
+        tokio::time::sleep(shared.hold).await;
+    }
+    shared.held[k].store(false, Ordering::SeqCst);
+    let t_rel = now_ns();
+    match bare.unlock(&name, &token).await {
+        Ok(true) => {}
+        Ok(false) => out.lost += 1,
+        Err(e) => {
+            out.errors += 1;
+            out.first_error.get_or_insert_with(|| e.to_string());
+        }
+    }
+    out.records.push((k as u32, t_acq, t_call, t_acq, t_rel));
+    out.count += 1;
+    shared.total.fetch_add(1, Ordering::Relaxed);
+}
+
 pub async fn run(args: WorkerArgs) -> Result<(), String> {
     let metrics = install_recorder(args.prometheus)?;
     let client = LockClient::builder()
@@ -200,7 +259,16 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         .build()
         .await
         .map_err(|e| format!("worker {}: {e}", args.index))?;
+    let bare = match args.strategy {
+        Strategy::Bare(every) => Some(BareLock::new(
+            client.fred_client().clone(),
+            Duration::from_millis(args.lease_ms),
+            every,
+        )),
+        Strategy::Lock(_) => None,
+    };
     let shared = Arc::new(Shared {
+        bare,
         client,
         keys: (0..args.keys.max(1)).map(|i| format!("k{i}")).collect(),
         held: (0..args.keys.max(1))
@@ -259,10 +327,13 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         }
     }
     ticker.abort();
-    report.attempts = counter_total(
-        &metrics.render(),
-        relaylock::metrics::ACQUIRE_ATTEMPTS_TOTAL,
-    );
+    report.attempts = match &shared.bare {
+        Some(bare) => bare.attempts.load(Ordering::Relaxed),
+        None => counter_total(
+            &metrics.render(),
+            relaylock::metrics::ACQUIRE_ATTEMPTS_TOTAL,
+        ),
+    };
     report.peak_rss_kib = peak_rss_kib();
     let json = serde_json::to_vec(&report).map_err(|e| e.to_string())?;
     std::fs::write(&args.out, json).map_err(|e| format!("write {}: {e}", args.out.display()))?;

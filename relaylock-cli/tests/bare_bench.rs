@@ -1,0 +1,47 @@
+//! `relaylock bench --strategy bare:<ms>`, the seeds' lock as a baseline,
+//! next to relaylock on a redis-server the bench starts itself.
+
+#[test]
+fn the_bare_baseline_runs_beside_relaylock() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
+        .args(["bench", "--strategy", "pubsub", "--strategy", "bare:5"])
+        .args([
+            "--workers",
+            "8",
+            "--keys",
+            "2",
+            "--duration",
+            "1s",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for row in &rows {
+        println!("{row}");
+        assert!(row["acquisitions"].as_u64().unwrap() > 0, "{row}");
+        assert_eq!(row["violations"].as_u64(), Some(0), "{row}");
+        assert!(row["redis_cmds_per_acq"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    assert_eq!(rows[1]["strategy"], "bare:5");
+    // The bare lock issues at least one SET per acquisition, and its
+    // requests are its SETs plus one release script call.
+    let attempts = rows[1]["attempts_per_acq"].as_f64().unwrap();
+    let requests = rows[1]["redis_requests_per_acq"].as_f64().unwrap();
+    assert!(attempts >= 1.0, "{attempts}");
+    assert!(
+        (requests - attempts - 1.0).abs() < 0.1,
+        "{requests} requests for {attempts} attempts"
+    );
+}
