@@ -50,6 +50,16 @@ pub(crate) enum Released {
     NotOurs,
 }
 
+/// The KEYS of `ACQUIRE` and `RELEASE`: `[lock, fence, void, queue]`.
+fn lock_keys<'a>(names: &'a Names, void: &'a str) -> Vec<&'a str> {
+    vec![
+        names.lock.as_str(),
+        names.fence.as_str(),
+        void,
+        names.queue.as_str(),
+    ]
+}
+
 /// One lock of a watchdog renewal batch.
 pub(crate) struct RenewItem<'a> {
     pub(crate) lock: &'a str,
@@ -119,12 +129,7 @@ impl Calls {
         queued: bool,
     ) -> Result<Vec<i64>> {
         let void = names.void(token);
-        let keys = vec![
-            names.lock.as_str(),
-            names.fence.as_str(),
-            void.as_str(),
-            names.queue.as_str(),
-        ];
+        let keys = lock_keys(names, &void);
         let args: Vec<Value> = vec![
             token.into(),
             (lease_ms as i64).into(),
@@ -152,12 +157,7 @@ impl Calls {
         requeue: &str,
     ) -> Result<Released> {
         let void = names.void(token);
-        let keys = vec![
-            names.lock.as_str(),
-            names.fence.as_str(),
-            void.as_str(),
-            names.queue.as_str(),
-        ];
+        let keys = lock_keys(names, &void);
         let args: Vec<Value> = vec![
             token.into(),
             fence.map(|f| f.to_string()).unwrap_or_default().into(),

@@ -408,15 +408,7 @@ async fn a_failed_unsubscribe_is_tried_again() {
     let admin = server.admin().await;
     let acl = |rule: &'static str| {
         let admin = admin.clone();
-        async move {
-            let _: () = admin
-                .custom(
-                    CustomCommand::new_static("ACL", None, false),
-                    vec!["SETUSER", "unsub", "on", ">pw", "~*", "&*", "+@all", rule],
-                )
-                .await
-                .unwrap();
-        }
+        async move { support::acl_user(&admin, "unsub", &["~*", "&*", "+@all", rule]).await }
     };
     acl("+unsubscribe").await;
     let holder_client = client(&server).await;
@@ -466,21 +458,7 @@ async fn a_failed_unsubscribe_is_tried_again() {
 async fn a_degraded_keys_polling_role_survives_a_waiter_timing_out() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let _: () = admin
-        .custom(
-            CustomCommand::new_static("ACL", None, false),
-            vec![
-                "SETUSER",
-                "nosub",
-                "on",
-                ">pw",
-                "~*",
-                "resetchannels",
-                "+@all",
-            ],
-        )
-        .await
-        .unwrap();
+    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
     let holder_client = client(&server).await;
     let port = server.port;
     let limited = LockClient::builder()

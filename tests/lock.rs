@@ -756,21 +756,7 @@ async fn abandoned_acquisition_can_never_succeed_later() {
 async fn waiters_poll_when_subscribing_is_denied() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let _: () = admin
-        .custom(
-            CustomCommand::new_static("ACL", None, false),
-            vec![
-                "SETUSER",
-                "nosub",
-                "on",
-                ">pw",
-                "~*",
-                "resetchannels",
-                "+@all",
-            ],
-        )
-        .await
-        .unwrap();
+    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
     let holder_client = client(&server).await;
     let port = server.port;
     let limited = LockClient::builder()
@@ -1123,15 +1109,7 @@ async fn an_abandoned_first_try_leaves_no_ghost_in_the_queue() {
 async fn subscriptions_confirm_without_client_id() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let _: () = admin
-        .custom(
-            CustomCommand::new_static("ACL", None, false),
-            vec![
-                "SETUSER", "nocid", "on", ">pw", "~*", "&*", "+@all", "-client",
-            ],
-        )
-        .await
-        .unwrap();
+    support::acl_user(&admin, "nocid", &["~*", "&*", "+@all", "-client"]).await;
     let holder_client = client(&server).await;
     let limited = LockClient::builder()
         .url(format!("redis://nocid:pw@127.0.0.1:{}", server.port))

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
-use fred::types::{CustomCommand, InfoKind};
+use fred::types::InfoKind;
 use relaylock::{LockClient, LockOptions};
 use support::{Admin, RedisServer};
 
@@ -123,21 +123,7 @@ async fn a_degraded_key_costs_the_same_whatever_its_number_of_waiters() {
     let _one = ONE_AT_A_TIME.lock().await;
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let _: () = admin
-        .custom(
-            CustomCommand::new_static("ACL", None, false),
-            vec![
-                "SETUSER",
-                "nosub",
-                "on",
-                ">pw",
-                "~*",
-                "resetchannels",
-                "+@all",
-            ],
-        )
-        .await
-        .unwrap();
+    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
     let holder_client = LockClient::builder()
         .url(server.url())
         .default_lease(Duration::from_millis(900))

@@ -175,15 +175,7 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
                 continue;
             }
         };
-        let t_acq = now_ns();
-        if shared.held[k].swap(true, Ordering::SeqCst) {
-            out.violations += 1;
-        }
-        if !shared.hold.is_zero() {
-            tokio::time::sleep(shared.hold).await;
-        }
-        shared.held[k].store(false, Ordering::SeqCst);
-        let t_rel = now_ns();
+        let (t_acq, t_rel) = hold(&shared, k, &mut out).await;
         let fence = guard.fencing_token();
         match guard.release().await {
             Ok(()) => {}
@@ -198,6 +190,21 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
         shared.total.fetch_add(1, Ordering::Relaxed);
     }
     out
+}
+
+/// The critical section of key `k`: mark it held (a second holder inside
+/// is a violation), hold it, unmark it. Returns when it was entered and
+/// left.
+async fn hold(shared: &Shared, k: usize, out: &mut TaskResult) -> (u64, u64) {
+    let t_acq = now_ns();
+    if shared.held[k].swap(true, Ordering::SeqCst) {
+        out.violations += 1;
+    }
+    if !shared.hold.is_zero() {
+        tokio::time::sleep(shared.hold).await;
+    }
+    shared.held[k].store(false, Ordering::SeqCst);
+    (t_acq, now_ns())
 }
 
 /// One acquisition of the bare lock on key `k`, recorded like a relaylock
@@ -227,15 +234,7 @@ async fn bare_round(
             return;
         }
     };
-    let t_acq = now_ns();
-    if shared.held[k].swap(true, Ordering::SeqCst) {
-        out.violations += 1;
-    }
-    if !shared.hold.is_zero() {
-        tokio::time::sleep(shared.hold).await;
-    }
-    shared.held[k].store(false, Ordering::SeqCst);
-    let t_rel = now_ns();
+    let (t_acq, t_rel) = hold(shared, k, out).await;
     match bare.unlock(&name, &token).await {
         Ok(true) => {}
         Ok(false) => out.lost += 1,

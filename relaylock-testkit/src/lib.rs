@@ -48,6 +48,22 @@ impl Admin for RedisServer {
     }
 }
 
+/// Create (or reset) the ACL user `name` with password `pw` and `rules`
+/// (for example `["~*", "resetchannels", "+@all"]`: everything but pub/sub
+/// channels).
+pub async fn acl_user(admin: &Client, name: &str, rules: &[&str]) {
+    let password = format!(">{PASSWORD}");
+    let mut args = vec!["SETUSER", name, "on", password.as_str()];
+    args.extend_from_slice(rules);
+    let _: () = admin
+        .custom(CustomCommand::new_static("ACL", None, false), args)
+        .await
+        .unwrap();
+}
+
+/// The password [`acl_user`] sets.
+pub const PASSWORD: &str = "pw";
+
 /// `INFO commandstats` as command name -> calls.
 pub async fn command_calls(admin: &Client) -> HashMap<String, u64> {
     let info: String = admin.info(Some(InfoKind::CommandStats)).await.unwrap();

@@ -87,10 +87,10 @@ impl Redis {
     }
 }
 
-fn model(extend_completes: bool) {
+/// A lock acquired at `t0` with the initial lease, its record, and Redis.
+fn start() -> (Instant, Arc<LeaseRecord>, Arc<Mutex<Redis>>) {
     let t0 = Instant::now();
-    let ms = Duration::from_millis;
-    let record = Arc::new(LeaseRecord::new(t0, ms(INITIAL)));
+    let record = Arc::new(LeaseRecord::new(t0, Duration::from_millis(INITIAL)));
     let redis = Arc::new(Mutex::new(Redis {
         t0,
         clock: 0,
@@ -99,6 +99,12 @@ fn model(extend_completes: bool) {
         done: Vec::new(),
         expires: INITIAL,
     }));
+    (t0, record, redis)
+}
+
+fn model(extend_completes: bool) {
+    let ms = Duration::from_millis;
+    let (t0, record, redis) = start();
 
     let extend = {
         let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
@@ -150,17 +156,8 @@ fn model(extend_completes: bool) {
 /// each is queued when its thread gets to it, so the older may run last
 /// (as after a NOSCRIPT reload).
 fn two_extends() {
-    let t0 = Instant::now();
     let ms = Duration::from_millis;
-    let record = Arc::new(LeaseRecord::new(t0, ms(INITIAL)));
-    let redis = Arc::new(Mutex::new(Redis {
-        t0,
-        clock: 0,
-        queue: VecDeque::new(),
-        next_id: 0,
-        done: Vec::new(),
-        expires: INITIAL,
-    }));
+    let (t0, record, redis) = start();
     let threads: Vec<_> = [SHORT, 5_000]
         .into_iter()
         .map(|lease| {
