@@ -241,13 +241,7 @@ async fn a_cancelled_release_still_releases() {
     let key = owner.redis_key("k");
     for round in 0..3 {
         let g = owner.lock("k").await.unwrap();
-        let _: () = admin
-            .custom(
-                CustomCommand::new_static("SCRIPT", None, false),
-                vec!["FLUSH"],
-            )
-            .await
-            .unwrap();
+        support::script_flush(&admin).await;
         poll_once_and_drop(g.release()).await;
         let gone = eventually(Duration::from_secs(2), || async {
             admin.exists::<i64, _>(&key).await.unwrap() == 0
@@ -291,13 +285,7 @@ async fn a_release_racing_its_last_waiter_leaves_no_ghost_in_the_queue() {
             .unwrap());
         // The release must reload its script (one more round trip), and
         // A's last waiter leaves while it is in flight.
-        let _: () = admin
-            .custom(
-                CustomCommand::new_static("SCRIPT", None, false),
-                vec!["FLUSH"],
-            )
-            .await
-            .unwrap();
+        support::script_flush(&admin).await;
         let mut release = Box::pin(g.release());
         assert!(futures::poll!(&mut release).is_pending());
         drop(w);
@@ -320,16 +308,7 @@ async fn a_release_racing_its_last_waiter_leaves_no_ghost_in_the_queue() {
 #[tokio::test]
 async fn is_locked_on_a_frozen_server_fails_within_the_command_timeout() {
     let server = RedisServer::start();
-    let fred = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .build()
-        .unwrap();
-    fred.init().await.unwrap();
-    let lock = LockClient::builder()
-        .fred_client(fred)
-        .command_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap();
+    let lock = support::client_on_untimed_fred(&server.url(), Duration::from_millis(500)).await;
     server.pause();
     let start = Instant::now();
     let r = tokio::time::timeout(Duration::from_secs(4), lock.is_locked("k")).await;
@@ -547,13 +526,7 @@ async fn overlapping_extends_never_overstate_the_lease() {
             .lock_with("k", LockOptions::default().lease(Duration::from_secs(3)))
             .await
             .unwrap();
-        let _: () = admin
-            .custom(
-                CustomCommand::new_static("SCRIPT", None, false),
-                vec!["FLUSH"],
-            )
-            .await
-            .unwrap();
+        support::script_flush(&admin).await;
         let mut short = Box::pin(guard.extend(Duration::from_millis(500)));
         // Sent: EVALSHA, which will answer NOSCRIPT.
         let pending = futures::poll!(short.as_mut()).is_pending();

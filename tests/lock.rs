@@ -857,16 +857,7 @@ async fn sleepers_learn_a_shorter_lease_from_other_waiters() {
 #[tokio::test]
 async fn frozen_redis_gives_an_error_not_a_hang() {
     let server = RedisServer::start();
-    let fred = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .build()
-        .unwrap();
-    fred.init().await.unwrap();
-    let lock = LockClient::builder()
-        .fred_client(fred)
-        .command_timeout(Duration::from_millis(500))
-        .build()
-        .await
-        .unwrap();
+    let lock = support::client_on_untimed_fred(&server.url(), Duration::from_millis(500)).await;
     let pid = server.pid().unwrap().to_string();
     let stop = std::process::Command::new("kill")
         .args(["-STOP", &pid])

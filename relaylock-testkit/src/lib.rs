@@ -31,6 +31,34 @@ pub async fn client(url: &str) -> relaylock::LockClient {
     preset(url).build().await.expect("connect")
 }
 
+/// A client on a fred client that has no command timeout of its own
+/// (connected here), with relaylock's `command_timeout` set to `limit`: so
+/// relaylock itself must bound every command.
+pub async fn client_on_untimed_fred(url: &str, limit: Duration) -> relaylock::LockClient {
+    let fred = Builder::from_config(Config::from_url(url).unwrap())
+        .build()
+        .unwrap();
+    fred.init().await.unwrap();
+    relaylock::LockClient::builder()
+        .fred_client(fred)
+        .command_timeout(limit)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// `SCRIPT FLUSH`: the next script call meets NOSCRIPT and reloads (as after
+/// a restart, or a failover to a server without the scripts).
+pub async fn script_flush(admin: &Client) {
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("SCRIPT", None, false),
+            vec!["FLUSH"],
+        )
+        .await
+        .unwrap();
+}
+
 /// The inspection helpers of the tests.
 pub trait Admin {
     /// A plain fred client for inspecting the server.
