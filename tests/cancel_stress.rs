@@ -44,9 +44,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use fred::types::scripts::Script;
 use fred::types::CustomCommand;
 use relaylock::{Error, LockClient, LockGuard, LockOptions};
+use support::ledger::Ledger;
 use support::{channels, eventually, keys, Admin, RedisServer};
 
 /// The lease of clients 0 and 1 (renewed by the watchdog while held).
@@ -265,81 +265,10 @@ fn failed_releases(prefix: &str) -> Vec<(String, Instant)> {
         .collect()
 }
 
-// ---------------------------------------------------------------------------
-// The ledger: the guarded resource, on a redis-server of its own (the same
-// script as tests/faults.rs).
-
-/// KEYS: `[ledger hash, inside set]`; ARGV: `[fence, writer, enter]`.
-/// `enter == '1'`: the writer enters (an overlap if somebody else is inside)
-/// and writes; `'0'`: a second write of the same critical section, which may
-/// repeat the last accepted token. Replies 1 accepted, 0 stale.
-const WRITE: &str = r#"
-local enter = ARGV[3] == '1'
-if enter then
-  redis.call('SADD', KEYS[2], ARGV[2])
-  if redis.call('SCARD', KEYS[2]) > 1 then redis.call('HINCRBY', KEYS[1], 'overlaps', 1) end
-end
-local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '0')
-local fence = tonumber(ARGV[1])
-if fence < last or (fence == last and enter) then
-  redis.call('HINCRBY', KEYS[1], 'stale', 1)
-  return 0
-end
-redis.call('HSET', KEYS[1], 'last', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'accepted', 1)
-return 1
-"#;
-
-struct Ledger {
-    db: Client,
-    write: Script,
-    _server: RedisServer,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Totals {
-    accepted: u64,
-    stale: u64,
-    overlaps: u64,
-}
-
-impl Ledger {
-    async fn start() -> Ledger {
-        let server = RedisServer::start();
-        let db = server.admin().await;
-        Ledger {
-            db,
-            write: Script::from_lua(WRITE),
-            _server: server,
-        }
-    }
-
-    async fn write(&self, fence: u64, writer: &str, enter: bool) {
-        let args = vec![
-            fence.to_string(),
-            writer.to_owned(),
-            if enter { "1" } else { "0" }.to_owned(),
-        ];
-        let _: i64 = self
-            .write
-            .evalsha_with_reload(&self.db, vec!["ledger", "inside"], args)
-            .await
-            .expect("ledger write");
-    }
-
-    async fn leave(&self, writer: &str) {
-        let _: i64 = self.db.srem("inside", writer).await.expect("ledger leave");
-    }
-
-    async fn totals(&self) -> Totals {
-        let h: HashMap<String, u64> = self.db.hgetall("ledger").await.unwrap();
-        Totals {
-            accepted: h.get("accepted").copied().unwrap_or(0),
-            stale: h.get("stale").copied().unwrap_or(0),
-            overlaps: h.get("overlaps").copied().unwrap_or(0),
-        }
-    }
-}
+// The ledger (the guarded resource, on a redis-server of its own) is the
+// test kit's, as in tests/faults.rs; all critical sections write under one
+// ledger key.
+const LEDGER_KEY: &str = "k";
 
 // ---------------------------------------------------------------------------
 // The observer: samples the lock key and the fencing counter of its side hash
@@ -648,7 +577,7 @@ impl Report {
 
 struct Ctx {
     clients: Vec<LockClient>,
-    ledger: Ledger,
+    ledger: Arc<Ledger>,
     started: Instant,
     /// The quiet phase, and the end of the load.
     quiet: (Instant, Instant),
@@ -696,7 +625,7 @@ async fn critical(ctx: &Ctx, c: usize, g: LockGuard, rng: &mut Rng, r: &mut Repo
     r.acquired += 1;
     let token = g.token().to_owned();
     let fence = g.fencing_token();
-    ctx.ledger.write(fence, &token, true).await;
+    ctx.ledger.write(LEDGER_KEY, fence, &token, true).await;
     // Mostly short; now and then long enough for waiters of every client to
     // pile up and learn the holder's lease.
     match rng.below(10) {
@@ -705,8 +634,8 @@ async fn critical(ctx: &Ctx, c: usize, g: LockGuard, rng: &mut Rng, r: &mut Repo
         6..9 => tokio::time::sleep(Duration::from_millis(2)).await,
         _ => tokio::time::sleep(Duration::from_millis(5 + rng.below(26))).await,
     }
-    ctx.ledger.write(fence, &token, false).await;
-    ctx.ledger.leave(&token).await;
+    ctx.ledger.write(LEDGER_KEY, fence, &token, false).await;
+    ctx.ledger.leave(LEDGER_KEY, &token).await;
     let released = |token: String, outcome: relaylock::Result<()>, r: &mut Report| {
         let end = match outcome {
             Ok(()) => End::Released,
@@ -1017,7 +946,7 @@ async fn stress(name: &str, seed_mix: u64, faults: Faults) {
     let left = leftovers(&admin, &prefix).await;
     stop.store(true, Ordering::SeqCst);
     let samples = observer.await.unwrap();
-    let totals = ctx.ledger.totals().await;
+    let totals = ctx.ledger.totals(&[LEDGER_KEY]).await;
 
     // --- Analysis of the observer's samples.
     let mut failures = Vec::new();

@@ -25,9 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use fred::types::scripts::Script;
 use fred::types::CustomCommand;
 use relaylock::{Error, LockClient, LockGuard, LockOptions};
+use support::ledger::{Ledger, Totals};
 use support::proxy::{Mode, Proxy};
 use support::{channels, eventually, keys, Admin, RedisServer};
 
@@ -46,92 +46,6 @@ async fn lock_client(url: &str, prefix: &str) -> LockClient {
         .build()
         .await
         .expect("connect")
-}
-
-/// KEYS: `[ledger hash, inside set]`; ARGV: `[fence, writer, enter]`.
-/// `enter == '1'`: the writer enters (an overlap if somebody else is inside)
-/// and writes; `'0'`: a second write of the same critical section, which may
-/// repeat the last accepted token. Replies 1 accepted, 0 stale.
-const WRITE: &str = r#"
-local enter = ARGV[3] == '1'
-if enter then
-  redis.call('SADD', KEYS[2], ARGV[2])
-  if redis.call('SCARD', KEYS[2]) > 1 then redis.call('HINCRBY', KEYS[1], 'overlaps', 1) end
-end
-local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '0')
-local fence = tonumber(ARGV[1])
-if fence < last or (fence == last and enter) then
-  redis.call('HINCRBY', KEYS[1], 'stale', 1)
-  return 0
-end
-redis.call('HSET', KEYS[1], 'last', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'accepted', 1)
-return 1
-"#;
-
-/// The guarded resource.
-struct Ledger {
-    db: Client,
-    write: Script,
-    _server: RedisServer,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Totals {
-    accepted: u64,
-    stale: u64,
-    overlaps: u64,
-}
-
-impl Ledger {
-    async fn start() -> Arc<Ledger> {
-        let server = RedisServer::start();
-        let db = server.admin().await;
-        Arc::new(Ledger {
-            db,
-            write: Script::from_lua(WRITE),
-            _server: server,
-        })
-    }
-
-    fn url(&self) -> String {
-        self._server.url()
-    }
-
-    async fn write(&self, key: &str, fence: u64, writer: &str, enter: bool) -> bool {
-        let keys = vec![format!("ledger:{key}"), format!("inside:{key}")];
-        let args = vec![
-            fence.to_string(),
-            writer.to_owned(),
-            if enter { "1" } else { "0" }.to_owned(),
-        ];
-        let accepted: i64 = self
-            .write
-            .evalsha_with_reload(&self.db, keys, args)
-            .await
-            .expect("ledger write");
-        accepted == 1
-    }
-
-    async fn leave(&self, key: &str, writer: &str) {
-        let _: i64 = self
-            .db
-            .srem(format!("inside:{key}"), writer)
-            .await
-            .expect("ledger leave");
-    }
-
-    async fn totals(&self, keys: &[String]) -> Totals {
-        let mut t = Totals::default();
-        for k in keys {
-            let h: std::collections::HashMap<String, u64> =
-                self.db.hgetall(format!("ledger:{k}")).await.unwrap();
-            t.accepted += h.get("accepted").copied().unwrap_or(0);
-            t.stale += h.get("stale").copied().unwrap_or(0);
-            t.overlaps += h.get("overlaps").copied().unwrap_or(0);
-        }
-        t
-    }
 }
 
 /// Inside a critical section. Leaving takes the writer out of the ledger:
@@ -327,23 +241,10 @@ async fn a_killed_holder_process_is_replaced_within_the_lease() {
         );
         let lock = lock_client(url, prefix).await;
         let g = lock.lock("k").await.unwrap();
-        let db = Builder::from_config(Config::from_url(ledger_url).unwrap())
-            .build()
-            .unwrap();
-        db.init().await.unwrap();
-        let write = Script::from_lua(WRITE);
-        let _: i64 = write
-            .evalsha_with_reload(
-                &db,
-                vec!["ledger:k".to_owned(), "inside:k".to_owned()],
-                vec![
-                    g.fencing_token().to_string(),
-                    g.token().to_owned(),
-                    "1".into(),
-                ],
-            )
+        Ledger::connect(ledger_url)
             .await
-            .unwrap();
+            .write("k", g.fencing_token(), g.token(), true)
+            .await;
         println!("HELD {}", g.token());
         tokio::time::sleep(Duration::from_secs(60)).await;
         return;
@@ -417,7 +318,7 @@ async fn a_killed_holder_process_is_replaced_within_the_lease() {
     }
     println!("holder killed: worst {worst:?} over {RUNS} runs, all {all:?}");
     assert!(worst <= LEASE + Duration::from_secs(1), "{worst:?}");
-    assert_safe("killed", ledger.totals(&["k".into()]).await);
+    assert_safe("killed", ledger.totals(&["k"]).await);
     drop(lock);
     assert_clean(&admin, prefix).await;
 }
@@ -820,7 +721,7 @@ async fn a_blackholed_holder_stops_before_the_next_holder_starts() {
     );
     assert!(stopped < started, "the blackholed holder was still running");
     assert!(started - cut <= LEASE + Duration::from_secs(1));
-    assert_safe("blackhole", ledger.totals(&["k".into()]).await);
+    assert_safe("blackhole", ledger.totals(&["k"]).await);
     proxy.set_mode(Mode::Pass);
     drop((holder, waiter));
     assert_clean(&admin, prefix).await;

@@ -31,10 +31,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use fred::types::scripts::Script;
 use relaylock::{Error, LockClient, LockGuard, LockOptions};
+use support::ledger::Ledger;
 use support::sentinel::Sentinels;
-use support::{command_calls, delta, eventually, numsub, spawn_waiter, Admin, RedisServer};
+use support::{command_calls, delta, eventually, numsub, spawn_waiter, Admin};
 
 /// The clients' default lease (renewed by the watchdog).
 const LEASE: Duration = Duration::from_secs(2);
@@ -73,99 +73,6 @@ async fn lock_client(url: &str, prefix: &str) -> LockClient {
         .build()
         .await
         .expect("connect through the sentinels")
-}
-
-/// KEYS: `[ledger hash, inside set, accepted list]`; ARGV: `[fence, writer,
-/// enter]`. `enter == '1'`: the writer enters (an overlap if somebody else is
-/// inside) and writes; `'0'`: a second write of the same critical section,
-/// which may repeat the last accepted token. Replies 1 accepted, 0 stale.
-const WRITE: &str = r#"
-local enter = ARGV[3] == '1'
-if enter then
-  redis.call('SADD', KEYS[2], ARGV[2])
-  if redis.call('SCARD', KEYS[2]) > 1 then redis.call('HINCRBY', KEYS[1], 'overlaps', 1) end
-end
-local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '0')
-local fence = tonumber(ARGV[1])
-if fence < last or (fence == last and enter) then
-  redis.call('HINCRBY', KEYS[1], 'stale', 1)
-  return 0
-end
-redis.call('HSET', KEYS[1], 'last', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'accepted', 1)
-if enter then redis.call('RPUSH', KEYS[3], ARGV[1]) end
-return 1
-"#;
-
-/// The guarded resource, on its own redis-server.
-struct Ledger {
-    db: Client,
-    write: Script,
-    _server: RedisServer,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Totals {
-    accepted: u64,
-    stale: u64,
-    overlaps: u64,
-}
-
-impl Ledger {
-    async fn start() -> Arc<Ledger> {
-        let server = RedisServer::start();
-        let db = server.admin().await;
-        Arc::new(Ledger {
-            db,
-            write: Script::from_lua(WRITE),
-            _server: server,
-        })
-    }
-
-    async fn write(&self, key: &str, fence: u64, writer: &str, enter: bool) -> bool {
-        let keys = vec![
-            format!("ledger:{key}"),
-            format!("inside:{key}"),
-            format!("tokens:{key}"),
-        ];
-        let args = vec![
-            fence.to_string(),
-            writer.to_owned(),
-            if enter { "1" } else { "0" }.to_owned(),
-        ];
-        let accepted: i64 = self
-            .write
-            .evalsha_with_reload(&self.db, keys, args)
-            .await
-            .expect("ledger write");
-        accepted == 1
-    }
-
-    async fn leave(&self, key: &str, writer: &str) {
-        let _: i64 = self
-            .db
-            .srem(format!("inside:{key}"), writer)
-            .await
-            .expect("ledger leave");
-    }
-
-    async fn totals(&self, key: &str) -> Totals {
-        let h: std::collections::HashMap<String, u64> =
-            self.db.hgetall(format!("ledger:{key}")).await.unwrap();
-        Totals {
-            accepted: h.get("accepted").copied().unwrap_or(0),
-            stale: h.get("stale").copied().unwrap_or(0),
-            overlaps: h.get("overlaps").copied().unwrap_or(0),
-        }
-    }
-
-    /// The tokens accepted on entering, in the order they were accepted.
-    async fn tokens(&self, key: &str) -> Vec<u64> {
-        self.db
-            .lrange(format!("tokens:{key}"), 0, -1)
-            .await
-            .unwrap()
-    }
 }
 
 /// Inside a critical section; leaving takes the writer out of the ledger
@@ -373,7 +280,7 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
 
     let new_after = command_calls(&new).await;
     let old_after = command_calls(&old).await;
-    let t = ledger.totals(KEY).await;
+    let t = ledger.totals(&[KEY]).await;
     let tokens = ledger.tokens(KEY).await;
     let acquisitions = record.acquisitions.lock().unwrap().clone();
     let errors = record.errors.lock().unwrap().clone();
@@ -566,7 +473,7 @@ async fn without_min_replicas_a_failover_can_lose_a_lock() {
     let old_accepted = ledger
         .write(KEY, old_guard.fencing_token(), old_guard.token(), true)
         .await;
-    let t = ledger.totals(KEY).await;
+    let t = ledger.totals(&[KEY]).await;
     assert!(!old_accepted, "the fenced resource accepted the old holder");
     assert_eq!((t.overlaps, t.stale), (1, 1), "{t:?}");
 

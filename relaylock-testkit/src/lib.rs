@@ -10,6 +10,7 @@ use fred::prelude::*;
 use fred::types::{CustomCommand, InfoKind};
 
 pub mod cluster;
+pub mod ledger;
 pub mod proxy;
 mod redis_server;
 pub mod sentinel;
