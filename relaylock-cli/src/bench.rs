@@ -58,7 +58,8 @@ pub struct BenchArgs {
     /// One JSON object per strategy run on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Run the scenario for each value: `workers=8,64,256,1024`.
+    /// Run the scenario for each value: `workers=8,64,256,1024` (tasks per
+    /// process) or `keys=1,16,256,10000` (keys the workers pick from).
     #[arg(long, value_parser = parse_sweep)]
     pub sweep: Option<Sweep>,
     /// Write an SVG plot of the sweep here.
@@ -74,14 +75,23 @@ pub struct BenchArgs {
     pub redis_benchmark: bool,
 }
 
-/// Worker counts to sweep over.
+/// What a sweep varies, and over which values.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Sweep(pub Vec<usize>);
+pub enum Sweep {
+    /// Tasks per process.
+    Workers(Vec<usize>),
+    /// Keys the workers pick from.
+    Keys(Vec<usize>),
+}
 
 fn parse_sweep(s: &str) -> Result<Sweep, String> {
-    let values = s
-        .strip_prefix("workers=")
-        .ok_or("the sweep is over workers: workers=8,64,256")?;
+    let (kind, values): (fn(Vec<usize>) -> Sweep, _) = if let Some(v) = s.strip_prefix("workers=") {
+        (Sweep::Workers, v)
+    } else if let Some(v) = s.strip_prefix("keys=") {
+        (Sweep::Keys, v)
+    } else {
+        return Err("a sweep is over workers or keys: workers=8,64,256 or keys=1,16,256".into());
+    };
     let v: Vec<usize> = values
         .split(',')
         .map(|x| x.trim().parse::<usize>().map_err(|e| format!("{x:?}: {e}")))
@@ -89,7 +99,7 @@ fn parse_sweep(s: &str) -> Result<Sweep, String> {
     if v.is_empty() || v.contains(&0) {
         return Err("sweep values must be positive".into());
     }
-    Ok(Sweep(v))
+    Ok(kind(v))
 }
 
 /// One line of the report.
@@ -209,6 +219,7 @@ fn is_request(strategy: Strategy, cmd: &str) -> bool {
 struct Scenario {
     strategy: Strategy,
     workers: usize,
+    keys: usize,
 }
 
 async fn admin_client(url: &str) -> Result<Client, String> {
@@ -249,7 +260,7 @@ async fn run_one(
                 "--workers",
                 &sc.workers.to_string(),
                 "--keys",
-                &args.keys.to_string(),
+                &sc.keys.to_string(),
             ])
             .args([
                 "--hold-us",
@@ -393,7 +404,7 @@ async fn run_one(
         strategy: sc.strategy.to_string(),
         workers: sc.workers,
         processes: args.processes,
-        keys: args.keys,
+        keys: sc.keys,
         hold_ms: args.hold_ms,
         duration_s: elapsed,
         acquisitions,
@@ -574,18 +585,23 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         }
     };
     let admin = admin_client(&url).await?;
-    let workers = args
-        .sweep
-        .clone()
-        .map_or_else(|| vec![args.workers], |s| s.0);
+    if matches!(&args.sweep, Some(Sweep::Keys(k)) if k.contains(&0)) {
+        return Err("--sweep keys= values must be positive".into());
+    }
+    let points: Vec<(usize, usize)> = match &args.sweep {
+        None => vec![(args.workers, args.keys)],
+        Some(Sweep::Workers(w)) => w.iter().map(|&w| (w, args.keys)).collect(),
+        Some(Sweep::Keys(k)) => k.iter().map(|&k| (args.workers, k)).collect(),
+    };
     let mut rows = Vec::new();
     let mut run = 0;
-    for &w in &workers {
+    for &(w, k) in &points {
         for strategy in &args.strategies {
             run += 1;
             let scenario = Scenario {
                 strategy: *strategy,
                 workers: w,
+                keys: k,
             };
             let mut row = run_one(&args, &url, &admin, &scenario, run).await?;
             if args.redis_benchmark && admin.is_clustered() {
@@ -630,8 +646,16 @@ mod tests {
 
     #[test]
     fn sweep_values() {
-        assert_eq!(parse_sweep("workers=8,64").unwrap(), Sweep(vec![8, 64]));
-        assert!(parse_sweep("keys=8").is_err());
+        assert_eq!(
+            parse_sweep("workers=8,64").unwrap(),
+            Sweep::Workers(vec![8, 64])
+        );
+        assert_eq!(
+            parse_sweep("keys=1,10000").unwrap(),
+            Sweep::Keys(vec![1, 10000])
+        );
+        assert!(parse_sweep("processes=8").is_err());
+        assert!(parse_sweep("keys=0").is_err());
         assert!(parse_sweep("workers=0").is_err());
         assert!(parse_sweep("workers=").is_err());
     }

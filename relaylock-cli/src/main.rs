@@ -171,7 +171,7 @@ mod tests {
             panic!("not bench")
         };
         assert_eq!(args.strategies.len(), 2);
-        assert_eq!(args.sweep.unwrap().0, vec![8, 64]);
+        assert_eq!(args.sweep.unwrap(), bench::Sweep::Workers(vec![8, 64]));
         assert_eq!(args.duration, Duration::from_secs(2));
         assert!(Cli::try_parse_from(["relaylock", "bench", "--strategy", "spin"]).is_err());
     }

@@ -1,5 +1,6 @@
 //! The sweep plot: Redis commands, Redis CPU and p99 wait per acquisition
-//! against the number of waiters, one line per strategy, log scales.
+//! against the number of waiters (or of keys, for a keys sweep), one line
+//! per strategy, log scales.
 
 use std::path::Path;
 
@@ -30,18 +31,35 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
             strategies.push(&r.strategy);
         }
     }
+    // A keys sweep varies the keys at fixed workers; otherwise the x axis
+    // is the waiters.
+    let by_keys = rows.iter().any(|r| r.keys != rows[0].keys);
+    let x = |r: &Row| {
+        if by_keys {
+            r.keys as f64
+        } else {
+            r.workers as f64
+        }
+    };
     let (x_min, x_max) = rows.iter().fold((f64::MAX, f64::MIN), |(lo, hi), r| {
-        (lo.min(r.workers as f64), hi.max(r.workers as f64))
+        (lo.min(x(r)), hi.max(x(r)))
     });
     let (x_min, x_max) = (x_min / 1.3, x_max * 1.3);
     let err = |e: &dyn std::fmt::Display| e.to_string();
 
     let root = SVGBackend::new(path, (1500, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let title = format!(
-        "relaylock bench: {} process(es), {} key(s), hold {} ms",
-        rows[0].processes, rows[0].keys, rows[0].hold_ms
-    );
+    let title = if by_keys {
+        format!(
+            "relaylock bench: {} process(es), {} waiters each, hold {} ms",
+            rows[0].processes, rows[0].workers, rows[0].hold_ms
+        )
+    } else {
+        format!(
+            "relaylock bench: {} process(es), {} key(s), hold {} ms",
+            rows[0].processes, rows[0].keys, rows[0].hold_ms
+        )
+    };
     let root = root
         .titled(&title, ("sans-serif", 22))
         .map_err(|e| err(&e))?;
@@ -65,7 +83,11 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
             .map_err(|e| err(&e))?;
         chart
             .configure_mesh()
-            .x_desc("waiters (tasks per process)")
+            .x_desc(if by_keys {
+                "keys the waiters pick from"
+            } else {
+                "waiters (tasks per process)"
+            })
             .x_label_formatter(&|x| format!("{x:.0}"))
             .y_labels(6)
             .y_label_formatter(&|y| {
@@ -82,7 +104,7 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
             let points: Vec<(f64, f64)> = rows
                 .iter()
                 .filter(|r| r.strategy == *s)
-                .map(|r| (r.workers as f64, value(r)))
+                .map(|r| (x(r), value(r)))
                 .filter(|(_, y)| y.is_finite() && *y > 0.0)
                 .collect();
             chart
