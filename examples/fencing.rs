@@ -113,10 +113,9 @@ pub async fn run(url: &str) -> Result<Report, BoxError> {
     ));
 
     let stored: String = store.hget(&key, "value").await?;
-    // The store, and the lock's side hash and queue (relaylock keeps those
-    // for a minute after a release; this example cleans up at once).
-    let lock = a.redis_key("account");
-    let names = vec![key, format!("{lock}:fence"), format!("{lock}:q"), lock];
+    // The store, and the lock's value (relaylock keeps a released lock's
+    // tombstone for a minute; this example cleans up at once).
+    let names = vec![key, a.redis_key("account")];
     let _: i64 = store.del(names).await?;
     let _ = store.quit().await;
     Ok(Report {

@@ -29,7 +29,7 @@ use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 use metrics::SharedString;
 
-use crate::calls::{acquire_reply, AcquireReply};
+use crate::calls::{acquire_reply, AcquireReply, OthersQueued};
 use crate::error::{Error, Result};
 use crate::guard::{release, release_in_background, Acquired, LockGuard};
 use crate::inner::ClientInner;
@@ -63,8 +63,9 @@ enum Subscription {
 
 /// What one acquire script call found.
 enum Attempt {
-    /// Taken, with its fencing token and when the call that took it was sent.
-    Acquired(u64, Instant),
+    /// Taken, with its fencing token, when the call that took it was sent,
+    /// and whether other clients were queued.
+    Acquired(u64, Instant, OthersQueued),
     /// Held by another owner (or reserved for another client).
     Held,
 }
@@ -100,7 +101,7 @@ pub(crate) async fn lock(
     let outcome = match (deadline, inner.strategy) {
         // wait(0): exactly one try
         (Some(Some(d)), _) if d <= call.started => match Box::pin(call.attempt(None)).await {
-            Ok(Attempt::Acquired(fence, sent)) => Ok((fence, sent)),
+            Ok(Attempt::Acquired(fence, sent, others)) => Ok((fence, sent, others)),
             Ok(Attempt::Held) => Err(Error::Timeout),
             Err(e) => Err(e),
         },
@@ -108,9 +109,9 @@ pub(crate) async fn lock(
         (deadline, WaitStrategy::Poll(every)) => call.wait_poll(every, deadline.flatten()).await,
     };
     let outcome = match outcome {
-        Ok((fence, sent)) => Box::pin(call.replicated(fence))
+        Ok((fence, sent, others)) => Box::pin(call.replicated(fence))
             .await
-            .map(|()| (fence, sent)),
+            .map(|()| (fence, sent, others)),
         Err(e) => Err(e),
     };
     let kind = match &outcome {
@@ -119,7 +120,7 @@ pub(crate) async fn lock(
         Err(_) => Outcome::Error,
     };
     m::finished(call.name, kind, call.started.elapsed());
-    outcome.map(|(fence, sent)| call.into_guard(fence, sent))
+    outcome.map(|(fence, sent, others)| call.into_guard(fence, sent, others))
 }
 
 pub(crate) async fn try_lock(
@@ -129,13 +130,13 @@ pub(crate) async fn try_lock(
 ) -> Result<Option<LockGuard>> {
     let call = LockCall::new(inner, key, options)?;
     match call.attempt(None).await? {
-        Attempt::Acquired(fence, sent) => {
+        Attempt::Acquired(fence, sent, others) => {
             if let Err(e) = call.replicated(fence).await {
                 m::finished(call.name, Outcome::Error, call.started.elapsed());
                 return Err(e);
             }
             m::finished(call.name, Outcome::Acquired, call.started.elapsed());
-            Ok(Some(call.into_guard(fence, sent)))
+            Ok(Some(call.into_guard(fence, sent, others)))
         }
         Attempt::Held => Ok(None),
     }
@@ -214,6 +215,7 @@ impl<'a> LockCall<'a> {
                 self.token.clone(),
                 Some(fence),
                 None,
+                false,
             )
         }));
         let failure = match self.wait_for_replicas(required, timeout_ms).await {
@@ -225,7 +227,7 @@ impl<'a> LockCall<'a> {
         };
         tracing::warn!(key = %self.names.lock, error = %failure,
             "relaylock: the acquisition was not replicated as asked; releasing it");
-        if let Err(e) = release(self.inner, &self.names, &self.token, Some(fence)).await {
+        if let Err(e) = release(self.inner, &self.names, &self.token, Some(fence), false).await {
             tracing::warn!(key = %self.names.lock, error = %e,
                 "relaylock: could not release an unreplicated lock; it expires with its lease");
         }
@@ -279,7 +281,7 @@ impl<'a> LockCall<'a> {
         }
     }
 
-    fn into_guard(self, fence: u64, sent: Instant) -> LockGuard {
+    fn into_guard(self, fence: u64, sent: Instant, others: OthersQueued) -> LockGuard {
         LockGuard::new(
             Arc::clone(self.inner),
             Acquired {
@@ -291,6 +293,7 @@ impl<'a> LockCall<'a> {
                 sent,
                 lease: self.lease,
                 renew: self.renew,
+                others,
             },
         )
     }
@@ -304,7 +307,6 @@ impl<'a> LockCall<'a> {
             Some(_) => self.inner.registry.client_id(),
             None => "",
         };
-        let queued = queue.is_some_and(Waiter::is_queued);
         // An acquire script whose outcome we never learn (future dropped,
         // reply lost, timeout) may have taken the lock: release that token.
         let orphan = OnDrop(Some(|| {
@@ -314,6 +316,7 @@ impl<'a> LockCall<'a> {
                 self.token.clone(),
                 None,
                 None,
+                false,
             )
         }));
         if let Some(w) = queue {
@@ -323,7 +326,7 @@ impl<'a> LockCall<'a> {
         let reply = self
             .inner
             .calls
-            .acquire(&self.names, &self.token, self.lease_ms, client, queued)
+            .acquire(&self.names, &self.token, self.lease_ms, client)
             .await?;
         orphan.disarm();
         if let Some(w) = queue {
@@ -331,11 +334,11 @@ impl<'a> LockCall<'a> {
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
         match acquire_reply(&reply, self.inner.default_lease)? {
-            AcquireReply::Acquired(fence) => {
+            AcquireReply::Acquired(fence, others) => {
                 if let Some(w) = queue {
                     w.note_acquired(sent, self.lease);
                 }
-                Ok(Attempt::Acquired(fence, sent))
+                Ok(Attempt::Acquired(fence, sent, others))
             }
             AcquireReply::Held(pttl) => {
                 if let Some(w) = queue {
@@ -354,10 +357,10 @@ impl<'a> LockCall<'a> {
         &self,
         every: Duration,
         deadline: Option<Instant>,
-    ) -> Result<(u64, Instant)> {
+    ) -> Result<(u64, Instant, OthersQueued)> {
         loop {
-            if let Attempt::Acquired(fence, sent) = Box::pin(self.attempt(None)).await? {
-                return Ok((fence, sent));
+            if let Attempt::Acquired(fence, sent, others) = Box::pin(self.attempt(None)).await? {
+                return Ok((fence, sent, others));
             }
             if expired(deadline) {
                 return Err(Error::Timeout);
@@ -406,7 +409,7 @@ impl<'a> LockCall<'a> {
         attempt
     }
 
-    async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<(u64, Instant)> {
+    async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<(u64, Instant, OthersQueued)> {
         let registry = &self.inner.registry;
         let channel = self.names.channel.as_str();
         // Created before the first try, so a subscriber reconnect during that
@@ -421,8 +424,8 @@ impl<'a> LockCall<'a> {
         // an idle key).
         let (mut waiter, queued) = registry.join(channel);
         if !queued {
-            if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
-                return Ok((fence, sent));
+            if let Attempt::Acquired(fence, sent, others) = self.try_passing_on(&waiter).await? {
+                return Ok((fence, sent, others));
             }
             if expired(deadline) {
                 return Err(Error::Timeout);
@@ -449,8 +452,9 @@ impl<'a> LockCall<'a> {
 
         loop {
             if must_try {
-                if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
-                    return Ok((fence, sent));
+                if let Attempt::Acquired(fence, sent, others) = self.try_passing_on(&waiter).await?
+                {
+                    return Ok((fence, sent, others));
                 }
             }
             if expired(deadline) {

@@ -16,11 +16,16 @@ use fred::types::Value;
 use crate::error::{with_timeout, Error, Result};
 use crate::scripts::{Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS};
 
+/// Whether other clients were queued when a lock was taken (the acquire
+/// script's `others`): its release should then hand over, not use the
+/// local shortcut.
+pub(crate) type OthersQueued = bool;
+
 /// The acquire script's reply, checked.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Taken, with this fencing token.
-    Acquired(u64),
+    /// Taken, with this fencing token; whether other clients wait.
+    Acquired(u64, OthersQueued),
     /// Held by another owner for about this long.
     Held(Duration),
 }
@@ -30,7 +35,10 @@ pub(crate) enum AcquireReply {
 /// relaylock did not write it; `-2`: a void marker): re-check after that.
 pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<AcquireReply> {
     match reply {
-        [1, fence] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64)),
+        [1, fence] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64, false)),
+        [1, fence, others @ (0 | 1)] if *fence > 0 => {
+            Ok(AcquireReply::Acquired(*fence as u64, *others == 1))
+        }
         [0, pttl] => Ok(AcquireReply::Held(
             u64::try_from(*pttl).map_or(default_lease, Duration::from_millis),
         )),
@@ -41,29 +49,26 @@ pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<Ac
 /// What the release script found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// Released our key (deleted, or reserved for the next client) and
-    /// published.
-    Now,
+    /// Released our lock: it is free now (no other client was queued; the
+    /// caller wakes its own local waiters).
+    Freed,
+    /// Released our lock and reserved it for another queued client, which
+    /// was told.
+    HandedOver,
     /// Our key was already released by an earlier (replayed) call.
     Already,
     /// The key no longer held our token.
     NotOurs,
 }
 
-/// The KEYS of `ACQUIRE` and `RELEASE`: `[lock, fence, void, queue]`.
+/// The KEYS of `ACQUIRE` and `RELEASE`: `[lock, void]`.
 fn lock_keys<'a>(names: &'a Names, void: &'a str) -> Vec<&'a str> {
-    vec![
-        names.lock.as_str(),
-        names.fence.as_str(),
-        void,
-        names.queue.as_str(),
-    ]
+    vec![names.lock.as_str(), void]
 }
 
 /// One lock of a watchdog renewal batch.
 pub(crate) struct RenewItem<'a> {
     pub(crate) lock: &'a str,
-    pub(crate) fence: &'a str,
     pub(crate) token: &'a str,
     pub(crate) lease_ms: u64,
 }
@@ -118,27 +123,22 @@ impl Calls {
     /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call, its raw reply (check it
     /// with [`acquire_reply`] once the call's outcome is known). `client` is
     /// this client's id for a caller that will wait (it queues, and may take
-    /// a reservation), `""` otherwise; `queued` says the client believes it
-    /// is in the queue.
+    /// a reservation), `""` otherwise.
     pub(crate) async fn acquire(
         &self,
         names: &Names,
         token: &str,
         lease_ms: u64,
         client: &str,
-        queued: bool,
     ) -> Result<Vec<i64>> {
         let void = names.void(token);
         let keys = lock_keys(names, &void);
         let args: Vec<Value> = vec![
             token.into(),
             (lease_ms as i64).into(),
-            ((lease_ms + self.side_retention_ms) as i64).into(),
             client.into(),
             names.channel.as_str().into(),
-            if queued { "1" } else { "0" }.into(),
             self.publish.into(),
-            (self.side_retention_ms as i64).into(),
         ];
         let script = &self.scripts.acquire;
         self.run(script.evalsha_with_reload(&self.redis, keys, args))
@@ -147,14 +147,15 @@ impl Calls {
 
     /// One [`RELEASE`](crate::scripts::RELEASE) call for `token`. `fence` is
     /// `None` for an acquisition whose reply never arrived (the script reads
-    /// the fence from the value). `requeue` is this client's id when it
-    /// still has local waiters (it queues again, at the back), else `""`.
+    /// the fence from the value). `client` is this client's id; `requeue`
+    /// says it still has local waiters (it queues again, at the back).
     pub(crate) async fn release(
         &self,
         names: &Names,
         token: &str,
         fence: Option<u64>,
-        requeue: &str,
+        client: &str,
+        requeue: bool,
     ) -> Result<Released> {
         let void = names.void(token);
         let keys = lock_keys(names, &void);
@@ -164,16 +165,18 @@ impl Calls {
             names.channel.as_str().into(),
             (self.side_retention_ms as i64).into(),
             (RING_CHARS as i64).into(),
-            requeue.into(),
+            client.into(),
             (HANDOFF_GRACE_MS as i64).into(),
             self.publish.into(),
+            if requeue { "1" } else { "0" }.into(),
         ];
         let script = &self.scripts.release;
         let reply: i64 = self
             .run(script.evalsha_with_reload(&self.redis, keys, args))
             .await?;
         match reply {
-            1 => Ok(Released::Now),
+            1 => Ok(Released::Freed),
+            3 => Ok(Released::HandedOver),
             2 => Ok(Released::Already),
             0 => Ok(Released::NotOurs),
             other => Err(Error::UnexpectedReply(format!("release replied {other}"))),
@@ -191,9 +194,8 @@ impl Calls {
         token: &str,
         lease_ms: u64,
     ) -> Result<Vec<i64>> {
-        let keys = vec![names.lock.as_str(), names.fence.as_str()];
+        let keys = vec![names.lock.as_str()];
         let args: Vec<Value> = vec![
-            (self.side_retention_ms as i64).into(),
             "0".into(), // not grow-only
             token.into(),
             (lease_ms as i64).into(),
@@ -205,14 +207,12 @@ impl Calls {
     /// One grow-only [`RENEW`](crate::scripts::RENEW) call for a batch of
     /// locks (all in one slot, in a cluster): one code per lock, in order.
     pub(crate) async fn renew(&self, batch: &[RenewItem<'_>]) -> Result<Vec<i64>> {
-        let mut keys: Vec<&str> = Vec::with_capacity(batch.len() * 2);
-        let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2 + 2);
-        args.push((self.side_retention_ms as i64).into());
+        let mut keys: Vec<&str> = Vec::with_capacity(batch.len());
+        let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2 + 1);
         // Grow only: a renewal racing an `extend` never shortens the lease.
         args.push("1".into());
         for r in batch {
             keys.push(r.lock);
-            keys.push(r.fence);
             args.push(r.token.into());
             args.push((r.lease_ms as i64).into());
         }
@@ -222,5 +222,54 @@ impl Calls {
                 .evalsha_with_reload(&self.redis, keys, args),
         )
         .await
+    }
+
+    /// Whether the lock `names` is taken ([`PEEK`](crate::scripts::PEEK)).
+    pub(crate) async fn peek(&self, names: &Names) -> Result<bool> {
+        let script = &self.scripts.peek;
+        let keys = vec![names.lock.as_str()];
+        let taken: i64 = self
+            .run(script.evalsha_with_reload(&self.redis, keys, Vec::<Value>::new()))
+            .await?;
+        Ok(taken == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_replies_are_checked() {
+        let lease = Duration::from_secs(30);
+        assert_eq!(
+            acquire_reply(&[1, 7, 0], lease).unwrap(),
+            AcquireReply::Acquired(7, false)
+        );
+        assert_eq!(
+            acquire_reply(&[1, 7, 1], lease).unwrap(),
+            AcquireReply::Acquired(7, true)
+        );
+        // A replay of our own call answers without `others`.
+        assert_eq!(
+            acquire_reply(&[1, 7], lease).unwrap(),
+            AcquireReply::Acquired(7, false)
+        );
+        assert_eq!(
+            acquire_reply(&[0, 250], lease).unwrap(),
+            AcquireReply::Held(Duration::from_millis(250))
+        );
+        // No expiry (a foreign key) or a void marker: re-check after the lease.
+        assert_eq!(
+            acquire_reply(&[0, -1], lease).unwrap(),
+            AcquireReply::Held(lease)
+        );
+        assert_eq!(
+            acquire_reply(&[0, -2], lease).unwrap(),
+            AcquireReply::Held(lease)
+        );
+        for bad in [&[][..], &[1], &[1, 0], &[1, 7, 2], &[2, 1], &[0, 1, 2]] {
+            assert!(acquire_reply(bad, lease).is_err(), "{bad:?}");
+        }
     }
 }

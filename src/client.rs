@@ -6,7 +6,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use fred::clients::Client;
-use fred::interfaces::KeysInterface;
 
 use crate::acquire;
 use crate::error::{Error, Result};
@@ -221,7 +220,8 @@ impl LockClient {
         Box::pin(acquire::try_lock(&self.inner, key, &options)).await
     }
 
-    /// Whether anybody holds the lock on `key` right now (one `EXISTS`). A
+    /// Whether anybody holds the lock on `key` right now (one small script,
+    /// [`PEEK`](crate::scripts::PEEK)). A
     /// lock reserved for the next client during a hand-over (at most 50 ms)
     /// counts as locked. The answer can be stale by the time it arrives; use
     /// it for display only.
@@ -236,19 +236,19 @@ impl LockClient {
     /// Cancel-safe: it only reads.
     pub async fn is_locked(&self, key: &str) -> Result<bool> {
         self.inner.check_key(key)?;
-        let exists = self.inner.calls.redis().exists(self.inner.names(key).lock);
-        let n: i64 = self.inner.calls.run(exists).await?;
-        Ok(n > 0)
+        self.inner.calls.peek(&self.inner.names(key)).await
     }
 
-    /// The Redis name of the lock on `key` (`<prefix>:{<key>}`), for
-    /// inspection with other tools.
+    /// The Redis name of the lock on `key` (`<prefix>:2:{<key>}`, where `2`
+    /// is the protocol version), for inspection with other tools. Its value
+    /// is described in [`scripts`](crate::scripts).
     pub fn redis_key(&self, key: &str) -> String {
         self.inner.names(key).lock
     }
 
     /// This client's id: how it appears in the queue of clients waiting for
-    /// a lock (`<prefix>:{<key>}:q`) and in hand-over messages.
+    /// a lock (the queue field of the lock's value, see
+    /// [`scripts`](crate::scripts)) and in hand-over messages.
     pub fn client_id(&self) -> &str {
         self.inner.registry.client_id()
     }

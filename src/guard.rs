@@ -66,6 +66,10 @@ pub struct LockGuard {
     watch: OnceLock<u64>,
     /// Where the guard is in its life; decides what dropping it does.
     state: State,
+    /// Other clients were queued when this lock was taken: its release hands
+    /// over to them, so a local waiter is woken only once the release freed
+    /// the lock (no local shortcut).
+    others: bool,
 }
 
 /// What an acquisition hands to [`LockGuard::new`].
@@ -80,6 +84,8 @@ pub(crate) struct Acquired {
     pub(crate) lease: Duration,
     /// Renewed by the watchdog while the guard lives.
     pub(crate) renew: bool,
+    /// Other clients were queued when the lock was taken.
+    pub(crate) others: bool,
 }
 
 /// The life of a guard.
@@ -129,6 +135,7 @@ impl LockGuard {
             lease_state,
             watch,
             state: State::Held,
+            others: a.others,
         }
     }
 
@@ -317,11 +324,19 @@ impl LockGuard {
         // Dropped from here until the outcome is known, `Drop` releases in
         // the background (a repeated release is recognised as ours).
         self.state = State::Releasing;
-        let outcome = release(&self.inner, &self.names, &self.token, Some(self.fence)).await;
+        let shortcut = !self.others;
+        let outcome = release(
+            &self.inner,
+            &self.names,
+            &self.token,
+            Some(self.fence),
+            shortcut,
+        )
+        .await;
         self.state = State::Done;
         account(self.name.as_ref(), &outcome, Some(&self.lease_state));
         match outcome? {
-            Released::Now | Released::Already => Ok(()),
+            Released::Freed | Released::HandedOver | Released::Already => Ok(()),
             Released::NotOurs => Err(Error::LockLost),
         }
     }
@@ -370,6 +385,7 @@ impl Drop for LockGuard {
             std::mem::take(&mut self.token),
             Some(self.fence),
             Some((self.name.take(), Arc::clone(&self.lease_state))),
+            !self.others,
         );
     }
 }
@@ -378,7 +394,7 @@ impl Drop for LockGuard {
 /// (the watchdog, `extend`).
 fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Option<&Lease>) {
     match outcome {
-        Ok(Released::Now | Released::Already) => m::released(name),
+        Ok(Released::Freed | Released::HandedOver | Released::Already) => m::released(name),
         Ok(Released::NotOurs) => match lease {
             Some(lease) => {
                 lease.mark_lost(|| m::lost(name));
@@ -393,20 +409,51 @@ fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Optio
 /// still has local waiters (the registry tracks that until the outcome is
 /// known, see `Registry::requeue`). `fence` is `None` for an acquisition
 /// whose reply never arrived.
+///
+/// The releasing client wakes its own local waiters: no message tells them
+/// (the script publishes only to another client it reserves the lock for).
+/// With `shortcut` (no other client was queued when the lock was taken), one
+/// local waiter is woken as soon as the release is queued on the command
+/// connection, so its acquire follows the release on that connection: a
+/// local hand-over in one round trip. Otherwise one is woken when the reply
+/// says the lock is free.
 pub(crate) async fn release(
     inner: &ClientInner,
     names: &Names,
     token: &str,
     fence: Option<u64>,
+    shortcut: bool,
 ) -> Result<Released> {
     let registry = &inner.registry;
     let requeued = registry.requeue(&names.channel);
-    let requeue = if requeued.is_some() {
-        registry.client_id()
+    let call = inner.calls.release(
+        names,
+        token,
+        fence,
+        registry.client_id(),
+        requeued.is_some(),
+    );
+    let shortcut = shortcut && requeued.is_some();
+    let outcome = if shortcut {
+        let mut call = std::pin::pin!(call);
+        // The first poll hands the script to fred, which writes one
+        // connection's commands in the order they were handed to it.
+        let early = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+        registry.wake_one(&names.channel);
+        match early {
+            Poll::Ready(outcome) => outcome,
+            Poll::Pending => call.await,
+        }
     } else {
-        ""
+        call.await
     };
-    inner.calls.release(names, token, fence, requeue).await
+    // Also without a requeue: a local waiter may have arrived since, and
+    // its try, run before the release, queued this client.
+    if !shortcut && matches!(outcome, Ok(Released::Freed)) {
+        registry.wake_one_if_waiting(&names.channel);
+    }
+    drop(requeued);
+    outcome
 }
 
 /// A dropped guard's metrics name and lease, so its background release is
@@ -423,6 +470,7 @@ pub(crate) fn release_in_background(
     token: String,
     fence: Option<u64>,
     report: Option<Report>,
+    shortcut: bool,
 ) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
@@ -432,12 +480,14 @@ pub(crate) fn release_in_background(
         return;
     };
     handle.spawn(async move {
-        let outcome = release(&inner, &names, &token, fence).await;
+        let outcome = release(&inner, &names, &token, fence, shortcut).await;
         match (&outcome, report) {
             (Err(e), _) => tracing::warn!(key = %names.lock, error = %e,
                 "relaylock: background release failed; the lock stays held until its lease ends"),
-            (Ok(Released::Now), None) => tracing::debug!(key = %names.lock,
-                "relaylock: released an acquisition whose caller went away"),
+            (Ok(Released::Freed | Released::HandedOver), None) => {
+                tracing::debug!(key = %names.lock,
+                "relaylock: released an acquisition whose caller went away")
+            }
             (Ok(_), None) => {}
             (Ok(_), Some((name, lease))) => account(name.as_ref(), &outcome, Some(&lease)),
         }

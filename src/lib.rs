@@ -123,8 +123,8 @@ pub mod __fuzz {
             assert!(prefix.len() <= MAX_PREFIX_LEN && !prefix.contains(['{', '}']));
             let names = Names::new(prefix, key);
             assert!(names.lock.starts_with(prefix));
-            assert_eq!(names.fence, format!("{}:fence", names.lock));
-            assert_eq!(Names::queue_of_channel(&names.channel), names.queue);
+            assert_eq!(Names::lock_of_channel(&names.channel), names.lock);
+            assert!(names.void("t").starts_with(&names.lock));
         }
 
         let now = Instant::now();
@@ -144,7 +144,7 @@ pub mod __fuzz {
                 i64::from_le_bytes(w)
             })
             .collect();
-        if let Ok(crate::calls::AcquireReply::Acquired(fence)) =
+        if let Ok(crate::calls::AcquireReply::Acquired(fence, _)) =
             crate::calls::acquire_reply(&reply, Duration::from_secs(30))
         {
             assert!(fence > 0);

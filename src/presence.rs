@@ -105,13 +105,9 @@ impl Presence {
         true
     }
 
-    /// A try registered this client in the queue hash.
+    /// A try registered this client in the lock's queue.
     pub(crate) fn mark_queued(&self) {
         self.queued.store(true, SeqCst);
-    }
-
-    pub(crate) fn is_queued(&self) -> bool {
-        self.queued.load(SeqCst)
     }
 
     /// A release that will queue this client again if tasks still wait:

@@ -28,10 +28,9 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::{
-    ClientInterface, ClientLike, ClusterInterface, HashesInterface, PubsubInterface,
-};
+use fred::interfaces::{ClientInterface, ClientLike, ClusterInterface, PubsubInterface};
 use fred::types::config::{Options, Server};
+use fred::types::scripts::Script;
 use fred::types::ClusterHash;
 use fred::util::redis_keyslot;
 use metrics::SharedString;
@@ -41,7 +40,7 @@ use tokio::sync::{Mutex, Notify};
 use crate::estimate::Estimate;
 use crate::metrics as m;
 use crate::presence::Presence;
-use crate::scripts::{Names, HANDOFF_GRACE_MS};
+use crate::scripts::{Names, HANDOFF_GRACE_MS, LEAVE};
 use crate::sync;
 
 /// The local waiters of one key.
@@ -144,9 +143,11 @@ pub(crate) struct Registry {
     /// re-checks.
     wake_all: Notify,
     subscriber: SubscriberClient,
-    /// The command connection, to leave the queue hash.
+    /// The command connection, to leave a lock's queue.
     redis: Client,
-    /// This client's id in the queue hashes.
+    /// [`LEAVE`](crate::scripts::LEAVE), hashed once.
+    leave: Script,
+    /// This client's id in the locks' queues.
     client_id: String,
     linger: Duration,
     /// Bound of every command relaylock sends on the subscriber connection,
@@ -183,6 +184,7 @@ impl Registry {
             wake_all: Notify::new(),
             subscriber,
             redis,
+            leave: Script::from_lua(LEAVE),
             client_id,
             linger,
             command_timeout,
@@ -326,7 +328,7 @@ impl Registry {
         }
     }
 
-    /// This client's id in the queue hashes.
+    /// This client's id in the lock's queuees.
     pub(crate) fn client_id(&self) -> &str {
         &self.client_id
     }
@@ -403,6 +405,24 @@ impl Registry {
                 });
             }
             Announcement::Taken(lease) => e.observe(Instant::now(), lease, false),
+        }
+    }
+
+    /// Wake one local waiter of `channel` (or store a permit for the next):
+    /// this client released the lock and the lock is free, or about to be.
+    pub(crate) fn wake_one(&self, channel: &str) {
+        if let Some(e) = self.map.get(channel) {
+            e.notify.notify_one();
+        }
+    }
+
+    /// Wake one local waiter of `channel` if any waits (a permit for nobody
+    /// would cost the next newcomer a try).
+    pub(crate) fn wake_one_if_waiting(&self, channel: &str) {
+        if let Some(e) = self.map.get(channel) {
+            if e.presence.count() > 0 {
+                e.notify.notify_one();
+            }
         }
     }
 
@@ -551,7 +571,7 @@ impl Registry {
         })
     }
 
-    /// Take this client out of the key's queue hash if a try or a release
+    /// Take this client out of the key's lock's queue if a try or a release
     /// queued it and no local task waits any more. Runs in the background.
     fn leave_queue_if_idle(self: &Arc<Self>, channel: &str, entry: &Arc<KeyWaiters>) {
         // Dekker with `Waiter::drop` and `Requeue::drop`: each lowers its
@@ -564,12 +584,14 @@ impl Registry {
             return;
         };
         let registry = Arc::clone(self);
-        let queue = Names::queue_of_channel(channel);
+        let lock = Names::lock_of_channel(channel).to_owned();
         let entry = Arc::clone(entry);
         handle.spawn(async move {
-            let leave = registry
-                .redis
-                .hdel::<i64, _, _>(queue.as_str(), registry.client_id.as_str());
+            let leave = registry.leave.evalsha_with_reload::<i64, _, _>(
+                &registry.redis,
+                vec![lock.as_str()],
+                vec![registry.client_id.as_str()],
+            );
             if let Err(e) = registry.with_command_timeout(leave).await {
                 tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }
@@ -847,15 +869,9 @@ impl Waiter {
         self.entry.presence.is_confirmed()
     }
 
-    /// A try of this client registered it in the key's queue hash.
+    /// A try of this client registered it in the key's lock's queue.
     pub(crate) fn mark_queued(&self) {
         self.entry.presence.mark_queued();
-    }
-
-    /// Whether a try of this client registered it in the key's queue hash
-    /// (and nothing took it out since).
-    pub(crate) fn is_queued(&self) -> bool {
-        self.entry.presence.is_queued()
     }
 
     /// A try that may queue this client is about to be sent (`true`) or its

@@ -3,32 +3,50 @@
 //! The sources are public so the protocol can be audited, and reused by
 //! clients in other languages that must interoperate with relaylock locks.
 //!
-//! All scripts touch only the names of ONE lock, which share the hash tag
-//! `{<key>}` (see the table below), so they stay valid in Redis Cluster.
+//! # Protocol 2: one value per lock
 //!
-//! Names of one lock (prefix `p`, user key `k`):
+//! Everything relaylock keeps for a lock lives in ONE string, the lock's
+//! value at `p:2:{k}` (prefix `p`, user key `k`; the `2` is the protocol
+//! version, see docs/design.md "Upgrading from protocol 1"). Four fields,
+//! separated by `|`:
 //!
-//! | name            | type   | lifetime                               | purpose |
-//! |-----------------|--------|----------------------------------------|---------|
-//! | `p:{k}`         | string | the lease                              | the lock: `"<token>:<fence>"` |
-//! | `p:{k}:fence`   | hash   | lease + [`SIDE_RETENTION_MS`] after the last acquire, [`SIDE_RETENTION_MS`] after a release | `f`: last fencing token issued; `r`: the newest released fences; `rsv`: the client the last release reserved the lock for |
-//! | `p:{k}:q`       | hash   | at least [`SIDE_RETENTION_MS`] past the holder's lease at the last registration, and past the last hand-over; never shortened | clients waiting for the lock: client id -> when it started waiting (µs) |
-//! | `p:{k}:ch`      | channel| -                                      | `r:<client>` hand-over (empty client: free for all), `t:<lease ms>` reservation taken |
+//! ```text
+//! value = head "|" queue "|" ring "|" void
+//! head  = <token> ":" <fence>                  held; the key's PX is the lease
+//!       | "~" <client> ":" <fence> ":" <keep>   reserved for <client> while the key's PTTL exceeds <keep> ms
+//!       | "-" <fence>                           free (a tombstone): the last fence issued
+//! queue = "" | <client> ("," <client>)*          clients waiting, oldest first
+//! ring  = "" | <fence> (" " <fence>)*            the newest released fences, newest first
+//! void  = "" | <until>                           void markers may exist until server time <until> (ms)
+//! ```
+//!
+//! A tombstone lives [`SIDE_RETENTION_MS`] (the builder's `side_retention`),
+//! a reservation that long plus the grace, with `<keep>` the retention: once
+//! the grace has passed (`PTTL <= keep`) the reservation has lapsed and the
+//! value stands for a free lock. A held lock lives its lease. Besides the value, a lock
+//! has its channel `p:2:{k}:ch` and, on the rare abandoned path only, void
+//! markers `p:2:{k}:void:<token>`. All share the hash tag `{k}`, so every
+//! script stays valid in Redis Cluster.
+//!
+//! The common paths run few commands: an uncontended acquisition is `GET`,
+//! `TIME`, `SET`, its release `GET`, `SET`; a hand-over between clients adds
+//! one `PUBLISH` on each side. A value without `|` was not written by
+//! relaylock (protocol 2): the scripts treat it as held by another owner and
+//! never rewrite it.
 //!
 //! # Hand-over between clients
 //!
 //! Every client (one [`LockClient`](crate::LockClient), usually one process)
-//! has an id. A client whose waiter fails to acquire registers in the queue
-//! hash with the time it started waiting (`HSETNX`: the oldest stays). A
-//! release picks the client that waited longest, other than the releaser, and
-//! turns the lock into a reservation `~<client>` for [`HANDOFF_GRACE_MS`],
-//! publishing `r:<client>`. Only that client retries; the others sleep on. So
-//! a release costs one retry in total, and clients take turns in the order
-//! they started waiting instead of the one Redis delivers messages to first
-//! winning every time. The releaser queues again at the back when it still has
-//! local waiters. A reservation nobody takes expires, and the next acquirer
-//! drops the no-show from the queue. With nobody else queued, a release
-//! deletes the key and publishes `r:` (free for all local waiters).
+//! has an id. A waiting client whose try fails appends its id to the queue.
+//! A release picks the first queued client other than the releaser, reserves
+//! the lock for it for [`HANDOFF_GRACE_MS`] and publishes `r:<client>`: only
+//! that client retries, so a release costs one retry in total, and clients
+//! take turns in the order they started waiting. The releaser joins the back
+//! of the queue when it still has local waiters. With no other client queued,
+//! the release leaves a tombstone and publishes nothing: no other client
+//! waits, and the releasing client wakes its own waiters itself. Taking a
+//! reservation publishes `t:<lease ms>` when other clients still wait, so
+//! they learn the new holder's lease.
 //!
 //! Messages are sent with `redis.pcall`: a client whose ACL forbids the
 //! channel still acquires and releases, and the waiters of other clients fall
@@ -41,198 +59,267 @@
 
 use fred::types::scripts::Script;
 
-/// How long the side hash outlives the lock that last touched it, in ms, by
-/// default (see [`LockClientBuilder::side_retention`](crate::LockClientBuilder::side_retention)).
+/// How long a free lock's value (its tombstone) and a reservation live, in
+/// ms, by default (see [`LockClientBuilder::side_retention`](crate::LockClientBuilder::side_retention)).
 ///
 /// It bounds the memory relaylock leaves behind per lock name, and it is the
-/// window in which (a) a replayed release is still recognised as ours and (b) a
-/// server clock stepping backwards cannot make fencing tokens go backwards.
+/// window in which (a) a replayed release is still recognised as ours, (b) a
+/// server clock stepping backwards cannot make fencing tokens go backwards,
+/// and (c) a void marker lives.
 pub const SIDE_RETENTION_MS: u64 = 60_000;
 
 /// How long a released lock stays reserved for the client chosen to take it
 /// next, in ms. Bounds the idle time when that client no longer has waiters.
 pub const HANDOFF_GRACE_MS: u64 = 50;
 
-/// How many released fencing tokens the side hash remembers (see [`RELEASE`]).
+/// How many released fencing tokens a lock's value remembers (see [`RELEASE`]).
 pub const RELEASE_RING: usize = 32;
 
 /// Acquire.
 ///
-/// KEYS: `[lock, side, void, queue]`;
-/// ARGV: `[token, lease_ms, side_ttl_ms, client, channel, queued, publish, retention_ms]`.
+/// KEYS: `[lock, void]` (`void` is `p:2:{k}:void:<token>`);
+/// ARGV: `[token, lease_ms, client, channel, publish]`.
 /// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
 /// the message stays within the lock's shard).
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
-/// neither queues nor takes a reservation. `queued` is `'1'` when the client
-/// believes it is in the queue (so an acquisition takes it out).
+/// neither queues nor takes a reservation.
 ///
-/// * lock holds OUR token (a replay of this very call after a lost reply, as
-///   fred does after a reconnect): reply `{1, fence}` with the fence stored in
-///   the value, so acquiring is idempotent.
-/// * lock holds another token, or a reservation for another client: register
-///   `client` in the queue (`HSETNX`, so the earliest wait start stays; the
-///   queue then lives at least `retention_ms` past the holder's lease, and
-///   its expiry is never shortened) and reply `{0, pttl}` (`-1` if the key
-///   has no expiry: somebody outside relaylock wrote it).
-/// * lock absent and `void` (`p:{k}:void:<token>`) present: this token's
-///   caller gave up and already released it (see [`RELEASE`]); a delayed copy
-///   of the call must not take the lock. Reply `{0, -2}`.
-/// * lock absent, or reserved for `client`: the fencing token is the server's
-///   `TIME` in microseconds, raised to `last + 1` if the side hash remembers
-///   an equal or later one (two acquisitions in one microsecond, or a clock
-///   step back within the side hash's lifetime). `SET lock "<token>:<fence>"
-///   PX lease`, remember the fence, leave the queue if queued (a reservation
-///   left unused by another client, remembered as the side hash's `rsv`,
-///   drops that client from the queue), publish `t:<lease>` when a
-///   reservation was taken, and reply `{1, fence}`.
+/// * head holds OUR token (a replay of this very call after a lost reply, as
+///   fred does after a reconnect): reply `{1, fence}` with the stored fence,
+///   so acquiring is idempotent.
+/// * head holds another token, or a reservation for another client that has
+///   not lapsed, or the value is not relaylock's: append `client` to the
+///   queue if it waits and is not queued yet (`SET ... KEEPTTL`: the lease is
+///   untouched; a foreign value is never rewritten) and reply `{0, pttl}`:
+///   the key's `PTTL` (`-1` if it has no expiry), or the reservation's
+///   remaining grace.
+/// * otherwise the lock is free: absent, a tombstone, a lapsed reservation,
+///   or a reservation for `client`. If the key is absent or the value's
+///   `void` field has not passed, and the void marker exists, this token's
+///   caller gave up and already released it (see [`RELEASE`]): a delayed copy
+///   of the call must not take the lock, reply `{0, -2}`. Else the fencing
+///   token is the server's `TIME` in microseconds, raised to `last + 1` if
+///   the head's fence is equal or later (two acquisitions in one microsecond,
+///   or a clock step back while the value lives). `SET lock
+///   "<token>:<fence>|<queue without client>|<ring>|<void>" PX lease`; if a
+///   reservation for `client` was taken and other clients still wait,
+///   publish `t:<lease>`. Reply `{1, fence, others}`, `others` = 1 when other
+///   clients are queued.
 pub const ACQUIRE: &str = r#"
 local v = redis.call('GET', KEYS[1])
-local reserved = false
+local client = ARGV[3]
+local head, queue, ring, void = '', '', '', ''
 if v then
-  local mine = ARGV[1] .. ':'
-  if string.sub(v, 1, #mine) == mine then
-    return {1, tonumber(string.sub(v, #mine + 1))}
+  local a = string.find(v, '|', 1, true)
+  local b = a and string.find(v, '|', a + 1, true)
+  local c = b and string.find(v, '|', b + 1, true)
+  if not c then
+    return {0, redis.call('PTTL', KEYS[1])}
   end
-  if ARGV[4] ~= '' and v == '~' .. ARGV[4] then
+  head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+  local mine = ARGV[1] .. ':'
+  if string.sub(head, 1, #mine) == mine then
+    return {1, tonumber(string.sub(head, #mine + 1))}
+  end
+end
+local last, reserved, pttl = 0, false, nil
+local kind = string.sub(head, 1, 1)
+if not v then
+elseif kind == '-' then
+  last = tonumber(string.sub(head, 2)) or 0
+elseif kind == '~' then
+  local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
+  last = tonumber(rf) or 0
+  if rc == client and client ~= '' then
     reserved = true
   else
-    local pttl = redis.call('PTTL', KEYS[1])
-    if ARGV[4] ~= '' then
-      local t = redis.call('TIME')
-      redis.call('HSETNX', KEYS[4], ARGV[4], t[1] .. string.format('%06d', t[2]))
-      local keep = math.max(pttl, 0) + tonumber(ARGV[8])
-      if redis.call('PTTL', KEYS[4]) < keep then redis.call('PEXPIRE', KEYS[4], keep) end
-    end
-    return {0, pttl}
+    local left = redis.call('PTTL', KEYS[1]) - (tonumber(rk) or 0)
+    if left > 0 then pttl = left end
   end
+else
+  pttl = redis.call('PTTL', KEYS[1])
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  return {0, -2}
+if pttl then
+  if client ~= '' and not string.find(',' .. queue .. ',', ',' .. client .. ',', 1, true) then
+    if queue == '' then queue = client else queue = queue .. ',' .. client end
+    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
+  end
+  return {0, pttl}
 end
 local t = redis.call('TIME')
-local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local side = redis.call('HMGET', KEYS[2], 'f', 'rsv')
-local last = tonumber(side[1])
-if last and last >= fence then fence = last + 1 end
-local fs = string.format('%d', fence)
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs, 'PX', ARGV[2])
-redis.call('HSET', KEYS[2], 'f', fs)
-if side[2] then
-  if side[2] ~= ARGV[4] then redis.call('HDEL', KEYS[4], side[2]) end
-  redis.call('HDEL', KEYS[2], 'rsv')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if void ~= '' and tonumber(void) <= math.floor(now / 1000) then void = '' end
+if (not v or void ~= '') and redis.call('EXISTS', KEYS[2]) == 1 then
+  return {0, -2}
 end
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-if reserved or ARGV[6] == '1' then redis.call('HDEL', KEYS[4], ARGV[4]) end
-if reserved then redis.pcall(ARGV[7], ARGV[5], 't:' .. ARGV[2]) end
-return {1, fence}
+local fence = now
+if last >= fence then fence = last + 1 end
+if client ~= '' and queue ~= '' then
+  local q = ',' .. queue .. ','
+  local s, e = string.find(q, ',' .. client .. ',', 1, true)
+  if s then q = string.sub(q, 1, s) .. string.sub(q, e + 1); queue = string.sub(q, 2, -2) end
+end
+local fs = string.format('%d', fence)
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs .. '|' .. queue .. '|' .. ring .. '|' .. void, 'PX', ARGV[2])
+local others = 0
+if queue ~= '' then others = 1 end
+if reserved and others == 1 then redis.pcall(ARGV[5], ARGV[4], 't:' .. ARGV[2]) end
+return {1, fence, others}
 "#;
-
 /// Release.
 ///
-/// KEYS: `[lock, side, void, queue]`;
-/// ARGV: `[token, fence, channel, side_ttl_ms, ring_chars, client, grace_ms, publish]`
+/// KEYS: `[lock, void]`;
+/// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms, publish, requeue]`
 /// (`publish` as for [`ACQUIRE`]).
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
 /// while in flight (future dropped, error, timeout). `client` is the
-/// releasing client's id when it still has local waiters (it queues again, at
-/// the back), else `''`.
+/// releasing client's id; `requeue` is `'1'` when it still has local waiters
+/// (it queues again, at the back).
 ///
-/// * lock holds `"<token>:<f>"`: push `f` onto the side hash's ring `r` of
-///   recently released fences (newest first, cut to `ring_chars`
-///   characters). Then hand over: if another client is queued, reserve the
-///   lock for the one waiting longest (`SET lock ~<client> PX grace`,
-///   remember it as the side hash's `rsv`, `PUBLISH channel r:<client>`);
-///   otherwise `DEL` the lock and `PUBLISH channel r:`. Reply `1`.
-/// * lock does not hold our token but `fence` is in the ring: this release
-///   already happened (fred replayed it after the reply was lost); reply `2`,
-///   so the caller does not report a lock loss that did not happen.
+/// * head holds `"<token>:<f>"`: prepend `f` to the ring of released fences
+///   (cut to `ring_chars` characters). Then hand over: if a client other than
+///   `client` is queued, reserve the lock for the first of them, X (head
+///   `~X:<f>:<retention_ms>`, X leaves the queue, `client` joins its back if
+///   `requeue` or if it was queued, the key lives `retention_ms + grace_ms`:
+///   the reservation lapses when the grace has passed), publish
+///   `r:X` and reply `3`. Otherwise leave the tombstone `-<f>` with an empty
+///   queue for `retention_ms`, publish nothing, and reply `1`: no other
+///   client waits, and the caller wakes its own local waiters. A release
+///   never reserves the lock for its own client.
+/// * head does not hold our token but `fence` is in the value's ring: this
+///   release already happened (fred replayed it after the reply was lost);
+///   reply `2`, so the caller does not report a lock loss that did not happen.
 /// * an abandoned acquisition (`fence == ''`) that did not take the lock:
-///   `SET void 1 PX side_ttl_ms`, so that a delayed copy of the acquire (sent
-///   on a connection fred gave up on) can never take it later; reply `0`.
-/// * otherwise the lease ran out before the release: reply `0`. The key, if
-///   present, belongs to a newer owner and is left untouched.
+///   `SET void 1 PX retention_ms`, and raise the value's `void` field to the
+///   marker's end (an absent key becomes a tombstone with fence 0, so the
+///   acquire script knows to check), so that a delayed copy of the acquire
+///   (sent on a connection fred gave up on) can never take it later; reply
+///   `0`.
+/// * otherwise the lease ran out before the release: reply `0`. The value, if
+///   present, belongs to a newer owner and keeps its head.
 pub const RELEASE: &str = r#"
 local v = redis.call('GET', KEYS[1])
+local head, queue, ring, void = nil, '', '', ''
+if v then
+  local a = string.find(v, '|', 1, true)
+  local b = a and string.find(v, '|', a + 1, true)
+  local c = b and string.find(v, '|', b + 1, true)
+  if c then
+    head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+  end
+end
 local mine = ARGV[1] .. ':'
-if v and string.sub(v, 1, #mine) == mine then
-  local fence = string.sub(v, #mine + 1)
-  local ring = redis.call('HGET', KEYS[2], 'r')
-  if ring then ring = fence .. ' ' .. ring else ring = fence end
+if head and string.sub(head, 1, #mine) == mine then
+  local fence = string.sub(head, #mine + 1)
+  if ring == '' then ring = fence else ring = fence .. ' ' .. ring end
   local cap = tonumber(ARGV[5])
   if #ring > cap then ring = string.match(string.sub(ring, 1, cap + 1), '^(.*) ') or fence end
-  redis.call('HSET', KEYS[2], 'r', ring)
-  redis.call('PEXPIRE', KEYS[2], ARGV[4])
-  local q = redis.call('HGETALL', KEYS[4])
-  local best, best_t = nil, nil
-  for i = 1, #q, 2 do
-    if q[i] ~= ARGV[6] then
-      local t = tonumber(q[i + 1])
-      if t and (best_t == nil or t < best_t) then best, best_t = q[i], t end
+  local best, rest, again = nil, {}, ARGV[9] == '1'
+  for c in string.gmatch(queue, '[^,]+') do
+    if c == ARGV[6] then
+      again = true
+    elseif best then
+      rest[#rest + 1] = c
+    else
+      best = c
     end
   end
   if best then
-    if ARGV[6] ~= '' then
-      local t = redis.call('TIME')
-      redis.call('HSET', KEYS[4], ARGV[6], t[1] .. string.format('%06d', t[2]))
-    end
-    redis.call('SET', KEYS[1], '~' .. best, 'PX', ARGV[7])
-    redis.call('HSET', KEYS[2], 'rsv', best)
-    if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[4], ARGV[4]) end
+    if again then rest[#rest + 1] = ARGV[6] end
+    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. ARGV[4] .. '|' .. table.concat(rest, ',') .. '|' .. ring .. '|' .. void, 'PX', tonumber(ARGV[4]) + tonumber(ARGV[7]))
     redis.pcall(ARGV[8], ARGV[3], 'r:' .. best)
-  else
-    redis.call('DEL', KEYS[1])
-    redis.pcall(ARGV[8], ARGV[3], 'r:')
+    return 3
   end
+  redis.call('SET', KEYS[1], '-' .. fence .. '||' .. ring .. '|' .. void, 'PX', ARGV[4])
   return 1
 end
 if ARGV[2] == '' then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+  local t = redis.call('TIME')
+  local til = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4])
+  if void ~= '' and tonumber(void) > til then til = tonumber(void) end
+  local vs = string.format('%d', til)
+  if not v then
+    redis.call('SET', KEYS[1], '-0|||' .. vs, 'PX', ARGV[4])
+  elseif head then
+    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. vs, 'KEEPTTL')
+  end
   return 0
 end
-local ring = redis.call('HGET', KEYS[2], 'r')
-if ring and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
+if ring ~= '' and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
   return 2
 end
 return 0
 "#;
 
+/// Leave the queue: a client whose last local waiter of the lock left.
+///
+/// KEYS: `[lock]`; ARGV: `[client]`. Remove `client` from the value's queue
+/// (`SET ... KEEPTTL`), reply `1`; reply `0` when it was not queued.
+pub const LEAVE: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local a = string.find(v, '|', 1, true)
+local b = a and string.find(v, '|', a + 1, true)
+if not b or not string.find(v, '|', b + 1, true) then return 0 end
+local q = ',' .. string.sub(v, a + 1, b - 1) .. ','
+local s, e = string.find(q, ',' .. ARGV[1] .. ',', 1, true)
+if not s then return 0 end
+q = string.sub(q, 1, s) .. string.sub(q, e + 1)
+redis.call('SET', KEYS[1], string.sub(v, 1, a) .. string.sub(q, 2, -2) .. string.sub(v, b), 'KEEPTTL')
+return 1
+"#;
+
+/// Whether a lock is taken, for [`LockClient::is_locked`](crate::LockClient::is_locked).
+///
+/// KEYS: `[lock]`. Reply `1` when the lock is held, reserved for a client
+/// (a hand-over in progress), or holds a value relaylock did not write;
+/// `0` when it is absent, a tombstone, or a lapsed reservation.
+pub const PEEK: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+if not string.find(v, '|', 1, true) then return 1 end
+local kind = string.sub(v, 1, 1)
+if kind == '-' then return 0 end
+if kind == '~' then
+  local keep = tonumber(string.match(v, '^~[^:|]*:%d+:(%d+)|'))
+  if keep and redis.call('PTTL', KEYS[1]) > keep then return 1 end
+  return 0
+end
+return 1
+"#;
+
 /// Renew: extend the leases of one or many locks in one call.
 ///
-/// KEYS: `[lock_1, side_1, lock_2, side_2, ...]`;
-/// ARGV: `[side_retention_ms, grow_only, token_1, lease_ms_1, token_2, lease_ms_2, ...]`.
+/// KEYS: `[lock_1, lock_2, ...]`;
+/// ARGV: `[grow_only, token_1, lease_ms_1, token_2, lease_ms_2, ...]`.
 ///
-/// For each lock `i`: if it holds token `i`, set its remaining lease to
+/// For each lock `i`: if its head holds token `i`, set its remaining lease to
 /// `lease_ms_i` (with `grow_only == '1'`, only if that lengthens it, so a
-/// watchdog renewal racing an `extend` to a longer lease cannot undo it) and
-/// make sure its side hash lives at least `lease_ms_i + side_retention_ms`
-/// more. Reply one integer per lock, in
-/// order: `1` renewed, `0` the key is gone, `-1` the key holds another
-/// token (or a hand-over reservation). Only `PEXPIRE` is used, so a renewal
-/// can never re-create a released key, and a key holding another token is
-/// never touched. Repeating a call is harmless, so a replay after a lost reply
-/// is safe.
+/// watchdog renewal racing an `extend` to a longer lease cannot undo it).
+/// Reply one integer per lock, in order: `1` renewed, `0` the lock is gone
+/// (absent, or a tombstone), `-1` it holds another token (or a hand-over
+/// reservation). Only `PEXPIRE` is used, so a renewal can never re-create a
+/// released lock, and a lock holding another token is never touched.
+/// Repeating a call is harmless, so a replay after a lost reply is safe.
 ///
 /// The watchdog sends every due lock of a client in one call (see
 /// [`RENEW_BATCH`]); [`LockGuard::extend`](crate::LockGuard::extend) sends
 /// one. In Redis Cluster all keys of one call must share a slot.
 pub const RENEW: &str = r#"
-local keep = tonumber(ARGV[1])
-local grow_only = ARGV[2] == '1'
+local grow_only = ARGV[1] == '1'
 local out = {}
-for i = 1, #KEYS / 2 do
-  local lock, side = KEYS[2 * i - 1], KEYS[2 * i]
-  local mine = ARGV[2 * i + 1] .. ':'
-  local lease = tonumber(ARGV[2 * i + 2])
+for i = 1, #KEYS do
+  local lock = KEYS[i]
+  local mine = ARGV[2 * i] .. ':'
+  local lease = tonumber(ARGV[2 * i + 1])
   local v = redis.call('GET', lock)
   if v and string.sub(v, 1, #mine) == mine then
     if not grow_only or redis.call('PTTL', lock) < lease then
       redis.call('PEXPIRE', lock, lease)
     end
-    if redis.call('PTTL', side) < lease + keep then
-      redis.call('PEXPIRE', side, lease + keep)
-    end
     out[i] = 1
-  elseif v then
+  elseif v and string.sub(v, 1, 1) ~= '-' then
     out[i] = -1
   else
     out[i] = 0
@@ -248,12 +335,13 @@ return out
 /// `tests/watchdog.rs`, which prints it).
 pub const RENEW_BATCH: usize = 1000;
 
-/// The three scripts, hashed once per client.
+/// The scripts, hashed once per client.
 #[derive(Clone, Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
     pub(crate) renew: Script,
+    pub(crate) peek: Script,
 }
 
 impl Scripts {
@@ -262,44 +350,41 @@ impl Scripts {
             acquire: Script::from_lua(ACQUIRE),
             release: Script::from_lua(RELEASE),
             renew: Script::from_lua(RENEW),
+            peek: Script::from_lua(PEEK),
         }
     }
 }
 
-/// The Redis names of one lock. Every name starts with `<prefix>:{<key>}` so
-/// they all hash to the same cluster slot.
+/// The protocol version in every Redis name (see docs/design.md,
+/// "Upgrading from protocol 1").
+pub const PROTOCOL: u32 = 2;
+
+/// The Redis names of one lock. Every name starts with
+/// `<prefix>:2:{<key>}` so they all hash to the same cluster slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Names {
-    /// `<prefix>:{<key>}`: the lock itself.
+    /// `<prefix>:2:{<key>}`: the lock's value (see the module docs).
     pub(crate) lock: String,
-    /// `<prefix>:{<key>}:fence`: the fence hash (the last fencing token,
-    /// the ring of released ones, the current reservation).
-    pub(crate) fence: String,
-    /// `<prefix>:{<key>}:ch`: the release channel.
+    /// `<prefix>:2:{<key>}:ch`: the release channel.
     pub(crate) channel: String,
-    /// `<prefix>:{<key>}:q`: the clients waiting for the lock.
-    pub(crate) queue: String,
 }
 
 impl Names {
-    /// The queue name of the lock whose release channel is `channel` (for
-    /// the rare path that has only the channel at hand).
-    pub(crate) fn queue_of_channel(channel: &str) -> String {
-        let lock = channel.strip_suffix(":ch").unwrap_or(channel);
-        format!("{lock}:q")
+    /// The lock name of the lock whose release channel is `channel` (for
+    /// the paths that have only the channel at hand).
+    pub(crate) fn lock_of_channel(channel: &str) -> &str {
+        channel.strip_suffix(":ch").unwrap_or(channel)
     }
 
-    /// `<prefix>:{<key>}:void:<token>`: marks an abandoned acquisition.
+    /// `<prefix>:2:{<key>}:void:<token>`: marks an abandoned acquisition.
     pub(crate) fn void(&self, token: &str) -> String {
         format!("{}:void:{token}", self.lock)
     }
 
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
-        let lock = format!("{prefix}:{{{key}}}");
+        let lock = format!("{prefix}:{PROTOCOL}:{{{key}}}");
         Names {
-            fence: format!("{lock}:fence"),
             channel: format!("{lock}:ch"),
-            queue: format!("{lock}:q"),
             lock,
         }
     }
@@ -316,28 +401,33 @@ mod tests {
     #[test]
     fn names_share_one_hash_tag() {
         let n = Names::new("relaylock", "orders:42");
-        assert_eq!(n.lock, "relaylock:{orders:42}");
-        assert_eq!(n.fence, "relaylock:{orders:42}:fence");
-        assert_eq!(n.channel, "relaylock:{orders:42}:ch");
-        assert_eq!(n.queue, "relaylock:{orders:42}:q");
-        assert_eq!(Names::queue_of_channel(&n.channel), n.queue);
+        assert_eq!(n.lock, "relaylock:2:{orders:42}");
+        assert_eq!(n.channel, "relaylock:2:{orders:42}:ch");
+        assert_eq!(n.void("t"), "relaylock:2:{orders:42}:void:t");
+        assert_eq!(Names::lock_of_channel(&n.channel), n.lock);
         let odd = Names::new("p", "x}:ch");
-        assert_eq!(Names::queue_of_channel(&odd.channel), odd.queue);
+        assert_eq!(Names::lock_of_channel(&odd.channel), odd.lock);
     }
 
     #[test]
-    fn lock_names_never_collide_with_side_names() {
-        // A lock name always ends with '}', a side name with "fence".
-        let a = Names::new("p", "x}:fence");
+    fn lock_names_never_collide_with_void_names() {
+        // A lock name always ends with '}', a void marker's name never does
+        // (a token is never empty).
+        let a = Names::new("p", "x}:void:t");
         let b = Names::new("p", "x");
-        assert_ne!(a.lock, b.fence);
+        assert_ne!(a.lock, b.void("t"));
         assert!(a.lock.ends_with('}'));
     }
 
     #[test]
     fn scripts_have_distinct_hashes() {
         let s = Scripts::new();
-        assert_ne!(s.acquire.sha1(), s.release.sha1());
-        assert_ne!(s.release.sha1(), s.renew.sha1());
+        let leave = Script::from_lua(LEAVE);
+        let all = [&s.acquire, &s.release, &s.renew, &s.peek, &leave];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(a.sha1(), b.sha1());
+            }
+        }
     }
 }

@@ -120,7 +120,6 @@ impl Lease {
 /// One lock the watchdog looks after.
 struct Watched {
     lock: String,
-    fence: String,
     token: String,
     lease: Arc<Lease>,
     name: Option<SharedString>,
@@ -137,7 +136,6 @@ struct Watched {
 struct Item {
     id: u64,
     lock: String,
-    fence: String,
     token: String,
     lease: Duration,
     generation: u64,
@@ -215,7 +213,6 @@ impl Watchdog {
             id,
             Watched {
                 lock: names.lock.clone(),
-                fence: names.fence.clone(),
                 token: token.to_owned(),
                 lease: Arc::clone(lease),
                 name,
@@ -302,7 +299,6 @@ impl Watchdog {
                     Some(Item {
                         id,
                         lock: e.lock.clone(),
-                        fence: e.fence.clone(),
                         token: e.token.clone(),
                         lease: s.renew_with,
                         generation: s.generation,
@@ -374,7 +370,6 @@ impl Watchdog {
             .iter()
             .map(|it| RenewItem {
                 lock: &it.lock,
-                fence: &it.fence,
                 token: &it.token,
                 lease_ms: it.lease.as_millis() as u64,
             })

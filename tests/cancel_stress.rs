@@ -271,24 +271,36 @@ fn failed_releases(prefix: &str) -> Vec<(String, Instant)> {
 const LEDGER_KEY: &str = "k";
 
 // ---------------------------------------------------------------------------
-// The observer: samples the lock key and the fencing counter of its side hash
-// in one atomic read on the lock's server.
+// The observer: samples the lock's value (protocol 2: head, queue, ring,
+// void in one string) in one atomic read on the lock's server, as the three
+// facts the checks below use.
 
 const SAMPLE: &str = r#"
-return {
-  redis.call('GET', KEYS[1]) or '',
-  redis.call('HGET', KEYS[2], 'f') or '',
-  table.concat(redis.call('HKEYS', KEYS[3]), ' ')
-}
+local v = redis.call('GET', KEYS[1])
+if not v then return {'', '', ''} end
+local head, queue = string.match(v, '^([^|]*)|([^|]*)|')
+if not head then return {v, '', ''} end
+local q = (string.gsub(queue, ',', ' '))
+local kind = string.sub(head, 1, 1)
+if kind == '-' then return {'', string.sub(head, 2), q} end
+if kind == '~' then
+  local c, f, keep = string.match(head, '^~([^:]*):(%d+):(%d+)$')
+  if redis.call('PTTL', KEYS[1]) <= tonumber(keep) then
+    return {'', f, q}
+  end
+  return {'~' .. c, f, q}
+end
+return {head, string.match(head, ':(%d+)$') or '', q}
 "#;
 
 struct Sample {
     sent: Instant,
     recv: Instant,
-    /// The lock's value: `""` free, `"~<client>"` a hand-over reservation,
-    /// else `"<token>:<fence>"`.
+    /// The lock's head: `""` free (absent, a tombstone, a lapsed
+    /// reservation), `"~<client>"` a hand-over reservation, else
+    /// `"<token>:<fence>"`.
     value: String,
-    /// The side hash's last fencing token issued (`""`: no side hash).
+    /// The last fencing token issued, from the head (`""`: no value).
     fence: String,
     /// The ids of the clients in the key's queue, space-separated.
     queue: String,
@@ -308,14 +320,12 @@ impl Sample {
 }
 
 async fn observe(admin: Client, lock: String, stop: Arc<AtomicBool>) -> Vec<Sample> {
-    let side = format!("{lock}:fence");
-    let queue = format!("{lock}:q");
     let mut samples = Vec::with_capacity(8192);
     while !stop.load(Ordering::SeqCst) {
         let sent = Instant::now();
         // EVAL, not EVALSHA: the script cache may be flushed at any moment.
         let v: Vec<String> = admin
-            .eval(SAMPLE, vec![&lock, &side, &queue], ())
+            .eval(SAMPLE, vec![&lock], ())
             .await
             .expect("observer sample");
         let recv = Instant::now();
@@ -333,12 +343,12 @@ async fn observe(admin: Client, lock: String, stop: Arc<AtomicBool>) -> Vec<Samp
 }
 
 /// Whether the key stayed free from sample `a` (free) to the next sample
-/// `b`. An acquisition always sets the fencing counter to a new, higher
+/// `b`. An acquisition always sets the fence in the head to a new, higher
 /// value, and every way for the key to become non-free again (a lock, a
 /// reservation, which only a release of a lock makes) starts with one. So an
-/// unchanged counter proves the key was free throughout, however long the
-/// gap. A counter that vanished (the side hash expired) proves it only over
-/// a gap shorter than the side hash's shortest life (`RETENTION`).
+/// unchanged fence proves the key was free throughout, however long the
+/// gap. A value that vanished (its retention ran out) proves it only over a
+/// gap shorter than the value's shortest life (`RETENTION`).
 fn stays_free(a: &Sample, b: &Sample) -> bool {
     if !b.free() {
         return false;
@@ -781,8 +791,9 @@ async fn client_kill_pubsub(admin: &Client) {
         .unwrap();
 }
 
-/// What is left under `prefix` that should not be: any key but a void
-/// marker with a TTL, and any subscribed channel.
+/// What is left under `prefix` that should not be: any key without a TTL;
+/// any key but a void marker or a free lock (a tombstone, or a lapsed
+/// reservation) with nobody queued; and any subscribed channel.
 async fn leftovers(admin: &Client, prefix: &str) -> Vec<String> {
     let pattern = format!("{prefix}:*");
     let mut bad = Vec::new();
@@ -791,7 +802,13 @@ async fn leftovers(admin: &Client, prefix: &str) -> Vec<String> {
         if pttl == -2 {
             continue; // expired meanwhile
         }
-        if !k.contains(":void:") || pttl < 0 {
+        let fine = if k.contains(":void:") {
+            true
+        } else {
+            let v: Vec<String> = admin.eval(SAMPLE, vec![&k], ()).await.unwrap();
+            v[0].is_empty() && v[2].is_empty()
+        };
+        if !fine || pttl < 0 {
             bad.push(format!("key {k} (pttl {pttl})"));
         }
     }

@@ -32,7 +32,7 @@ async fn a_waiter_follows_the_current_holders_lease() {
         client(&server).await,
         client(&server).await,
     );
-    let queue = format!("{}:q", a.redis_key("k"));
+    let name = a.redis_key("k");
     let holder = b
         .lock_with("k", lease(Duration::from_secs(10)))
         .await
@@ -44,10 +44,7 @@ async fn a_waiter_follows_the_current_holders_lease() {
     let c_id = c.client_id().to_owned();
     assert!(
         eventually(Duration::from_secs(3), || async {
-            admin
-                .hexists::<bool, _, _>(&queue, c_id.as_str())
-                .await
-                .unwrap()
+            support::is_queued(&admin, &name, &c_id).await
         })
         .await,
         "C never queued"
@@ -65,10 +62,7 @@ async fn a_waiter_follows_the_current_holders_lease() {
     let a_id = a.client_id().to_owned();
     assert!(
         eventually(Duration::from_secs(3), || async {
-            admin
-                .hexists::<bool, _, _>(&queue, a_id.as_str())
-                .await
-                .unwrap()
+            support::is_queued(&admin, &name, &a_id).await
         })
         .await,
         "A never queued"
@@ -244,7 +238,7 @@ async fn a_cancelled_release_still_releases() {
         support::script_flush(&admin).await;
         poll_once_and_drop(g.release()).await;
         let gone = eventually(Duration::from_secs(2), || async {
-            admin.exists::<i64, _>(&key).await.unwrap() == 0
+            !support::taken(&admin, &key).await
         })
         .await;
         assert!(
@@ -263,7 +257,7 @@ async fn a_release_racing_its_last_waiter_leaves_no_ghost_in_the_queue() {
     let admin = server.admin().await;
     let a = client(&server).await;
     let b = client(&server).await;
-    let queue = format!("{}:q", a.redis_key("k"));
+    let name = a.redis_key("k");
     let a_id = a.client_id().to_owned();
     for round in 0..5 {
         let g = a
@@ -279,10 +273,7 @@ async fn a_release_racing_its_last_waiter_leaves_no_ghost_in_the_queue() {
         assert!(tokio::time::timeout(Duration::from_millis(300), &mut w)
             .await
             .is_err());
-        assert!(admin
-            .hexists::<bool, _, _>(&queue, a_id.as_str())
-            .await
-            .unwrap());
+        assert!(support::is_queued(&admin, &name, &a_id).await);
         // The release must reload its script (one more round trip), and
         // A's last waiter leaves while it is in flight.
         support::script_flush(&admin).await;
@@ -292,10 +283,7 @@ async fn a_release_racing_its_last_waiter_leaves_no_ghost_in_the_queue() {
         release.await.unwrap();
         let bg = b_waiter.await.unwrap().unwrap();
         let ghost = eventually(Duration::from_secs(1), || async {
-            !admin
-                .hexists::<bool, _, _>(&queue, a_id.as_str())
-                .await
-                .unwrap()
+            !support::is_queued(&admin, &name, &a_id).await
         })
         .await;
         assert!(ghost, "round {round}: A stayed queued with nobody waiting");
@@ -319,16 +307,16 @@ async fn is_locked_on_a_frozen_server_fails_within_the_command_timeout() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
 }
 
-/// The queue hash outlives the holder's lease by the side retention, as the
-/// docs say, whatever the waiters' own leases, and no registration shortens
-/// it.
+/// The queue lives in the lock's value: a registration neither changes the
+/// holder's lease (whatever the waiter's own lease) nor drops an earlier
+/// registration, and the clients keep their order.
 #[tokio::test]
 async fn the_queue_lives_past_the_holders_lease_and_is_never_shortened() {
     let server = RedisServer::start();
     let admin = server.admin().await;
     let holder_client = client(&server).await;
     let (x, y) = (client(&server).await, client(&server).await);
-    let queue = format!("{}:q", x.redis_key("k"));
+    let name = x.redis_key("k");
     let holder = holder_client
         .lock_with("k", lease(Duration::from_secs(30)))
         .await
@@ -341,37 +329,27 @@ async fn the_queue_lives_past_the_holders_lease_and_is_never_shortened() {
                 .map(drop)
         })
     };
-    // A waiter with a 1 h lease: the queue lives 30 s + 60 s, not 1 h + 60 s.
+    // A waiter with a 1 h lease queues behind a 30 s lease: the lease stays.
     let xw = wait(&x, Duration::from_secs(3600));
+    support::until_queued(&admin, &x, "k").await;
+    let pttl: i64 = admin.pttl(&name).await.unwrap();
     assert!(
-        eventually(Duration::from_secs(3), || async {
-            admin.exists::<i64, _>(&queue).await.unwrap() == 1
-        })
-        .await
+        (25_000..=30_000).contains(&pttl),
+        "PTTL {pttl} after a 1 h-lease waiter queued behind a 30 s lease"
     );
-    let pttl: i64 = admin.pttl(&queue).await.unwrap();
-    assert!(
-        (85_000..=90_000).contains(&pttl),
-        "queue PTTL {pttl} after a 1 h-lease waiter queued behind a 30 s lease"
-    );
-    // Someone made it live longer; a later short-lease waiter must not
-    // shorten it (it would drop the queued clients).
-    let _: bool = admin.pexpire(&queue, 200_000, None).await.unwrap();
+    // A later short-lease waiter queues behind it, and neither the lease
+    // nor X's place changes.
     let yw = wait(&y, Duration::from_millis(10));
-    let y_id = y.client_id().to_owned();
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            admin
-                .hexists::<bool, _, _>(&queue, y_id.as_str())
-                .await
-                .unwrap()
-        })
-        .await
+    support::until_queued(&admin, &y, "k").await;
+    let value = support::lock_value(&admin, &name).await.unwrap();
+    assert_eq!(
+        value.queue,
+        vec![x.client_id().to_owned(), y.client_id().to_owned()]
     );
-    let pttl: i64 = admin.pttl(&queue).await.unwrap();
+    let pttl: i64 = admin.pttl(&name).await.unwrap();
     assert!(
-        pttl > 190_000,
-        "a registration shortened the queue to {pttl} ms"
+        (25_000..=30_000).contains(&pttl),
+        "a registration changed the lease to {pttl} ms"
     );
     holder.release().await.unwrap();
     xw.await.unwrap().unwrap();
@@ -559,7 +537,7 @@ async fn overlapping_extends_never_overstate_the_lease() {
         }
         drop(guard);
         let free = eventually(Duration::from_secs(5), || async {
-            admin.exists::<i64, _>(&key).await.unwrap() == 0
+            !support::taken(&admin, &key).await
         })
         .await;
         assert!(free);

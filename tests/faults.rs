@@ -753,8 +753,8 @@ async fn a_blackholed_subscriber_only_delays_waiters() {
     };
     assert!(
         eventually(Duration::from_secs(3), || async {
-            support::numsub(&admin, &format!("{prefix}:{{k0}}:ch")).await == 2
-                || support::numsub(&admin, &format!("{prefix}:{{k0}}:ch")).await == 1
+            support::numsub(&admin, &format!("{prefix}:2:{{k0}}:ch")).await == 2
+                || support::numsub(&admin, &format!("{prefix}:2:{{k0}}:ch")).await == 1
         })
         .await
     );
@@ -814,7 +814,7 @@ async fn garbage_messages_and_strange_keys_are_harmless() {
             at
         })
     };
-    let channel = format!("{prefix}:{{k}}:ch");
+    let channel = format!("{prefix}:2:{{k}}:ch");
     assert!(
         eventually(Duration::from_secs(2), || async {
             support::numsub(&admin, &channel).await == 1

@@ -138,6 +138,67 @@ async fn one_retry_per_release() {
     );
 }
 
+/// The lean protocol's costs, counted by the server (not timed): contention
+/// within ONE client publishes nothing (no other client waits; the releasing
+/// client wakes its own waiters, with the local shortcut) and costs at most
+/// about 7 Redis commands per acquisition, script internals included;
+/// contention between two clients publishes hand-over messages and both
+/// get their turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_publishes_only_when_another_client_waits() {
+    const TASKS: usize = 32;
+    const ROUNDS: usize = 10;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let run = |clients: Vec<LockClient>| async move {
+        let mut tasks = Vec::new();
+        for i in 0..TASKS {
+            let lock = clients[i % clients.len()].clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let g = lock.lock("hot").await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    g.release().await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    };
+    let total = |calls: &std::collections::HashMap<String, u64>| {
+        calls
+            .iter()
+            .filter(|(c, _)| c.as_str() != "info")
+            .map(|(_, n)| n)
+            .sum::<u64>()
+    };
+    let acquisitions = (TASKS * ROUNDS) as u64;
+
+    let one = client(&server).await;
+    let before = command_calls(&admin).await;
+    run(vec![one.clone()]).await;
+    let after = command_calls(&admin).await;
+    let published = delta(&before, &after, "publish");
+    let per_acq = (total(&after) - total(&before)) as f64 / acquisitions as f64;
+    println!("one client: {published} PUBLISH, {per_acq:.2} Redis commands per acquisition");
+    assert_eq!(
+        published, 0,
+        "a release published with no other client waiting"
+    );
+    assert!(per_acq <= 8.0, "{per_acq:.2} commands per acquisition");
+
+    let two = vec![client(&server).await, client(&server).await];
+    let before = command_calls(&admin).await;
+    run(two).await;
+    let after = command_calls(&admin).await;
+    let published = delta(&before, &after, "publish");
+    let per_acq = (total(&after) - total(&before)) as f64 / acquisitions as f64;
+    println!("two clients: {published} PUBLISH, {per_acq:.2} Redis commands per acquisition");
+    assert!(published > 0, "clients handed over without a message");
+    assert!(per_acq <= 10.0, "{per_acq:.2} commands per acquisition");
+}
+
 #[tokio::test]
 async fn try_lock_and_timeout() {
     let server = RedisServer::start();
@@ -446,14 +507,20 @@ async fn no_subscription_outlives_its_waiters() {
         support::numsub(&admin, &format!("{}:ch", lock.redis_key("a"))).await,
         0
     );
+    // What stays behind is the two locks' tombstones (free, nobody queued),
+    // each with a TTL.
     let mut left = support::keys(&admin, "relaylock:*").await;
     left.sort();
-    assert_eq!(left, vec!["relaylock:{a}:fence", "relaylock:{b}:fence"]);
-    let ttl: i64 = admin.pttl("relaylock:{a}:fence").await.unwrap();
-    assert!(
-        ttl > 0 && ttl <= relaylock::scripts::SIDE_RETENTION_MS as i64,
-        "side hash ttl {ttl}"
-    );
+    assert_eq!(left, vec![lock.redis_key("a"), lock.redis_key("b")]);
+    for name in &left {
+        let value = support::lock_value(&admin, name).await.unwrap();
+        assert!(value.is_free() && value.queue.is_empty(), "{value:?}");
+        let ttl: i64 = admin.pttl(name).await.unwrap();
+        assert!(
+            ttl > 0 && ttl <= relaylock::scripts::SIDE_RETENTION_MS as i64,
+            "tombstone ttl {ttl}"
+        );
+    }
 }
 
 /// Fencing tokens keep increasing across a restart with no persistence, and
@@ -496,34 +563,25 @@ async fn replayed_release_is_not_a_false_loss() {
     let admin = server.admin().await;
     let lock = client(&server).await;
     let key = lock.redis_key("k");
-    let side = format!("{key}:fence");
     let channel = format!("{key}:ch");
     let g = lock.lock("k").await.unwrap();
     let (token, fence) = (g.token().to_owned(), g.fencing_token().to_string());
     std::mem::forget(g);
     let release = |fence: String| {
-        let (admin, key, side, channel, token) = (
-            admin.clone(),
-            key.clone(),
-            side.clone(),
-            channel.clone(),
-            token.clone(),
-        );
+        let (admin, key, channel, token) =
+            (admin.clone(), key.clone(), channel.clone(), token.clone());
         async move {
-            let keys = vec![
-                key.clone(),
-                side,
-                format!("{key}:void:{token}"),
-                format!("{key}:q"),
-            ];
+            let keys = vec![key.clone(), format!("{key}:void:{token}")];
             let args: Vec<String> = vec![
                 token,
                 fence,
                 channel,
                 relaylock::scripts::SIDE_RETENTION_MS.to_string(),
                 relaylock::scripts::RING_CHARS.to_string(),
-                String::new(),
+                "me".into(),
                 relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
+                "PUBLISH".into(),
+                "0".into(),
             ];
             admin
                 .eval::<i64, _, _, _>(relaylock::scripts::RELEASE, keys, args)
@@ -680,8 +738,7 @@ async fn builds_on_an_existing_fred_client() {
         .await
         .unwrap();
     let g = lock.lock("k").await.unwrap();
-    let exists: i64 = fred.exists("app:{k}").await.unwrap();
-    assert_eq!(exists, 1);
+    assert!(support::taken(&fred, "app:2:{k}").await);
     g.release().await.unwrap();
     drop(lock);
     let pong: String = fred.ping(None).await.unwrap();
@@ -692,61 +749,95 @@ async fn builds_on_an_existing_fred_client() {
 }
 
 /// An acquisition abandoned in flight is released with an unknown fence; if
-/// it had not taken the lock, a delayed copy of it must never take it later.
+/// it had not taken the lock, a delayed copy of it must never take it later:
+/// not when the key was absent, and not after the lock it found held changed
+/// hands (the value carries the `void` field through every transition).
 #[tokio::test]
 async fn abandoned_acquisition_can_never_succeed_later() {
     use relaylock::scripts::{ACQUIRE, HANDOFF_GRACE_MS, RELEASE, RING_CHARS, SIDE_RETENTION_MS};
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let (key, side, queue) = (
-        "p:{k}".to_string(),
-        "p:{k}:fence".to_string(),
-        "p:{k}:q".to_string(),
-    );
-    let keys = |token: &str| {
+    let keys = |key: &str, token: &str| vec![key.to_string(), format!("{key}:void:{token}")];
+    let release_args = |token: &str, fence: &str| -> Vec<String> {
         vec![
-            key.clone(),
-            side.clone(),
-            format!("p:{{k}}:void:{token}"),
-            queue.clone(),
+            token.into(),
+            fence.into(),
+            "p:2:{k}:ch".into(),
+            SIDE_RETENTION_MS.to_string(),
+            RING_CHARS.to_string(),
+            "me".into(),
+            HANDOFF_GRACE_MS.to_string(),
+            "PUBLISH".into(),
+            "0".into(),
         ]
     };
-    // The orphan release arrives first and finds nothing.
-    let release_args: Vec<String> = vec![
-        "tok".into(),
-        String::new(),
-        "p:{k}:ch".into(),
-        SIDE_RETENTION_MS.to_string(),
-        RING_CHARS.to_string(),
-        String::new(),
-        HANDOFF_GRACE_MS.to_string(),
-    ];
-    let released: i64 = admin
-        .eval(RELEASE, keys("tok"), release_args)
-        .await
-        .unwrap();
-    assert_eq!(released, 0);
-    let ttl: i64 = admin.pttl("p:{k}:void:tok").await.unwrap();
-    assert!(ttl > 0 && ttl <= SIDE_RETENTION_MS as i64);
-    // The delayed acquire of the same token is refused; another token is not.
-    let args = |t: &str| {
+    let args = |t: &str| -> Vec<String> {
         vec![
             t.to_string(),
             "30000".into(),
-            "90000".into(),
             String::new(),
-            "p:{k}:ch".into(),
+            "p:2:{k}:ch".into(),
+            "PUBLISH".into(),
         ]
     };
-    let late: Vec<i64> = admin.eval(ACQUIRE, keys("tok"), args("tok")).await.unwrap();
+    // The orphan release arrives first and finds nothing.
+    let key = "p:2:{k}";
+    let released: i64 = admin
+        .eval(RELEASE, keys(key, "tok"), release_args("tok", ""))
+        .await
+        .unwrap();
+    assert_eq!(released, 0);
+    let ttl: i64 = admin.pttl("p:2:{k}:void:tok").await.unwrap();
+    assert!(ttl > 0 && ttl <= SIDE_RETENTION_MS as i64);
+    // The delayed acquire of the same token is refused; another token is not.
+    let late: Vec<i64> = admin
+        .eval(ACQUIRE, keys(key, "tok"), args("tok"))
+        .await
+        .unwrap();
     assert_eq!(late, vec![0, -2]);
-    let exists: i64 = admin.exists(&key).await.unwrap();
-    assert_eq!(exists, 0, "the abandoned acquisition took the lock");
+    assert!(
+        !support::taken(&admin, key).await,
+        "the abandoned acquisition took the lock"
+    );
     let other: Vec<i64> = admin
-        .eval(ACQUIRE, keys("other"), args("other"))
+        .eval(ACQUIRE, keys(key, "other"), args("other"))
         .await
         .unwrap();
     assert_eq!(other[0], 1);
+
+    // The orphan release finds the lock held by another token, which then
+    // releases it: the tombstone still makes the delayed copy check.
+    let key = "p:2:{j}";
+    let held: Vec<i64> = admin
+        .eval(ACQUIRE, keys(key, "h"), args("h"))
+        .await
+        .unwrap();
+    assert_eq!(held[0], 1);
+    let released: i64 = admin
+        .eval(RELEASE, keys(key, "tok"), release_args("tok", ""))
+        .await
+        .unwrap();
+    assert_eq!(released, 0);
+    let released: i64 = admin
+        .eval(
+            RELEASE,
+            keys(key, "h"),
+            release_args("h", &held[1].to_string()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, 1);
+    let late: Vec<i64> = admin
+        .eval(ACQUIRE, keys(key, "tok"), args("tok"))
+        .await
+        .unwrap();
+    assert_eq!(late, vec![0, -2]);
+    let next: Vec<i64> = admin
+        .eval(ACQUIRE, keys(key, "n"), args("n"))
+        .await
+        .unwrap();
+    assert_eq!(next[0], 1);
+    assert!(next[1] > held[1], "fences keep increasing");
 }
 
 /// A user whose ACL forbids the release channel cannot subscribe: its
@@ -940,13 +1031,10 @@ async fn a_no_show_costs_one_grace_period() {
     let admin = server.admin().await;
     let holder_client = client(&server).await;
     let waiter_client = client(&server).await;
-    let queue = format!("{}:q", holder_client.redis_key("k"));
+    let name = holder_client.redis_key("k");
     let holder = holder_client.lock("k").await.unwrap();
     // A ghost that started waiting long ago, ahead of everyone.
-    let _: i64 = admin
-        .hset(&queue, ("ghost", "1000000000000000"))
-        .await
-        .unwrap();
+    assert!(support::edit_queue(&admin, &name, "ghost", true).await);
     let waiter = {
         let c = waiter_client.clone();
         tokio::spawn(async move {
@@ -967,8 +1055,10 @@ async fn a_no_show_costs_one_grace_period() {
         "took {took:?} (grace is {} ms)",
         relaylock::scripts::HANDOFF_GRACE_MS
     );
-    let ghost: bool = admin.hexists(&queue, "ghost").await.unwrap();
-    assert!(!ghost, "the no-show is still queued");
+    assert!(
+        !support::is_queued(&admin, &name, "ghost").await,
+        "the no-show is still queued"
+    );
     g.release().await.unwrap();
 
     // A waiter that gives up takes its client out of the queue.
@@ -978,21 +1068,21 @@ async fn a_no_show_costs_one_grace_period() {
         .await;
     assert!(matches!(r, Err(Error::Timeout)));
     let emptied = eventually(Duration::from_secs(3), || async {
-        admin.hlen::<i64, _>(&queue).await.unwrap() == 0
+        support::lock_value(&admin, &name)
+            .await
+            .is_some_and(|v| v.queue.is_empty())
     })
     .await;
     assert!(
         emptied,
         "queue left behind: {:?}",
-        admin
-            .hgetall::<std::collections::HashMap<String, String>, _>(&queue)
-            .await
+        support::lock_value(&admin, &name).await
     );
     holder.release().await.unwrap();
 }
 
 /// Client C waits for a key, and its queue entry disappears (as a clean-up
-/// race or an expired queue hash can make it) while clients A and B then hand
+/// race or an expired value can make it) while clients A and B then hand
 /// the key to each other continuously. C must queue again and get its turn
 /// within about a lease (1 s here), not starve for as long as A and B go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1004,7 +1094,7 @@ async fn a_client_that_fell_out_of_the_queue_queues_again() {
         client(&server).await,
         client(&server).await,
     );
-    let queue = format!("{}:q", a.redis_key("k"));
+    let name = a.redis_key("k");
     let lease = || LockOptions::default().lease(Duration::from_secs(1));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ping_pong = |cl: &LockClient| {
@@ -1026,35 +1116,26 @@ async fn a_client_that_fell_out_of_the_queue_queues_again() {
     };
     let c_id = c.client_id().to_owned();
     let queued = eventually(Duration::from_secs(3), || async {
-        admin
-            .hexists::<bool, _, _>(&queue, c_id.as_str())
-            .await
-            .unwrap()
+        support::is_queued(&admin, &name, &c_id).await
     })
     .await;
     assert!(queued, "C never queued");
     let b_id = b.client_id().to_owned();
     let b_queued = eventually(Duration::from_secs(3), || async {
-        admin
-            .hexists::<bool, _, _>(&queue, b_id.as_str())
-            .await
-            .unwrap()
+        support::is_queued(&admin, &name, &b_id).await
     })
     .await;
     assert!(b_queued, "B never queued");
     loops.extend((0..4).map(|_| ping_pong(&a)));
     let a_id = a.client_id().to_owned();
     let a_queued = eventually(Duration::from_secs(3), || async {
-        admin
-            .hexists::<bool, _, _>(&queue, a_id.as_str())
-            .await
-            .unwrap()
+        support::is_queued(&admin, &name, &a_id).await
     })
     .await;
     assert!(a_queued, "A never queued");
     // C falls out of the queue; then A and B start handing the key over,
     // always to each other (each is queued when the other releases).
-    let _: i64 = admin.hdel(&queue, c_id.as_str()).await.unwrap();
+    assert!(support::edit_queue(&admin, &name, &c_id, false).await);
     let start = Instant::now();
     first.release().await.unwrap();
     let got = waiter.await.unwrap();
@@ -1086,10 +1167,10 @@ async fn an_abandoned_first_try_leaves_no_ghost_in_the_queue() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     holder.release().await.unwrap();
-    let value: Option<String> = admin.get(&key).await.unwrap();
-    assert_eq!(
-        value, None,
-        "the release reserved the lock for a client with nobody waiting"
+    let value = support::lock_value(&admin, &key).await.unwrap();
+    assert!(
+        value.is_free(),
+        "the release reserved the lock for a client with nobody waiting: {value:?}"
     );
 }
 

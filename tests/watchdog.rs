@@ -85,9 +85,9 @@ async fn renewal_keeps_a_lock_alive_across_several_leases() {
     // Four leases long, checked every 50 ms.
     let start = Instant::now();
     while start.elapsed() < lease * 4 {
-        let v: Option<String> = admin.get(&key).await.unwrap();
+        let head = support::lock_value(&admin, &key).await.map(|v| v.head);
         assert_eq!(
-            v.as_deref(),
+            head.as_deref(),
             Some(value.as_str()),
             "lock lost after {:?}",
             start.elapsed()
@@ -134,11 +134,7 @@ async fn an_explicit_lease_is_fixed_unless_watchdog_is_asked_for() {
     assert!(token.is_cancelled() && !fixed.is_held());
     assert!(
         eventually(Duration::from_secs(2), || async {
-            admin
-                .exists::<i64, _>(lock.redis_key("fixed"))
-                .await
-                .unwrap()
-                == 0
+            !support::taken(&admin, &lock.redis_key("fixed")).await
         })
         .await
     );
@@ -272,11 +268,8 @@ async fn release_and_drop_stop_renewal() {
     drop(dropped);
     assert!(
         eventually(Duration::from_secs(2), || async {
-            admin
-                .exists::<i64, _>(vec![lock.redis_key("released"), lock.redis_key("dropped")])
-                .await
-                .unwrap()
-                == 0
+            !support::taken(&admin, &lock.redis_key("released")).await
+                && !support::taken(&admin, &lock.redis_key("dropped")).await
         })
         .await
     );
@@ -292,11 +285,12 @@ async fn release_and_drop_stop_renewal() {
     );
     assert_eq!(counted("released"), before_released);
     assert_eq!(counted("dropped"), before_dropped);
-    let n: i64 = admin
-        .exists(vec![lock.redis_key("released"), lock.redis_key("dropped")])
-        .await
-        .unwrap();
-    assert_eq!(n, 0, "a key was re-created");
+    for key in ["released", "dropped"] {
+        assert!(
+            !support::taken(&admin, &lock.redis_key(key)).await,
+            "a lock was re-created"
+        );
+    }
     assert_eq!(lost("released") + lost("dropped"), 0);
 }
 
@@ -401,10 +395,7 @@ async fn with_lock_runs_releases_and_abandons_work_when_the_lock_is_lost() {
     .unwrap()
     .unwrap();
     assert!(value > 0);
-    assert_eq!(
-        admin.exists::<i64, _>(lock.redis_key("job")).await.unwrap(),
-        0
-    );
+    assert!(!support::taken(&admin, &lock.redis_key("job")).await);
 
     // The lock is deleted behind the holder's back: the closure's future is
     // dropped and the call fails with LockLost.
@@ -465,7 +456,9 @@ async fn min_replicas_waits_for_a_real_replica() {
     let one = |ms| named("replicas").min_replicas(1, Duration::from_millis(ms));
 
     let g = lock.lock_with("acked", one(2000)).await.unwrap();
-    let on_replica: Option<String> = replica_admin.get(lock.redis_key("acked")).await.unwrap();
+    let on_replica = support::lock_value(&replica_admin, &lock.redis_key("acked"))
+        .await
+        .map(|v| v.head);
     assert_eq!(
         on_replica,
         Some(format!("{}:{}", g.token(), g.fencing_token())),
@@ -481,10 +474,7 @@ async fn min_replicas_waits_for_a_real_replica() {
         )
         .await;
     not_replicated(&r, 1, 2);
-    assert_eq!(
-        admin.exists::<i64, _>(lock.redis_key("two")).await.unwrap(),
-        0
-    );
+    assert!(!support::taken(&admin, &lock.redis_key("two")).await);
 
     // The replica stops: error, and the lock is released.
     replica.kill();
@@ -509,13 +499,7 @@ async fn min_replicas_waits_for_a_real_replica() {
         plain < Duration::from_millis(400),
         "a plain lock waited {plain:?} behind a WAIT"
     );
-    assert_eq!(
-        admin
-            .exists::<i64, _>(lock.redis_key("lonely"))
-            .await
-            .unwrap(),
-        0
-    );
+    assert!(!support::taken(&admin, &lock.redis_key("lonely")).await);
     let g = lock
         .try_lock_with("lonely", LockOptions::default())
         .await
@@ -535,7 +519,7 @@ async fn min_replicas_waits_for_a_real_replica() {
     let key = lock.redis_key("abandoned");
     assert!(
         eventually(Duration::from_secs(2), || async {
-            admin.exists::<i64, _>(&key).await.unwrap() == 1
+            support::taken(&admin, &key).await
         })
         .await,
         "the acquisition never happened"
@@ -544,7 +528,7 @@ async fn min_replicas_waits_for_a_real_replica() {
     assert!(abandoned.await.unwrap_err().is_cancelled());
     assert!(
         eventually(Duration::from_secs(2), || async {
-            admin.exists::<i64, _>(&key).await.unwrap() == 0
+            !support::taken(&admin, &key).await
         })
         .await,
         "a call dropped during WAIT left its lock held"
@@ -597,8 +581,11 @@ async fn extend_to_a_shorter_lease_replans_the_watchdog() {
     g.extend(Duration::from_millis(600)).await.unwrap();
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(2000) {
-        let n: i64 = admin.exists(lock.redis_key("shrink")).await.unwrap();
-        assert_eq!(n, 1, "expired {:?} after extend", start.elapsed());
+        assert!(
+            support::taken(&admin, &lock.redis_key("shrink")).await,
+            "expired {:?} after extend",
+            start.elapsed()
+        );
         assert!(g.is_held());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -644,8 +631,11 @@ async fn a_lock_registered_while_the_watchdog_plans_is_renewed() {
         let g = lock.lock("x").await.unwrap();
         let start = Instant::now();
         while start.elapsed() < Duration::from_millis(1200) {
-            let n: i64 = admin.exists(lock.redis_key("x")).await.unwrap();
-            assert_eq!(n, 1, "round {round}: expired after {:?}", start.elapsed());
+            assert!(
+                support::taken(&admin, &lock.redis_key("x")).await,
+                "round {round}: expired after {:?}",
+                start.elapsed()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         g.release().await.unwrap();

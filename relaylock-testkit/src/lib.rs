@@ -170,16 +170,132 @@ where
     }
 }
 
+/// The fields of a lock's value (protocol 2, see `relaylock::scripts`):
+/// `head|queue|ring|void`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockValue {
+    /// `<token>:<fence>` (held), `~<client>:<fence>:<until>` (reserved) or
+    /// `-<fence>` (free).
+    pub head: String,
+    /// Client ids waiting, oldest first.
+    pub queue: Vec<String>,
+    /// Released fences, newest first.
+    pub ring: Vec<u64>,
+    /// Until when void markers may exist (server ms), or empty.
+    pub void: String,
+}
+
+impl LockValue {
+    /// Parse a value; `None` if it is not a protocol 2 value.
+    pub fn parse(value: &str) -> Option<LockValue> {
+        let mut fields = value.splitn(4, '|');
+        let head = fields.next()?.to_owned();
+        let queue = fields.next()?;
+        let ring = fields.next()?;
+        let void = fields.next()?.to_owned();
+        Some(LockValue {
+            head,
+            queue: queue
+                .split(',')
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            ring: ring.split(' ').filter_map(|f| f.parse().ok()).collect(),
+            void,
+        })
+    }
+
+    /// A tombstone: nobody holds the lock.
+    pub fn is_free(&self) -> bool {
+        self.head.starts_with('-')
+    }
+
+    /// The client a hand-over reserved the lock for.
+    pub fn reserved_for(&self) -> Option<&str> {
+        self.head.strip_prefix('~')?.split(':').next()
+    }
+
+    /// The token of the holder.
+    pub fn token(&self) -> Option<&str> {
+        if self.is_free() || self.head.starts_with('~') {
+            return None;
+        }
+        self.head.split(':').next()
+    }
+
+    /// The fence in the head (the holder's, or the last one issued).
+    pub fn fence(&self) -> Option<u64> {
+        let head = self.head.trim_start_matches(['-', '~']);
+        let mut parts = head.split(':');
+        if self.head.starts_with('-') {
+            return parts.next()?.parse().ok();
+        }
+        parts.nth(1)?.parse().ok()
+    }
+}
+
+/// The value of the lock named `name` (a `LockClient::redis_key`), parsed;
+/// `None` when the key is absent (or not a protocol 2 value).
+pub async fn lock_value(admin: &Client, name: &str) -> Option<LockValue> {
+    let raw: Option<String> = admin.get(name).await.unwrap();
+    raw.as_deref().and_then(LockValue::parse)
+}
+
+/// Whether the lock named `name` is taken: held, or reserved for a client
+/// (a tombstone or an absent key is free). Reads the value directly, unlike
+/// `LockClient::is_locked`, so a test can check one client's lock from
+/// outside.
+pub async fn taken(admin: &Client, name: &str) -> bool {
+    let raw: Option<String> = admin.get(name).await.unwrap();
+    match raw {
+        None => false,
+        Some(v) => LockValue::parse(&v).is_none_or(|v| !v.is_free()),
+    }
+}
+
+/// Whether `client` is in the queue of the lock named `name`.
+pub async fn is_queued(admin: &Client, name: &str, client: &str) -> bool {
+    lock_value(admin, name)
+        .await
+        .is_some_and(|v| v.queue.iter().any(|c| c == client))
+}
+
+/// Rewrite the queue field of the lock named `name` atomically (keeping the
+/// key's TTL): `front` puts `client` first, otherwise it is removed. For
+/// tests that stage a ghost ahead of everyone, or a client falling out of
+/// the queue. Returns false when the key holds no protocol 2 value.
+pub async fn edit_queue(admin: &Client, name: &str, client: &str, front: bool) -> bool {
+    const EDIT: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local head, queue, rest = string.match(v, '^([^|]*)|([^|]*)(|.*)$')
+if not head then return 0 end
+local q = {}
+if ARGV[2] == '1' then q[1] = ARGV[1] end
+for c in string.gmatch(queue, '[^,]+') do
+  if c ~= ARGV[1] then q[#q + 1] = c end
+end
+redis.call('SET', KEYS[1], head .. '|' .. table.concat(q, ',') .. rest, 'KEEPTTL')
+return 1
+"#;
+    let done: i64 = admin
+        .eval(
+            EDIT,
+            vec![name],
+            vec![client, if front { "1" } else { "0" }],
+        )
+        .await
+        .unwrap();
+    done == 1
+}
+
 /// Wait (at most 10 s) until `client` is in the queue of `key`: one of its
 /// tasks tried, found the lock held and waits. Panics otherwise.
 pub async fn until_queued(admin: &Client, client: &relaylock::LockClient, key: &str) {
-    let queue = format!("{}:q", client.redis_key(key));
+    let name = client.redis_key(key);
     let id = client.client_id().to_owned();
     let queued = eventually(Duration::from_secs(10), || async {
-        admin
-            .hexists::<bool, _, _>(queue.as_str(), id.as_str())
-            .await
-            .unwrap()
+        is_queued(admin, &name, &id).await
     })
     .await;
     assert!(queued, "client {id} never queued for {key}");
