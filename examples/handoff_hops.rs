@@ -1,7 +1,8 @@
 //! Where the microseconds of one hand-over go, hop by hop.
 //!
 //! A holder and a parked waiter on one key, in one process, against a
-//! redis-server this example starts. The library emits `trace` events under
+//! redis-server this example starts: first both in one client (the local
+//! shortcut), then in two clients (the release message). The library emits `trace` events under
 //! the target `relaylock::hop` at each internal hop; a tracing layer stamps
 //! them, and the example prints the median of each hop over many hand-overs,
 //! next to the PING round trip measured the same way.
@@ -52,8 +53,86 @@ impl<S: tracing::Subscriber> Layer<S> for HopLayer {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// Hand the lock over `rounds` times from a holder of `holder` to a parked
+/// waiter of `waiter` (the same client: the local shortcut; another client:
+/// the release message), and print the median of each hop.
+async fn measure(
+    title: &str,
+    holder: &LockClient,
+    waiter: &LockClient,
+    rounds: usize,
+    stamps: &Stamps,
+) {
+    let fred = holder.fred_client().clone();
+    let (
+        mut release_rtt,
+        mut to_message,
+        mut to_woken,
+        mut to_reply,
+        mut to_return,
+        mut total,
+        mut ping,
+    ) = (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let held = holder.lock("hops").await.unwrap();
+        let parked = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let g = waiter.lock("hops").await.unwrap();
+                (Instant::now(), g)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(2)).await; // the waiter tries, subscribes, parks
+        let p = Instant::now();
+        let _: String = fred.ping(None).await.unwrap();
+        ping.push(p.elapsed().as_secs_f64() * 1e6);
+        stamps.lock().unwrap().clear();
+
+        let t0 = Instant::now();
+        held.release().await.unwrap();
+        let t_released = Instant::now();
+        let (t_end, g) = parked.await.unwrap();
+        let s = std::mem::take(&mut *stamps.lock().unwrap());
+        let at = |name: &str| s.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
+        let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e6;
+        if let (Some(w), Some(r)) = (at("waiter_woken"), at("acquire_reply")) {
+            // Without a message (the local shortcut), hop 1 ends when the
+            // waiter runs.
+            let m = at("message_received").unwrap_or(w);
+            release_rtt.push(us(t0, t_released));
+            to_message.push(us(t0, m));
+            to_woken.push(us(m, w));
+            to_reply.push(us(w, r));
+            to_return.push(us(r, t_end));
+            total.push(us(t0, t_end));
+        }
+        g.release().await.unwrap();
+    }
+    println!(
+        "{title}: {} hand-overs, medians in microseconds",
+        total.len()
+    );
+    let line = |name: &str, v: Vec<f64>| println!("  {name:<50}{:>8.1}", median(v));
+    line("PING round trip through fred (the floor)", ping);
+    line("release script round trip (holder's view)", release_rtt);
+    line(
+        "1. release sent -> message at the subscriber task",
+        to_message,
+    );
+    line("2. message -> waiter task running", to_woken);
+    line("3. waiter running -> acquire reply received", to_reply);
+    line(
+        "4. acquire reply -> lock() returns to the caller",
+        to_return,
+    );
+    line("hand-over, release sent -> lock() returned", total);
 }
 
 #[tokio::main]
@@ -68,81 +147,22 @@ async fn main() {
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     let server = redis_server::RedisServer::try_start(&[]).unwrap_or_else(|e| panic!("{e}"));
-    let lock = LockClient::connect(&server.url()).await.unwrap();
-    let fred = lock.fred_client().clone();
-
-    let (
-        mut release_rtt,
-        mut to_message,
-        mut to_woken,
-        mut to_reply,
-        mut to_return,
-        mut total,
-        mut ping,
-    ) = (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-    for _ in 0..rounds {
-        let holder = lock.lock("hops").await.unwrap();
-        let waiter = {
-            let lock = lock.clone();
-            tokio::spawn(async move {
-                let g = lock.lock("hops").await.unwrap();
-                (Instant::now(), g)
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(2)).await; // the waiter tries, subscribes, parks
-        let p = Instant::now();
-        let _: String = fred.ping(None).await.unwrap();
-        ping.push(p.elapsed().as_secs_f64() * 1e6);
-        stamps.lock().unwrap().clear();
-
-        let t0 = Instant::now();
-        holder.release().await.unwrap();
-        let t_released = Instant::now();
-        let (t_end, g) = waiter.await.unwrap();
-        let s = std::mem::take(&mut *stamps.lock().unwrap());
-        let at = |name: &str| s.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
-        if let (Some(m), Some(w), Some(r)) = (
-            at("message_received"),
-            at("waiter_woken"),
-            at("acquire_reply"),
-        ) {
-            let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e6;
-            release_rtt.push(us(t0, t_released));
-            to_message.push(us(t0, m));
-            to_woken.push(us(m, w));
-            to_reply.push(us(w, r));
-            to_return.push(us(r, t_end));
-            total.push(us(t0, t_end));
-        }
-        g.release().await.unwrap();
-    }
-    println!("{} hand-overs, medians in microseconds", total.len());
-    println!(
-        "  PING round trip through fred (the floor)          {:>8.1}",
-        median(ping)
-    );
-    println!(
-        "  release script round trip (holder's view)         {:>8.1}",
-        median(release_rtt)
-    );
-    println!(
-        "  1. release sent -> message at the subscriber task {:>8.1}",
-        median(to_message)
-    );
-    println!(
-        "  2. message -> waiter task running                 {:>8.1}",
-        median(to_woken)
-    );
-    println!(
-        "  3. waiter running -> acquire reply received       {:>8.1}",
-        median(to_reply)
-    );
-    println!(
-        "  4. acquire reply -> lock() returns to the caller  {:>8.1}",
-        median(to_return)
-    );
-    println!(
-        "  hand-over, release sent -> lock() returned        {:>8.1}",
-        median(total)
-    );
+    let one = LockClient::connect(&server.url()).await.unwrap();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    measure(
+        "one client (local shortcut: no message; hop 1 ends when the waiter runs)",
+        &one,
+        &one,
+        rounds,
+        &stamps,
+    )
+    .await;
+    measure(
+        "two clients (release message)",
+        &one,
+        &other,
+        rounds,
+        &stamps,
+    )
+    .await;
 }

@@ -181,7 +181,7 @@ impl<'a> LockCall<'a> {
             inner,
             key,
             names: inner.names(key),
-            token: uuid::Uuid::new_v4().to_string(),
+            token: crate::token::new(),
             lease,
             lease_ms,
             name: options.name.as_ref(),

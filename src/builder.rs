@@ -248,9 +248,10 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long a lock's bookkeeping outlives its last use: the side hash
-    /// (fencing counter, recently released tokens), the queue of waiting
-    /// clients and the markers of abandoned acquisitions. Within this window
+    /// How long a lock's bookkeeping outlives its last use: a released
+    /// lock's value (its tombstone: the last fencing token, the recently
+    /// released tokens), a lapsed reservation, and the markers of abandoned
+    /// acquisitions. Within this window
     /// a replayed release is recognised as ours and a server clock stepping
     /// back cannot make fencing tokens go backwards; past it, nothing of the
     /// lock stays in Redis. Default 60 s
@@ -408,7 +409,11 @@ impl LockClientBuilder {
         let loaded = async {
             scripts.acquire.load(&redis).await?;
             scripts.release.load(&redis).await?;
-            scripts.renew.load(&redis).await
+            scripts.renew.load(&redis).await?;
+            scripts.peek.load(&redis).await?;
+            fred::types::scripts::Script::from_lua(crate::scripts::LEAVE)
+                .load(&redis)
+                .await
         };
         if let Err(e) = with_timeout(self.command_timeout, loaded).await {
             let _ = tokio::time::timeout(self.connect_timeout, subscriber.quit()).await;
@@ -431,7 +436,7 @@ impl LockClientBuilder {
 
         crate::metrics::describe();
         // 16 hex digits of a random UUID: unique among the clients of a lock
-        // with overwhelming probability, short in the queue hash and messages.
+        // with overwhelming probability, short in the lock's queue and messages.
         let client_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
         let registry = Arc::new(Registry::new(
             subscriber.clone(),

@@ -11,7 +11,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::types::Value;
+use fred::interfaces::LuaInterface;
+use fred::types::scripts::Script;
+use fred::types::{FromValue, Value};
 
 use crate::error::{with_timeout, Error, Result};
 use crate::scripts::{Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS};
@@ -61,9 +63,9 @@ pub(crate) enum Released {
     NotOurs,
 }
 
-/// The KEYS of `ACQUIRE` and `RELEASE`: `[lock, void]`.
-fn lock_keys<'a>(names: &'a Names, void: &'a str) -> Vec<&'a str> {
-    vec![names.lock.as_str(), void]
+/// The KEYS of `ACQUIRE` and `RELEASE`: `[lock, void, voids]`.
+fn lock_keys<'a>(names: &'a Names, void: &'a str, voids: &'a str) -> Vec<&'a str> {
+    vec![names.lock.as_str(), void, voids]
 }
 
 /// One lock of a watchdog renewal batch.
@@ -83,8 +85,9 @@ pub(crate) struct Calls {
     /// client enforces no timeout (one passed in with `fred_client`).
     limit: Option<Duration>,
     side_retention_ms: u64,
-    /// `PUBLISH`, or `SPUBLISH` with sharded pub/sub (Redis Cluster 7+).
-    publish: &'static str,
+    /// `PUBLISH`, or `SPUBLISH` with sharded pub/sub (Redis Cluster 7+);
+    /// a static string, shared by every call, not copied.
+    publish: Value,
 }
 
 impl Calls {
@@ -100,7 +103,7 @@ impl Calls {
             scripts,
             limit,
             side_retention_ms,
-            publish,
+            publish: Value::String(fred::util::static_str(publish)),
         }
     }
 
@@ -120,6 +123,49 @@ impl Calls {
         }
     }
 
+    /// Call `script` with the keys and arguments `make` builds, loading it
+    /// and calling again if Redis lost it (`NOSCRIPT`: a restart, a failover,
+    /// `SCRIPT FLUSH`). The arguments are built again for the second call
+    /// rather than cloned for every call. Also says whether it had to
+    /// reload: the call then reached Redis later than commands sent after it
+    /// on the same connection.
+    async fn script_reloading<'a, R, F>(
+        &self,
+        conn: &Client,
+        script: &Script,
+        make: F,
+    ) -> Result<(R, bool)>
+    where
+        R: FromValue,
+        F: Fn() -> (Vec<&'a str>, Vec<Value>),
+    {
+        let call = async {
+            let (keys, args) = make();
+            match conn
+                .evalsha::<R, _, _, _>(script.sha1().clone(), keys, args)
+                .await
+            {
+                Err(e) if e.details().starts_with("NOSCRIPT") => {
+                    script.load(conn).await?;
+                    let (keys, args) = make();
+                    let reply = conn.evalsha(script.sha1().clone(), keys, args).await?;
+                    Ok((reply, true))
+                }
+                other => other.map(|reply| (reply, false)),
+            }
+        };
+        self.run(call).await
+    }
+
+    /// [`script_reloading`](Self::script_reloading), the reply alone.
+    async fn script<'a, R, F>(&self, conn: &Client, script: &Script, make: F) -> Result<R>
+    where
+        R: FromValue,
+        F: Fn() -> (Vec<&'a str>, Vec<Value>),
+    {
+        Ok(self.script_reloading(conn, script, make).await?.0)
+    }
+
     /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call, its raw reply (check it
     /// with [`acquire_reply`] once the call's outcome is known). `client` is
     /// this client's id for a caller that will wait (it queues, and may take
@@ -131,24 +177,26 @@ impl Calls {
         lease_ms: u64,
         client: &str,
     ) -> Result<Vec<i64>> {
-        let void = names.void(token);
-        let keys = lock_keys(names, &void);
-        let args: Vec<Value> = vec![
-            token.into(),
-            (lease_ms as i64).into(),
-            client.into(),
-            names.channel.as_str().into(),
-            self.publish.into(),
-        ];
-        let script = &self.scripts.acquire;
-        self.run(script.evalsha_with_reload(&self.redis, keys, args))
-            .await
+        let (void, voids) = (names.void(token), names.voids());
+        self.script(&self.redis, &self.scripts.acquire, || {
+            let args: Vec<Value> = vec![
+                token.into(),
+                (lease_ms as i64).into(),
+                client.into(),
+                names.channel.as_str().into(),
+                self.publish.clone(),
+            ];
+            (lock_keys(names, &void, &voids), args)
+        })
+        .await
     }
 
     /// One [`RELEASE`](crate::scripts::RELEASE) call for `token`. `fence` is
     /// `None` for an acquisition whose reply never arrived (the script reads
     /// the fence from the value). `client` is this client's id; `requeue`
-    /// says it still has local waiters (it queues again, at the back).
+    /// says it still has local waiters (it queues again, at the back). Also
+    /// says whether the script had to be reloaded (see
+    /// [`script_reloading`](Self::script_reloading)).
     pub(crate) async fn release(
         &self,
         names: &Names,
@@ -156,31 +204,34 @@ impl Calls {
         fence: Option<u64>,
         client: &str,
         requeue: bool,
-    ) -> Result<Released> {
-        let void = names.void(token);
-        let keys = lock_keys(names, &void);
-        let args: Vec<Value> = vec![
-            token.into(),
-            fence.map(|f| f.to_string()).unwrap_or_default().into(),
-            names.channel.as_str().into(),
-            (self.side_retention_ms as i64).into(),
-            (RING_CHARS as i64).into(),
-            client.into(),
-            (HANDOFF_GRACE_MS as i64).into(),
-            self.publish.into(),
-            if requeue { "1" } else { "0" }.into(),
-        ];
-        let script = &self.scripts.release;
-        let reply: i64 = self
-            .run(script.evalsha_with_reload(&self.redis, keys, args))
+    ) -> Result<(Released, bool)> {
+        let (void, voids) = (names.void(token), names.voids());
+        let (reply, reloaded): (i64, bool) = self
+            .script_reloading(&self.redis, &self.scripts.release, || {
+                let args: Vec<Value> = vec![
+                    token.into(),
+                    // `''` (unknown) is the empty string; a fence goes as an
+                    // integer, which Lua reads as its digits.
+                    fence.map_or_else(|| "".into(), |f| Value::Integer(f as i64)),
+                    names.channel.as_str().into(),
+                    (self.side_retention_ms as i64).into(),
+                    (RING_CHARS as i64).into(),
+                    client.into(),
+                    (HANDOFF_GRACE_MS as i64).into(),
+                    self.publish.clone(),
+                    if requeue { "1" } else { "0" }.into(),
+                ];
+                (lock_keys(names, &void, &voids), args)
+            })
             .await?;
-        match reply {
-            1 => Ok(Released::Freed),
-            3 => Ok(Released::HandedOver),
-            2 => Ok(Released::Already),
-            0 => Ok(Released::NotOurs),
-            other => Err(Error::UnexpectedReply(format!("release replied {other}"))),
-        }
+        let outcome = match reply {
+            1 => Released::Freed,
+            3 => Released::HandedOver,
+            2 => Released::Already,
+            0 => Released::NotOurs,
+            other => return Err(Error::UnexpectedReply(format!("release replied {other}"))),
+        };
+        Ok((outcome, reloaded))
     }
 
     /// Set the remaining lease of the lock `names` to `lease_ms` if it holds
@@ -194,42 +245,41 @@ impl Calls {
         token: &str,
         lease_ms: u64,
     ) -> Result<Vec<i64>> {
-        let keys = vec![names.lock.as_str()];
-        let args: Vec<Value> = vec![
-            "0".into(), // not grow-only
-            token.into(),
-            (lease_ms as i64).into(),
-        ];
-        self.run(self.scripts.renew.evalsha_with_reload(conn, keys, args))
-            .await
+        self.script(conn, &self.scripts.renew, || {
+            let args: Vec<Value> = vec![
+                "0".into(), // not grow-only
+                token.into(),
+                (lease_ms as i64).into(),
+            ];
+            (vec![names.lock.as_str()], args)
+        })
+        .await
     }
 
     /// One grow-only [`RENEW`](crate::scripts::RENEW) call for a batch of
     /// locks (all in one slot, in a cluster): one code per lock, in order.
     pub(crate) async fn renew(&self, batch: &[RenewItem<'_>]) -> Result<Vec<i64>> {
-        let mut keys: Vec<&str> = Vec::with_capacity(batch.len());
-        let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2 + 1);
-        // Grow only: a renewal racing an `extend` never shortens the lease.
-        args.push("1".into());
-        for r in batch {
-            keys.push(r.lock);
-            args.push(r.token.into());
-            args.push((r.lease_ms as i64).into());
-        }
-        self.run(
-            self.scripts
-                .renew
-                .evalsha_with_reload(&self.redis, keys, args),
-        )
+        self.script(&self.redis, &self.scripts.renew, || {
+            let mut keys: Vec<&str> = Vec::with_capacity(batch.len());
+            let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2 + 1);
+            // Grow only: a renewal racing an `extend` never shortens the lease.
+            args.push("1".into());
+            for r in batch {
+                keys.push(r.lock);
+                args.push(r.token.into());
+                args.push((r.lease_ms as i64).into());
+            }
+            (keys, args)
+        })
         .await
     }
 
     /// Whether the lock `names` is taken ([`PEEK`](crate::scripts::PEEK)).
     pub(crate) async fn peek(&self, names: &Names) -> Result<bool> {
-        let script = &self.scripts.peek;
-        let keys = vec![names.lock.as_str()];
         let taken: i64 = self
-            .run(script.evalsha_with_reload(&self.redis, keys, Vec::<Value>::new()))
+            .script(&self.redis, &self.scripts.peek, || {
+                (vec![names.lock.as_str()], Vec::new())
+            })
             .await?;
         Ok(taken == 1)
     }

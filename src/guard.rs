@@ -66,10 +66,10 @@ pub struct LockGuard {
     watch: OnceLock<u64>,
     /// Where the guard is in its life; decides what dropping it does.
     state: State,
-    /// Other clients were queued when this lock was taken: its release hands
-    /// over to them, so a local waiter is woken only once the release freed
-    /// the lock (no local shortcut).
-    others: bool,
+    /// No other client was queued when this lock was taken: its release
+    /// may wake a local waiter as soon as the release is queued (the local
+    /// shortcut). Cleared once a release has used it.
+    shortcut: bool,
 }
 
 /// What an acquisition hands to [`LockGuard::new`].
@@ -135,7 +135,7 @@ impl LockGuard {
             lease_state,
             watch,
             state: State::Held,
-            others: a.others,
+            shortcut: !a.others,
         }
     }
 
@@ -324,7 +324,9 @@ impl LockGuard {
         // Dropped from here until the outcome is known, `Drop` releases in
         // the background (a repeated release is recognised as ours).
         self.state = State::Releasing;
-        let shortcut = !self.others;
+        // A background release after this one (the future dropped) must not
+        // wake a second waiter.
+        let shortcut = std::mem::replace(&mut self.shortcut, false);
         let outcome = release(
             &self.inner,
             &self.names,
@@ -385,7 +387,7 @@ impl Drop for LockGuard {
             std::mem::take(&mut self.token),
             Some(self.fence),
             Some((self.name.take(), Arc::clone(&self.lease_state))),
-            !self.others,
+            self.shortcut,
         );
     }
 }
@@ -448,12 +450,21 @@ pub(crate) async fn release(
         call.await
     };
     // Also without a requeue: a local waiter may have arrived since, and
-    // its try, run before the release, queued this client.
-    if !shortcut && matches!(outcome, Ok(Released::Freed)) {
+    // its try, run before the release, queued this client. Also when the
+    // outcome is unknown (an error) or the release had already run (a
+    // replay whose first reply was lost): no message will come. After the
+    // shortcut, only if the release had to be reloaded (NOSCRIPT): it was
+    // sent again, possibly after the woken waiter's try (found in review).
+    let wake = match &outcome {
+        Ok((Released::HandedOver | Released::NotOurs, _)) => false,
+        Ok((Released::Freed | Released::Already, reloaded)) => !shortcut || *reloaded,
+        Err(_) => !shortcut,
+    };
+    if wake {
         registry.wake_one_if_waiting(&names.channel);
     }
     drop(requeued);
-    outcome
+    outcome.map(|(released, _)| released)
 }
 
 /// A dropped guard's metrics name and lease, so its background release is

@@ -59,6 +59,7 @@ mod replica_pool;
 pub mod scripts;
 mod subscriber;
 mod sync;
+mod token;
 mod watchdog;
 
 pub use builder::LockClientBuilder;

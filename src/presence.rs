@@ -28,7 +28,7 @@ pub(crate) struct Presence {
     /// The channel's subscription is known to be confirmed.
     confirmed: AtomicBool,
     /// A try or a release of this client may have registered it in the
-    /// key's queue hash (and nothing took it out since).
+    /// lock's queue (and nothing took it out since).
     queued: AtomicBool,
     /// Release scripts of this client in flight that may queue it again.
     requeues: AtomicUsize,
@@ -133,7 +133,7 @@ impl Presence {
     }
 
     /// The queue side of the handshake: whether THIS caller must take the
-    /// client out of the queue hash now (nobody waits, no release that may
+    /// client out of the lock's queue now (nobody waits, no release that may
     /// queue it is in flight, and it may be queued). At most one caller gets
     /// `true` per time the client was queued.
     pub(crate) fn take_queue_leave(&self) -> bool {

@@ -553,8 +553,9 @@ impl Registry {
     /// local waiter, do not queue again.
     ///
     /// While a requeue is in flight, the last local waiter to leave does not
-    /// take the client out of the queue (its `HDEL` could run before the
-    /// script's `HSET`, leaving a client queued with nobody waiting); the
+    /// take the client out of the queue (its `LEAVE` could run before the
+    /// release script, which queues it again, leaving a client queued with
+    /// nobody waiting); the
     /// [`Requeue`] does it when dropped if nobody waits by then.
     pub(crate) fn requeue(self: &Arc<Self>, channel: &str) -> Option<Requeue> {
         let entry = Arc::clone(self.map.get(channel)?.value());
@@ -595,7 +596,7 @@ impl Registry {
             if let Err(e) = registry.with_command_timeout(leave).await {
                 tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }
-            // A waiter that arrived meanwhile may have queued before the HDEL
+            // A waiter that arrived meanwhile may have queued before the LEAVE
             // ran and been taken out with it: wake one to try (and queue) again.
             if entry.presence.count() > 0 {
                 entry.notify.notify_one();

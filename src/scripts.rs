@@ -77,31 +77,38 @@ pub const RELEASE_RING: usize = 32;
 
 /// Acquire.
 ///
-/// KEYS: `[lock, void]` (`void` is `p:2:{k}:void:<token>`);
+/// KEYS: `[lock, void, voids]` (`void` is this token's marker
+/// `p:2:{k}:void:<token>`, `voids` the lock's `p:2:{k}:void`: until when
+/// any marker may exist, for when the value is gone);
 /// ARGV: `[token, lease_ms, client, channel, publish]`.
 /// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
 /// the message stays within the lock's shard).
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
 /// neither queues nor takes a reservation.
 ///
+/// * a value that is not relaylock's (not four fields, or a `void` field
+///   that is not a number) counts as held by another owner: reply
+///   `{0, pttl}` and never rewrite it.
 /// * head holds OUR token (a replay of this very call after a lost reply, as
-///   fred does after a reconnect): reply `{1, fence}` with the stored fence,
-///   so acquiring is idempotent.
+///   fred does after a reconnect): reply `{1, fence, others}` with the stored
+///   fence, so acquiring is idempotent.
 /// * head holds another token, or a reservation for another client that has
-///   not lapsed, or the value is not relaylock's: append `client` to the
-///   queue if it waits and is not queued yet (`SET ... KEEPTTL`: the lease is
-///   untouched; a foreign value is never rewritten) and reply `{0, pttl}`:
-///   the key's `PTTL` (`-1` if it has no expiry), or the reservation's
-///   remaining grace.
+///   not lapsed: append `client` to the queue if it waits and is not queued
+///   yet (`SET ... KEEPTTL`: the lease is untouched; not for a token whose
+///   void marker exists, `{0, -2}`), and reply `{0, pttl}`: the key's `PTTL`,
+///   or the reservation's remaining grace.
 /// * otherwise the lock is free: absent, a tombstone, a lapsed reservation,
-///   or a reservation for `client`. If the key is absent or the value's
-///   `void` field has not passed, and the void marker exists, this token's
-///   caller gave up and already released it (see [`RELEASE`]): a delayed copy
-///   of the call must not take the lock, reply `{0, -2}`. Else the fencing
+///   or a reservation for `client`. The `void` field is the value's, or for
+///   an absent key the `voids` key's. If it has not passed and this token's
+///   void marker exists, this token's caller gave up and already released it
+///   (see [`RELEASE`]): a delayed copy of the call must not take the lock,
+///   reply `{0, -2}`. An absent key costs one `GET` of `voids`; a value
+///   without a `void` field, the common case, no void command at all. Else the fencing
 ///   token is the server's `TIME` in microseconds, raised to `last + 1` if
 ///   the head's fence is equal or later (two acquisitions in one microsecond,
 ///   or a clock step back while the value lives). `SET lock
-///   "<token>:<fence>|<queue without client>|<ring>|<void>" PX lease`; if a
+///   "<token>:<fence>|<queue without client>|<ring>|<void>" PX lease` (the
+///   `void` field carried on until it passes); if a
 ///   reservation for `client` was taken and other clients still wait,
 ///   publish `t:<lease>`. Reply `{1, fence, others}`, `others` = 1 when other
 ///   clients are queued.
@@ -113,13 +120,17 @@ if v then
   local a = string.find(v, '|', 1, true)
   local b = a and string.find(v, '|', a + 1, true)
   local c = b and string.find(v, '|', b + 1, true)
-  if not c then
+  if c then
+    head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+  end
+  if not c or not string.find(void, '^%d*$') then
     return {0, redis.call('PTTL', KEYS[1])}
   end
-  head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
   local mine = ARGV[1] .. ':'
   if string.sub(head, 1, #mine) == mine then
-    return {1, tonumber(string.sub(head, #mine + 1))}
+    local others = 0
+    if queue ~= '' then others = 1 end
+    return {1, tonumber(string.sub(head, #mine + 1)), others}
   end
 end
 local last, reserved, pttl = 0, false, nil
@@ -141,15 +152,19 @@ else
 end
 if pttl then
   if client ~= '' and not string.find(',' .. queue .. ',', ',' .. client .. ',', 1, true) then
+    if void ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then return {0, -2} end
     if queue == '' then queue = client else queue = queue .. ',' .. client end
     redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
   end
   return {0, pttl}
 end
+if not v then
+  void = redis.call('GET', KEYS[3]) or ''
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if void ~= '' and tonumber(void) <= math.floor(now / 1000) then void = '' end
-if (not v or void ~= '') and redis.call('EXISTS', KEYS[2]) == 1 then
+if void ~= '' and (tonumber(void) or 0) < math.floor(now / 1000) then void = '' end
+if void ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, -2}
 end
 local fence = now
@@ -168,7 +183,7 @@ return {1, fence, others}
 "#;
 /// Release.
 ///
-/// KEYS: `[lock, void]`;
+/// KEYS: `[lock, void, voids]` (as for [`ACQUIRE`]);
 /// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms, publish, requeue]`
 /// (`publish` as for [`ACQUIRE`]).
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
@@ -181,22 +196,22 @@ return {1, fence, others}
 ///   `client` is queued, reserve the lock for the first of them, X (head
 ///   `~X:<f>:<retention_ms>`, X leaves the queue, `client` joins its back if
 ///   `requeue` or if it was queued, the key lives `retention_ms + grace_ms`:
-///   the reservation lapses when the grace has passed), publish
-///   `r:X` and reply `3`. Otherwise leave the tombstone `-<f>` with an empty
-///   queue for `retention_ms`, publish nothing, and reply `1`: no other
-///   client waits, and the caller wakes its own local waiters. A release
-///   never reserves the lock for its own client.
+///   the reservation lapses when the grace has passed), publish `r:X` and
+///   reply `3`. Otherwise leave the tombstone `-<f>` with an empty queue for
+///   `retention_ms`, publish nothing, and reply `1`: no other client waits,
+///   and the caller wakes its own local waiters. A release never reserves
+///   the lock for its own client.
 /// * head does not hold our token but `fence` is in the value's ring: this
 ///   release already happened (fred replayed it after the reply was lost);
 ///   reply `2`, so the caller does not report a lock loss that did not happen.
-/// * an abandoned acquisition (`fence == ''`) that did not take the lock:
-///   `SET void 1 PX retention_ms`, and raise the value's `void` field to the
-///   marker's end (an absent key becomes a tombstone with fence 0, so the
-///   acquire script knows to check), so that a delayed copy of the acquire
-///   (sent on a connection fred gave up on) can never take it later; reply
-///   `0`.
-/// * otherwise the lease ran out before the release: reply `0`. The value, if
+/// * otherwise reply `0`: the lease ran out before the release. The value, if
 ///   present, belongs to a newer owner and keeps its head.
+///
+/// An abandoned acquisition (`fence == ''`), whether it took the lock or not,
+/// also voids its token, so that a delayed copy of the acquire (sent on a
+/// connection fred gave up on) can never take the lock later: `SET void 1 PX
+/// retention_ms`, and raise both the value's `void` field and the `voids`
+/// key to the marker's end (an absent key becomes a tombstone with fence 0).
 pub const RELEASE: &str = r#"
 local v = redis.call('GET', KEYS[1])
 local head, queue, ring, void = nil, '', '', ''
@@ -206,15 +221,27 @@ if v then
   local c = b and string.find(v, '|', b + 1, true)
   if c then
     head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+    if not string.find(void, '^%d*$') then head = nil end
   end
+end
+local function voided()
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+  local t = redis.call('TIME')
+  local til = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4])
+  local old = tonumber(redis.call('GET', KEYS[3]) or '')
+  if old and old > til then til = old end
+  if void ~= '' and tonumber(void) > til then til = tonumber(void) end
+  void = string.format('%d', til)
+  redis.call('SET', KEYS[3], void, 'PXAT', til)
 end
 local mine = ARGV[1] .. ':'
 if head and string.sub(head, 1, #mine) == mine then
+  if ARGV[2] == '' then voided() end
   local fence = string.sub(head, #mine + 1)
   if ring == '' then ring = fence else ring = fence .. ' ' .. ring end
   local cap = tonumber(ARGV[5])
   if #ring > cap then ring = string.match(string.sub(ring, 1, cap + 1), '^(.*) ') or fence end
-  local best, rest, again = nil, {}, ARGV[9] == '1'
+  local best, rest, again = nil, {}, false
   for c in string.gmatch(queue, '[^,]+') do
     if c == ARGV[6] then
       again = true
@@ -225,7 +252,7 @@ if head and string.sub(head, 1, #mine) == mine then
     end
   end
   if best then
-    if again then rest[#rest + 1] = ARGV[6] end
+    if again or ARGV[9] == '1' then rest[#rest + 1] = ARGV[6] end
     redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. ARGV[4] .. '|' .. table.concat(rest, ',') .. '|' .. ring .. '|' .. void, 'PX', tonumber(ARGV[4]) + tonumber(ARGV[7]))
     redis.pcall(ARGV[8], ARGV[3], 'r:' .. best)
     return 3
@@ -234,15 +261,11 @@ if head and string.sub(head, 1, #mine) == mine then
   return 1
 end
 if ARGV[2] == '' then
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
-  local t = redis.call('TIME')
-  local til = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4])
-  if void ~= '' and tonumber(void) > til then til = tonumber(void) end
-  local vs = string.format('%d', til)
+  voided()
   if not v then
-    redis.call('SET', KEYS[1], '-0|||' .. vs, 'PX', ARGV[4])
+    redis.call('SET', KEYS[1], '-0|||' .. void, 'PX', ARGV[4])
   elseif head then
-    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. vs, 'KEEPTTL')
+    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
   end
   return 0
 end
@@ -356,7 +379,7 @@ impl Scripts {
 }
 
 /// The protocol version in every Redis name (see docs/design.md,
-/// "Upgrading from protocol 1").
+/// "Upgrading from protocol 1"). One digit.
 pub const PROTOCOL: u32 = 2;
 
 /// The Redis names of one lock. Every name starts with
@@ -378,15 +401,35 @@ impl Names {
 
     /// `<prefix>:2:{<key>}:void:<token>`: marks an abandoned acquisition.
     pub(crate) fn void(&self, token: &str) -> String {
-        format!("{}:void:{token}", self.lock)
+        let mut name = String::with_capacity(self.lock.len() + 6 + token.len());
+        name.push_str(&self.lock);
+        name.push_str(":void:");
+        name.push_str(token);
+        name
+    }
+
+    /// `<prefix>:2:{<key>}:void`: until when any void marker of the lock
+    /// may exist (read when the lock's value is gone).
+    pub(crate) fn voids(&self) -> String {
+        let mut name = String::with_capacity(self.lock.len() + 5);
+        name.push_str(&self.lock);
+        name.push_str(":void");
+        name
     }
 
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
-        let lock = format!("{prefix}:{PROTOCOL}:{{{key}}}");
-        Names {
-            channel: format!("{lock}:ch"),
-            lock,
-        }
+        // Built without `format!`: this runs once per lock call.
+        let mut lock = String::with_capacity(prefix.len() + key.len() + 8);
+        lock.push_str(prefix);
+        lock.push(':');
+        lock.push(char::from(b'0' + PROTOCOL as u8));
+        lock.push_str(":{");
+        lock.push_str(key);
+        lock.push('}');
+        let mut channel = String::with_capacity(lock.len() + 3);
+        channel.push_str(&lock);
+        channel.push_str(":ch");
+        Names { lock, channel }
     }
 }
 
@@ -404,6 +447,7 @@ mod tests {
         assert_eq!(n.lock, "relaylock:2:{orders:42}");
         assert_eq!(n.channel, "relaylock:2:{orders:42}:ch");
         assert_eq!(n.void("t"), "relaylock:2:{orders:42}:void:t");
+        assert_eq!(n.voids(), "relaylock:2:{orders:42}:void");
         assert_eq!(Names::lock_of_channel(&n.channel), n.lock);
         let odd = Names::new("p", "x}:ch");
         assert_eq!(Names::lock_of_channel(&odd.channel), odd.lock);

@@ -571,7 +571,11 @@ async fn replayed_release_is_not_a_false_loss() {
         let (admin, key, channel, token) =
             (admin.clone(), key.clone(), channel.clone(), token.clone());
         async move {
-            let keys = vec![key.clone(), format!("{key}:void:{token}")];
+            let keys = vec![
+                key.clone(),
+                format!("{key}:void:{token}"),
+                format!("{key}:void"),
+            ];
             let args: Vec<String> = vec![
                 token,
                 fence,
@@ -757,7 +761,13 @@ async fn abandoned_acquisition_can_never_succeed_later() {
     use relaylock::scripts::{ACQUIRE, HANDOFF_GRACE_MS, RELEASE, RING_CHARS, SIDE_RETENTION_MS};
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let keys = |key: &str, token: &str| vec![key.to_string(), format!("{key}:void:{token}")];
+    let keys = |key: &str, token: &str| {
+        vec![
+            key.to_string(),
+            format!("{key}:void:{token}"),
+            format!("{key}:void"),
+        ]
+    };
     let release_args = |token: &str, fence: &str| -> Vec<String> {
         vec![
             token.into(),
@@ -838,6 +848,75 @@ async fn abandoned_acquisition_can_never_succeed_later() {
         .unwrap();
     assert_eq!(next[0], 1);
     assert!(next[1] > held[1], "fences keep increasing");
+
+    // The value the orphan release marked expires with its holder's lease,
+    // and another owner takes and releases the lock meanwhile: the marker
+    // still holds (found in review: the `void` field was lost with the
+    // value).
+    let key = "p:2:{e}";
+    let short = |t: &str| -> Vec<String> {
+        vec![
+            t.to_string(),
+            "200".into(),
+            String::new(),
+            "p:2:{e}:ch".into(),
+            "PUBLISH".into(),
+        ]
+    };
+    let held: Vec<i64> = admin
+        .eval(ACQUIRE, keys(key, "h"), short("h"))
+        .await
+        .unwrap();
+    assert_eq!(held[0], 1);
+    let released: i64 = admin
+        .eval(RELEASE, keys(key, "late"), release_args("late", ""))
+        .await
+        .unwrap();
+    assert_eq!(released, 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !support::taken(&admin, key).await,
+        "the lease did not run out"
+    );
+    let d: Vec<i64> = admin
+        .eval(ACQUIRE, keys(key, "d"), args("d"))
+        .await
+        .unwrap();
+    assert_eq!(d[0], 1);
+    let released: i64 = admin
+        .eval(
+            RELEASE,
+            keys(key, "d"),
+            release_args("d", &d[1].to_string()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, 1);
+    let late: Vec<i64> = admin
+        .eval(ACQUIRE, keys(key, "late"), args("late"))
+        .await
+        .unwrap();
+    assert_eq!(late, vec![0, -2], "the delayed copy took the lock");
+
+    // An abandoned acquisition that did take the lock is released and voided
+    // too: a second copy of it (a replay beside the original) cannot take
+    // the lock again after the release.
+    let key = "p:2:{twice}";
+    let took: Vec<i64> = admin
+        .eval(ACQUIRE, keys(key, "tw"), args("tw"))
+        .await
+        .unwrap();
+    assert_eq!(took[0], 1);
+    let released: i64 = admin
+        .eval(RELEASE, keys(key, "tw"), release_args("tw", ""))
+        .await
+        .unwrap();
+    assert_eq!(released, 1);
+    let again: Vec<i64> = admin
+        .eval(ACQUIRE, keys(key, "tw"), args("tw"))
+        .await
+        .unwrap();
+    assert_eq!(again, vec![0, -2], "a second copy retook the lock");
 }
 
 /// A user whose ACL forbids the release channel cannot subscribe: its
