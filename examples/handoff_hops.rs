@@ -1,8 +1,9 @@
 //! Where the microseconds of one hand-over go, hop by hop.
 //!
 //! A holder and a parked waiter on one key, in one process, against a
-//! redis-server this example starts: first both in one client (the local
-//! shortcut), then in two clients (the release message). The library emits `trace` events under
+//! redis-server this example starts: first both in one client (no message:
+//! the releasing client wakes its own waiter when the release's reply
+//! arrives), then in two clients (the release message). The library emits `trace` events under
 //! the target `relaylock::hop` at each internal hop; a tracing layer stamps
 //! them, and the example prints the median of each hop over many hand-overs,
 //! next to the PING round trip measured the same way.
@@ -61,8 +62,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Hand the lock over `rounds` times from a holder of `holder` to a parked
-/// waiter of `waiter` (the same client: the local shortcut; another client:
-/// the release message), and print the median of each hop.
+/// waiter of `waiter` (the same client: woken by the releasing client;
+/// another client: by the release message), and print the median of each
+/// hop.
 async fn measure(
     title: &str,
     holder: &LockClient,
@@ -103,8 +105,8 @@ async fn measure(
         let at = |name: &str| s.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
         let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e6;
         if let (Some(w), Some(r)) = (at("waiter_woken"), at("acquire_reply")) {
-            // Without a message (the local shortcut), hop 1 ends when the
-            // waiter runs.
+            // Without a message (one client), hop 1 ends when the waiter
+            // runs.
             let m = at("message_received").unwrap_or(w);
             release_rtt.push(us(t0, t_released));
             to_message.push(us(t0, m));
@@ -150,7 +152,7 @@ async fn main() {
     let one = LockClient::connect(&server.url()).await.unwrap();
     let other = LockClient::connect(&server.url()).await.unwrap();
     measure(
-        "one client (local shortcut: no message; hop 1 ends when the waiter runs)",
+        "one client (no message: hop 1 ends when the waiter runs)",
         &one,
         &one,
         rounds,

@@ -29,7 +29,7 @@ use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 use metrics::SharedString;
 
-use crate::calls::{acquire_reply, AcquireReply, OthersQueued};
+use crate::calls::{acquire_reply, AcquireReply};
 use crate::error::{Error, Result};
 use crate::guard::{release, release_in_background, Acquired, LockGuard};
 use crate::inner::ClientInner;
@@ -63,9 +63,8 @@ enum Subscription {
 
 /// What one acquire script call found.
 enum Attempt {
-    /// Taken, with its fencing token, when the call that took it was sent,
-    /// and whether other clients were queued.
-    Acquired(u64, Instant, OthersQueued),
+    /// Taken, with its fencing token and when the call that took it was sent.
+    Acquired(u64, Instant),
     /// Held by another owner (or reserved for another client).
     Held,
 }
@@ -101,7 +100,7 @@ pub(crate) async fn lock(
     let outcome = match (deadline, inner.strategy) {
         // wait(0): exactly one try
         (Some(Some(d)), _) if d <= call.started => match Box::pin(call.attempt(None)).await {
-            Ok(Attempt::Acquired(fence, sent, others)) => Ok((fence, sent, others)),
+            Ok(Attempt::Acquired(fence, sent)) => Ok((fence, sent)),
             Ok(Attempt::Held) => Err(Error::Timeout),
             Err(e) => Err(e),
         },
@@ -109,9 +108,9 @@ pub(crate) async fn lock(
         (deadline, WaitStrategy::Poll(every)) => call.wait_poll(every, deadline.flatten()).await,
     };
     let outcome = match outcome {
-        Ok((fence, sent, others)) => Box::pin(call.replicated(fence))
+        Ok((fence, sent)) => Box::pin(call.replicated(fence))
             .await
-            .map(|()| (fence, sent, others)),
+            .map(|()| (fence, sent)),
         Err(e) => Err(e),
     };
     let kind = match &outcome {
@@ -120,7 +119,7 @@ pub(crate) async fn lock(
         Err(_) => Outcome::Error,
     };
     m::finished(call.name, kind, call.started.elapsed());
-    outcome.map(|(fence, sent, others)| call.into_guard(fence, sent, others))
+    outcome.map(|(fence, sent)| call.into_guard(fence, sent))
 }
 
 pub(crate) async fn try_lock(
@@ -130,13 +129,13 @@ pub(crate) async fn try_lock(
 ) -> Result<Option<LockGuard>> {
     let call = LockCall::new(inner, key, options)?;
     match call.attempt(None).await? {
-        Attempt::Acquired(fence, sent, others) => {
+        Attempt::Acquired(fence, sent) => {
             if let Err(e) = call.replicated(fence).await {
                 m::finished(call.name, Outcome::Error, call.started.elapsed());
                 return Err(e);
             }
             m::finished(call.name, Outcome::Acquired, call.started.elapsed());
-            Ok(Some(call.into_guard(fence, sent, others)))
+            Ok(Some(call.into_guard(fence, sent)))
         }
         Attempt::Held => Ok(None),
     }
@@ -215,7 +214,6 @@ impl<'a> LockCall<'a> {
                 self.token.clone(),
                 Some(fence),
                 None,
-                false,
             )
         }));
         let failure = match self.wait_for_replicas(required, timeout_ms).await {
@@ -227,7 +225,7 @@ impl<'a> LockCall<'a> {
         };
         tracing::warn!(key = %self.names.lock, error = %failure,
             "relaylock: the acquisition was not replicated as asked; releasing it");
-        if let Err(e) = release(self.inner, &self.names, &self.token, Some(fence), false).await {
+        if let Err(e) = release(self.inner, &self.names, &self.token, Some(fence)).await {
             tracing::warn!(key = %self.names.lock, error = %e,
                 "relaylock: could not release an unreplicated lock; it expires with its lease");
         }
@@ -281,7 +279,7 @@ impl<'a> LockCall<'a> {
         }
     }
 
-    fn into_guard(self, fence: u64, sent: Instant, others: OthersQueued) -> LockGuard {
+    fn into_guard(self, fence: u64, sent: Instant) -> LockGuard {
         LockGuard::new(
             Arc::clone(self.inner),
             Acquired {
@@ -293,7 +291,6 @@ impl<'a> LockCall<'a> {
                 sent,
                 lease: self.lease,
                 renew: self.renew,
-                others,
             },
         )
     }
@@ -316,7 +313,6 @@ impl<'a> LockCall<'a> {
                 self.token.clone(),
                 None,
                 None,
-                false,
             )
         }));
         if let Some(w) = queue {
@@ -334,11 +330,11 @@ impl<'a> LockCall<'a> {
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
         match acquire_reply(&reply, self.inner.default_lease)? {
-            AcquireReply::Acquired(fence, others) => {
+            AcquireReply::Acquired(fence) => {
                 if let Some(w) = queue {
                     w.note_acquired(sent, self.lease);
                 }
-                Ok(Attempt::Acquired(fence, sent, others))
+                Ok(Attempt::Acquired(fence, sent))
             }
             AcquireReply::Held(pttl) => {
                 if let Some(w) = queue {
@@ -357,10 +353,10 @@ impl<'a> LockCall<'a> {
         &self,
         every: Duration,
         deadline: Option<Instant>,
-    ) -> Result<(u64, Instant, OthersQueued)> {
+    ) -> Result<(u64, Instant)> {
         loop {
-            if let Attempt::Acquired(fence, sent, others) = Box::pin(self.attempt(None)).await? {
-                return Ok((fence, sent, others));
+            if let Attempt::Acquired(fence, sent) = Box::pin(self.attempt(None)).await? {
+                return Ok((fence, sent));
             }
             if expired(deadline) {
                 return Err(Error::Timeout);
@@ -409,7 +405,7 @@ impl<'a> LockCall<'a> {
         attempt
     }
 
-    async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<(u64, Instant, OthersQueued)> {
+    async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<(u64, Instant)> {
         let registry = &self.inner.registry;
         let channel = self.names.channel.as_str();
         // Created before the first try, so a subscriber reconnect during that
@@ -424,8 +420,8 @@ impl<'a> LockCall<'a> {
         // an idle key).
         let (mut waiter, queued) = registry.join(channel);
         if !queued {
-            if let Attempt::Acquired(fence, sent, others) = self.try_passing_on(&waiter).await? {
-                return Ok((fence, sent, others));
+            if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
+                return Ok((fence, sent));
             }
             if expired(deadline) {
                 return Err(Error::Timeout);
@@ -452,9 +448,8 @@ impl<'a> LockCall<'a> {
 
         loop {
             if must_try {
-                if let Attempt::Acquired(fence, sent, others) = self.try_passing_on(&waiter).await?
-                {
-                    return Ok((fence, sent, others));
+                if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
+                    return Ok((fence, sent));
                 }
             }
             if expired(deadline) {

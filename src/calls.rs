@@ -18,16 +18,11 @@ use fred::types::{FromValue, Value};
 use crate::error::{with_timeout, Error, Result};
 use crate::scripts::{Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS};
 
-/// Whether other clients were queued when a lock was taken (the acquire
-/// script's `others`): its release should then hand over, not use the
-/// local shortcut.
-pub(crate) type OthersQueued = bool;
-
 /// The acquire script's reply, checked.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Taken, with this fencing token; whether other clients wait.
-    Acquired(u64, OthersQueued),
+    /// Taken, with this fencing token.
+    Acquired(u64),
     /// Held by another owner for about this long.
     Held(Duration),
 }
@@ -37,10 +32,8 @@ pub(crate) enum AcquireReply {
 /// relaylock did not write it; `-2`: a void marker): re-check after that.
 pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<AcquireReply> {
     match reply {
-        [1, fence] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64, false)),
-        [1, fence, others @ (0 | 1)] if *fence > 0 => {
-            Ok(AcquireReply::Acquired(*fence as u64, *others == 1))
-        }
+        // The third element (`others`) is for clients that want it.
+        [1, fence] | [1, fence, 0 | 1] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64)),
         [0, pttl] => Ok(AcquireReply::Held(
             u64::try_from(*pttl).map_or(default_lease, Duration::from_millis),
         )),
@@ -126,15 +119,8 @@ impl Calls {
     /// Call `script` with the keys and arguments `make` builds, loading it
     /// and calling again if Redis lost it (`NOSCRIPT`: a restart, a failover,
     /// `SCRIPT FLUSH`). The arguments are built again for the second call
-    /// rather than cloned for every call. Also says whether it had to
-    /// reload: the call then reached Redis later than commands sent after it
-    /// on the same connection.
-    async fn script_reloading<'a, R, F>(
-        &self,
-        conn: &Client,
-        script: &Script,
-        make: F,
-    ) -> Result<(R, bool)>
+    /// rather than cloned for every call.
+    async fn script<'a, R, F>(&self, conn: &Client, script: &Script, make: F) -> Result<R>
     where
         R: FromValue,
         F: Fn() -> (Vec<&'a str>, Vec<Value>),
@@ -148,22 +134,12 @@ impl Calls {
                 Err(e) if e.details().starts_with("NOSCRIPT") => {
                     script.load(conn).await?;
                     let (keys, args) = make();
-                    let reply = conn.evalsha(script.sha1().clone(), keys, args).await?;
-                    Ok((reply, true))
+                    conn.evalsha(script.sha1().clone(), keys, args).await
                 }
-                other => other.map(|reply| (reply, false)),
+                other => other,
             }
         };
         self.run(call).await
-    }
-
-    /// [`script_reloading`](Self::script_reloading), the reply alone.
-    async fn script<'a, R, F>(&self, conn: &Client, script: &Script, make: F) -> Result<R>
-    where
-        R: FromValue,
-        F: Fn() -> (Vec<&'a str>, Vec<Value>),
-    {
-        Ok(self.script_reloading(conn, script, make).await?.0)
     }
 
     /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call, its raw reply (check it
@@ -194,9 +170,7 @@ impl Calls {
     /// One [`RELEASE`](crate::scripts::RELEASE) call for `token`. `fence` is
     /// `None` for an acquisition whose reply never arrived (the script reads
     /// the fence from the value). `client` is this client's id; `requeue`
-    /// says it still has local waiters (it queues again, at the back). Also
-    /// says whether the script had to be reloaded (see
-    /// [`script_reloading`](Self::script_reloading)).
+    /// says it still has local waiters (it queues again, at the back).
     pub(crate) async fn release(
         &self,
         names: &Names,
@@ -204,10 +178,10 @@ impl Calls {
         fence: Option<u64>,
         client: &str,
         requeue: bool,
-    ) -> Result<(Released, bool)> {
+    ) -> Result<Released> {
         let (void, voids) = (names.void(token), names.voids());
-        let (reply, reloaded): (i64, bool) = self
-            .script_reloading(&self.redis, &self.scripts.release, || {
+        let reply: i64 = self
+            .script(&self.redis, &self.scripts.release, || {
                 let args: Vec<Value> = vec![
                     token.into(),
                     // `''` (unknown) is the empty string; a fence goes as an
@@ -231,7 +205,7 @@ impl Calls {
             0 => Released::NotOurs,
             other => return Err(Error::UnexpectedReply(format!("release replied {other}"))),
         };
-        Ok((outcome, reloaded))
+        Ok(outcome)
     }
 
     /// Set the remaining lease of the lock `names` to `lease_ms` if it holds
@@ -292,19 +266,9 @@ mod tests {
     #[test]
     fn acquire_replies_are_checked() {
         let lease = Duration::from_secs(30);
-        assert_eq!(
-            acquire_reply(&[1, 7, 0], lease).unwrap(),
-            AcquireReply::Acquired(7, false)
-        );
-        assert_eq!(
-            acquire_reply(&[1, 7, 1], lease).unwrap(),
-            AcquireReply::Acquired(7, true)
-        );
-        // A replay of our own call answers without `others`.
-        assert_eq!(
-            acquire_reply(&[1, 7], lease).unwrap(),
-            AcquireReply::Acquired(7, false)
-        );
+        for ok in [&[1, 7, 0][..], &[1, 7, 1], &[1, 7]] {
+            assert_eq!(acquire_reply(ok, lease).unwrap(), AcquireReply::Acquired(7));
+        }
         assert_eq!(
             acquire_reply(&[0, 250], lease).unwrap(),
             AcquireReply::Held(Duration::from_millis(250))

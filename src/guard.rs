@@ -66,10 +66,6 @@ pub struct LockGuard {
     watch: OnceLock<u64>,
     /// Where the guard is in its life; decides what dropping it does.
     state: State,
-    /// No other client was queued when this lock was taken: its release
-    /// may wake a local waiter as soon as the release is queued (the local
-    /// shortcut). Cleared once a release has used it.
-    shortcut: bool,
 }
 
 /// What an acquisition hands to [`LockGuard::new`].
@@ -84,8 +80,6 @@ pub(crate) struct Acquired {
     pub(crate) lease: Duration,
     /// Renewed by the watchdog while the guard lives.
     pub(crate) renew: bool,
-    /// Other clients were queued when the lock was taken.
-    pub(crate) others: bool,
 }
 
 /// The life of a guard.
@@ -135,7 +129,6 @@ impl LockGuard {
             lease_state,
             watch,
             state: State::Held,
-            shortcut: !a.others,
         }
     }
 
@@ -324,17 +317,7 @@ impl LockGuard {
         // Dropped from here until the outcome is known, `Drop` releases in
         // the background (a repeated release is recognised as ours).
         self.state = State::Releasing;
-        // A background release after this one (the future dropped) must not
-        // wake a second waiter.
-        let shortcut = std::mem::replace(&mut self.shortcut, false);
-        let outcome = release(
-            &self.inner,
-            &self.names,
-            &self.token,
-            Some(self.fence),
-            shortcut,
-        )
-        .await;
+        let outcome = release(&self.inner, &self.names, &self.token, Some(self.fence)).await;
         self.state = State::Done;
         account(self.name.as_ref(), &outcome, Some(&self.lease_state));
         match outcome? {
@@ -387,7 +370,6 @@ impl Drop for LockGuard {
             std::mem::take(&mut self.token),
             Some(self.fence),
             Some((self.name.take(), Arc::clone(&self.lease_state))),
-            self.shortcut,
         );
     }
 }
@@ -414,57 +396,34 @@ fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Optio
 ///
 /// The releasing client wakes its own local waiters: no message tells them
 /// (the script publishes only to another client it reserves the lock for).
-/// With `shortcut` (no other client was queued when the lock was taken), one
-/// local waiter is woken as soon as the release is queued on the command
-/// connection, so its acquire follows the release on that connection: a
-/// local hand-over in one round trip. Otherwise one is woken when the reply
-/// says the lock is free.
+/// One local waiter, if any waits, is woken when the reply says the lock is
+/// free, when the release had already run (a replay whose first reply was
+/// lost), and when the outcome is unknown (an error: it may have run).
 pub(crate) async fn release(
     inner: &ClientInner,
     names: &Names,
     token: &str,
     fence: Option<u64>,
-    shortcut: bool,
 ) -> Result<Released> {
     let registry = &inner.registry;
     let requeued = registry.requeue(&names.channel);
-    let call = inner.calls.release(
-        names,
-        token,
-        fence,
-        registry.client_id(),
-        requeued.is_some(),
-    );
-    let shortcut = shortcut && requeued.is_some();
-    let outcome = if shortcut {
-        let mut call = std::pin::pin!(call);
-        // The first poll hands the script to fred, which writes one
-        // connection's commands in the order they were handed to it.
-        let early = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-        registry.wake_one(&names.channel);
-        match early {
-            Poll::Ready(outcome) => outcome,
-            Poll::Pending => call.await,
-        }
-    } else {
-        call.await
-    };
-    // Also without a requeue: a local waiter may have arrived since, and
-    // its try, run before the release, queued this client. Also when the
-    // outcome is unknown (an error) or the release had already run (a
-    // replay whose first reply was lost): no message will come. After the
-    // shortcut, only if the release had to be reloaded (NOSCRIPT): it was
-    // sent again, possibly after the woken waiter's try (found in review).
-    let wake = match &outcome {
-        Ok((Released::HandedOver | Released::NotOurs, _)) => false,
-        Ok((Released::Freed | Released::Already, reloaded)) => !shortcut || *reloaded,
-        Err(_) => !shortcut,
-    };
-    if wake {
+    let outcome = inner
+        .calls
+        .release(
+            names,
+            token,
+            fence,
+            registry.client_id(),
+            requeued.is_some(),
+        )
+        .await;
+    // Also without a requeue: a local waiter may have arrived since, and its
+    // try, run before the release, queued this client.
+    if matches!(outcome, Ok(Released::Freed | Released::Already) | Err(_)) {
         registry.wake_one_if_waiting(&names.channel);
     }
     drop(requeued);
-    outcome.map(|(released, _)| released)
+    outcome
 }
 
 /// A dropped guard's metrics name and lease, so its background release is
@@ -481,7 +440,6 @@ pub(crate) fn release_in_background(
     token: String,
     fence: Option<u64>,
     report: Option<Report>,
-    shortcut: bool,
 ) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
@@ -491,7 +449,7 @@ pub(crate) fn release_in_background(
         return;
     };
     handle.spawn(async move {
-        let outcome = release(&inner, &names, &token, fence, shortcut).await;
+        let outcome = release(&inner, &names, &token, fence).await;
         match (&outcome, report) {
             (Err(e), _) => tracing::warn!(key = %names.lock, error = %e,
                 "relaylock: background release failed; the lock stays held until its lease ends"),

@@ -408,14 +408,6 @@ impl Registry {
         }
     }
 
-    /// Wake one local waiter of `channel` (or store a permit for the next):
-    /// this client released the lock and the lock is free, or about to be.
-    pub(crate) fn wake_one(&self, channel: &str) {
-        if let Some(e) = self.map.get(channel) {
-            e.notify.notify_one();
-        }
-    }
-
     /// Wake one local waiter of `channel` if any waits (a permit for nobody
     /// would cost the next newcomer a try).
     pub(crate) fn wake_one_if_waiting(&self, channel: &str) {

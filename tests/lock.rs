@@ -140,7 +140,7 @@ async fn one_retry_per_release() {
 
 /// The lean protocol's costs, counted by the server (not timed): contention
 /// within ONE client publishes nothing (no other client waits; the releasing
-/// client wakes its own waiters, with the local shortcut) and costs at most
+/// client wakes its own waiters) and costs at most
 /// about 7 Redis commands per acquisition, script internals included;
 /// contention between two clients publishes hand-over messages and both
 /// get their turns.

@@ -1,0 +1,124 @@
+"""Redis CPU per lock+release pair, measured on the server side only.
+
+Starts a redis-server on a free loopback port, sends lock/release pairs in
+pipelined batches (64 random keys of 10,000 per batch, so the client's speed
+and the network round trips do not matter), and divides the server's
+used_cpu_user + used_cpu_sys by the pairs. Compares relaylock's scripts (read
+from src/scripts.rs) with the bare lock (SET NX PX, compare-and-delete
+script) and with the cheapest two scripts that could do relaylock's job
+(GET, TIME, SET to acquire; GET, SET to release; no parsing at all).
+
+    docs/results/other-locks/.venv/bin/python docs/results/other-locks/script_cost.py
+
+Needs redis-py (run.sh installs it into .venv). Prints a markdown table.
+"""
+import os
+import random
+import re
+import socket
+import statistics
+import subprocess
+import time
+import uuid
+
+import redis
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+SRC = open(os.path.join(ROOT, "src", "scripts.rs")).read()
+
+
+def lua(name):
+    return re.search(r"pub const " + name + r': &str = r#"(.*?)"#;', SRC, re.S).group(1)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+PORT = free_port()
+server = subprocess.Popen(
+    ["redis-server", "--port", str(PORT), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+    stdout=subprocess.DEVNULL,
+)
+try:
+    r = redis.Redis(port=PORT)
+    for _ in range(100):
+        try:
+            r.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+
+    def cpu():
+        i = r.info("cpu")
+        return i["used_cpu_user"] + i["used_cpu_sys"]
+
+    KEYS, BATCH, ROUNDS = 10_000, 64, 400
+
+    def pairs(acquire, release):
+        """Server CPU us per pair: `acquire(p, k, t)` and `release(p, k, t,
+        reply)` queue one call each on the pipeline `p`."""
+        used, n = 0.0, 0
+        for _ in range(ROUNDS):
+            keys = random.sample(range(KEYS), BATCH)
+            toks = [str(uuid.uuid4()) for _ in keys]
+            p = r.pipeline(transaction=False)
+            for k, t in zip(keys, toks):
+                acquire(p, k, t)
+            c0 = cpu()
+            replies = p.execute()
+            p = r.pipeline(transaction=False)
+            for k, t, a in zip(keys, toks, replies):
+                release(p, k, t, a)
+            p.execute()
+            used += cpu() - c0
+            n += BATCH
+        return 1e6 * used / n
+
+    ACQ, REL = r.script_load(lua("ACQUIRE")), r.script_load(lua("RELEASE"))
+    CAD = r.script_load("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+    FLOOR_A = r.script_load(
+        "local v = redis.call('GET', KEYS[1]) local t = redis.call('TIME') "
+        "redis.call('SET', KEYS[1], ARGV[1] .. ':' .. t[1] .. t[2] .. '|||', 'PX', ARGV[2]) return {1, 1, 0}"
+    )
+    FLOOR_R = r.script_load(
+        "local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '-' .. ARGV[2] .. '|||', 'PX', 60000) return 1"
+    )
+
+    def name(k):
+        return f"p:2:{{{k}}}"
+
+    cases = {
+        "relaylock (ACQUIRE + RELEASE)": (
+            lambda p, k, t: p.evalsha(ACQ, 3, name(k), f"{name(k)}:void:{t}", f"{name(k)}:void", t, 30000, "", f"{name(k)}:ch", "PUBLISH"),
+            lambda p, k, t, a: p.evalsha(REL, 3, name(k), f"{name(k)}:void:{t}", f"{name(k)}:void", t, a[1], f"{name(k)}:ch", 60000, 544, "c", 50, "PUBLISH", "0"),
+        ),
+        "two minimal scripts (GET TIME SET; GET SET)": (
+            lambda p, k, t: p.evalsha(FLOOR_A, 1, f"f:{{{k}}}", t, 30000),
+            lambda p, k, t, a: p.evalsha(FLOOR_R, 1, f"f:{{{k}}}", t, a[1]),
+        ),
+        "bare (SET NX PX; compare-and-delete script)": (
+            lambda p, k, t: p.set(f"b:{k}", t, nx=True, px=30000),
+            lambda p, k, t, a: p.evalsha(CAD, 1, f"b:{k}", t),
+        ),
+    }
+    results = {label: [] for label in cases}
+    for _ in range(3):
+        for label, (a, rel) in cases.items():
+            results[label].append(pairs(a, rel))
+    bare = statistics.median(results["bare (SET NX PX; compare-and-delete script)"])
+    print(f"redis-server {r.info('server')['redis_version']}, {BATCH} pairs per pipelined batch, {ROUNDS} batches, 3 runs each")
+    print()
+    print("| pair | Redis CPU µs per pair (3 runs) | median | × bare |")
+    print("|---|---|---:|---:|")
+    for label, v in results.items():
+        m = statistics.median(v)
+        runs = ", ".join(f"{x:.2f}" for x in v)
+        print(f"| {label} | {runs} | {m:.2f} | {m / bare:.2f} |")
+finally:
+    server.terminate()
+    server.wait()
