@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Splices the tables of docs/benchmarks.md from the saved results, so no
 # figure in it is typed by hand. Run from the repository root after a
-# benchmark run; needs the relaylock binary (cargo build --release --features cli).
+# benchmark run; needs the relaylock binary (cargo build --release -p relaylock-cli).
+#
+#   <!-- table: X.jsonl -->  relaylock report --markdown docs/results/X.jsonl
+#   <!-- py: X.py -->        python3 docs/results/X.py (reads the raw results)
+#   <!-- file: X -->         docs/results/X as it is (saved output)
+# each up to the next <!-- /table -->.
 set -euo pipefail
 bin=${RELAYLOCK_BIN:-target/release/relaylock}
 doc=docs/benchmarks.md
 tmp=$(mktemp)
 awk -v bin="$bin" '
-  /<!-- table: / { print; file=$3; system(bin " report --markdown docs/results/" file); skip=1; next }
+  /<!-- table: / { print; system(bin " report --markdown docs/results/" $3); skip=1; next }
+  /<!-- py: /    { print; system("python3 docs/results/" $3); skip=1; next }
+  /<!-- file: /  { print; system("cat docs/results/" $3); skip=1; next }
   /<!-- \/table -->/ { skip=0 }
   !skip { print }
 ' "$doc" > "$tmp"
