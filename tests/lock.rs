@@ -94,6 +94,25 @@ async fn contend(url: &str) {
     }
 }
 
+/// `tasks` tasks, spread over `clients`, each lock the key "hot", hold it
+/// 1 ms and release it, `rounds` times.
+async fn take_turns(clients: &[LockClient], tasks: usize, rounds: usize) {
+    let mut running = Vec::new();
+    for i in 0..tasks {
+        let lock = clients[i % clients.len()].clone();
+        running.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let g = lock.lock("hot").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in running {
+        t.await.unwrap();
+    }
+}
+
 /// 200 waiters in one process lock, hold 1 ms and release, several rounds:
 /// acquire script calls per acquisition, read from the server, stay <= 1.5.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,20 +123,7 @@ async fn one_retry_per_release() {
     let admin = server.admin().await;
     let lock = client(&server).await;
     let before = command_calls(&admin).await;
-    let mut tasks = Vec::new();
-    for _ in 0..WAITERS {
-        let lock = lock.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..ROUNDS {
-                let g = lock.lock("hot").await.unwrap();
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                g.release().await.unwrap();
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    take_turns(&[lock], WAITERS, ROUNDS).await;
     let after = command_calls(&admin).await;
     let acquisitions = (WAITERS * ROUNDS) as u64;
     // Every acquisition is released exactly once; every other EVALSHA is an acquire attempt.
@@ -150,22 +156,6 @@ async fn a_release_publishes_only_when_another_client_waits() {
     const ROUNDS: usize = 10;
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let run = |clients: Vec<LockClient>| async move {
-        let mut tasks = Vec::new();
-        for i in 0..TASKS {
-            let lock = clients[i % clients.len()].clone();
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..ROUNDS {
-                    let g = lock.lock("hot").await.unwrap();
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    g.release().await.unwrap();
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-    };
     let total = |calls: &std::collections::HashMap<String, u64>| {
         calls
             .iter()
@@ -177,7 +167,7 @@ async fn a_release_publishes_only_when_another_client_waits() {
 
     let one = client(&server).await;
     let before = command_calls(&admin).await;
-    run(vec![one.clone()]).await;
+    take_turns(&[one], TASKS, ROUNDS).await;
     let after = command_calls(&admin).await;
     let published = delta(&before, &after, "publish");
     let per_acq = (total(&after) - total(&before)) as f64 / acquisitions as f64;
@@ -190,7 +180,7 @@ async fn a_release_publishes_only_when_another_client_waits() {
 
     let two = vec![client(&server).await, client(&server).await];
     let before = command_calls(&admin).await;
-    run(two).await;
+    take_turns(&two, TASKS, ROUNDS).await;
     let after = command_calls(&admin).await;
     let published = delta(&before, &after, "publish");
     let per_acq = (total(&after) - total(&before)) as f64 / acquisitions as f64;
@@ -768,84 +758,67 @@ async fn abandoned_acquisition_can_never_succeed_later() {
             format!("{key}:void"),
         ]
     };
-    let release_args = |token: &str, fence: &str| -> Vec<String> {
-        vec![
-            token.into(),
-            fence.into(),
-            "p:2:{k}:ch".into(),
-            SIDE_RETENTION_MS.to_string(),
-            RING_CHARS.to_string(),
-            "me".into(),
-            HANDOFF_GRACE_MS.to_string(),
-            "PUBLISH".into(),
-            "0".into(),
-        ]
+    // ACQUIRE of `token` with a lease in ms; RELEASE with a fence ("" when
+    // abandoned).
+    let acquire = |key: &'static str, token: &'static str, lease: u64| {
+        let (admin, keys) = (admin.clone(), keys(key, token));
+        async move {
+            let args = vec![
+                token.to_string(),
+                lease.to_string(),
+                String::new(),
+                format!("{key}:ch"),
+                "PUBLISH".into(),
+            ];
+            admin
+                .eval::<Vec<i64>, _, _, _>(ACQUIRE, keys, args)
+                .await
+                .unwrap()
+        }
     };
-    let args = |t: &str| -> Vec<String> {
-        vec![
-            t.to_string(),
-            "30000".into(),
-            String::new(),
-            "p:2:{k}:ch".into(),
-            "PUBLISH".into(),
-        ]
+    let release = |key: &'static str, token: &'static str, fence: String| {
+        let (admin, keys) = (admin.clone(), keys(key, token));
+        async move {
+            let args: Vec<String> = vec![
+                token.into(),
+                fence,
+                format!("{key}:ch"),
+                SIDE_RETENTION_MS.to_string(),
+                RING_CHARS.to_string(),
+                "me".into(),
+                HANDOFF_GRACE_MS.to_string(),
+                "PUBLISH".into(),
+                "0".into(),
+            ];
+            admin
+                .eval::<i64, _, _, _>(RELEASE, keys, args)
+                .await
+                .unwrap()
+        }
     };
+
     // The orphan release arrives first and finds nothing.
     let key = "p:2:{k}";
-    let released: i64 = admin
-        .eval(RELEASE, keys(key, "tok"), release_args("tok", ""))
-        .await
-        .unwrap();
-    assert_eq!(released, 0);
+    assert_eq!(release(key, "tok", String::new()).await, 0);
     let ttl: i64 = admin.pttl("p:2:{k}:void:tok").await.unwrap();
     assert!(ttl > 0 && ttl <= SIDE_RETENTION_MS as i64);
     // The delayed acquire of the same token is refused; another token is not.
-    let late: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "tok"), args("tok"))
-        .await
-        .unwrap();
-    assert_eq!(late, vec![0, -2]);
+    assert_eq!(acquire(key, "tok", 30_000).await, vec![0, -2]);
     assert!(
         !support::taken(&admin, key).await,
         "the abandoned acquisition took the lock"
     );
-    let other: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "other"), args("other"))
-        .await
-        .unwrap();
-    assert_eq!(other[0], 1);
+    assert_eq!(acquire(key, "other", 30_000).await[0], 1);
 
     // The orphan release finds the lock held by another token, which then
     // releases it: the tombstone still makes the delayed copy check.
     let key = "p:2:{j}";
-    let held: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "h"), args("h"))
-        .await
-        .unwrap();
+    let held = acquire(key, "h", 30_000).await;
     assert_eq!(held[0], 1);
-    let released: i64 = admin
-        .eval(RELEASE, keys(key, "tok"), release_args("tok", ""))
-        .await
-        .unwrap();
-    assert_eq!(released, 0);
-    let released: i64 = admin
-        .eval(
-            RELEASE,
-            keys(key, "h"),
-            release_args("h", &held[1].to_string()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(released, 1);
-    let late: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "tok"), args("tok"))
-        .await
-        .unwrap();
-    assert_eq!(late, vec![0, -2]);
-    let next: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "n"), args("n"))
-        .await
-        .unwrap();
+    assert_eq!(release(key, "tok", String::new()).await, 0);
+    assert_eq!(release(key, "h", held[1].to_string()).await, 1);
+    assert_eq!(acquire(key, "tok", 30_000).await, vec![0, -2]);
+    let next = acquire(key, "n", 30_000).await;
     assert_eq!(next[0], 1);
     assert!(next[1] > held[1], "fences keep increasing");
 
@@ -854,69 +827,33 @@ async fn abandoned_acquisition_can_never_succeed_later() {
     // still holds (found in review: the `void` field was lost with the
     // value).
     let key = "p:2:{e}";
-    let short = |t: &str| -> Vec<String> {
-        vec![
-            t.to_string(),
-            "200".into(),
-            String::new(),
-            "p:2:{e}:ch".into(),
-            "PUBLISH".into(),
-        ]
-    };
-    let held: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "h"), short("h"))
-        .await
-        .unwrap();
-    assert_eq!(held[0], 1);
-    let released: i64 = admin
-        .eval(RELEASE, keys(key, "late"), release_args("late", ""))
-        .await
-        .unwrap();
-    assert_eq!(released, 0);
+    assert_eq!(acquire(key, "h", 200).await[0], 1);
+    assert_eq!(release(key, "late", String::new()).await, 0);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !support::taken(&admin, key).await,
         "the lease did not run out"
     );
-    let d: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "d"), args("d"))
-        .await
-        .unwrap();
+    let d = acquire(key, "d", 30_000).await;
     assert_eq!(d[0], 1);
-    let released: i64 = admin
-        .eval(
-            RELEASE,
-            keys(key, "d"),
-            release_args("d", &d[1].to_string()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(released, 1);
-    let late: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "late"), args("late"))
-        .await
-        .unwrap();
-    assert_eq!(late, vec![0, -2], "the delayed copy took the lock");
+    assert_eq!(release(key, "d", d[1].to_string()).await, 1);
+    assert_eq!(
+        acquire(key, "late", 30_000).await,
+        vec![0, -2],
+        "the delayed copy took the lock"
+    );
 
     // An abandoned acquisition that did take the lock is released and voided
     // too: a second copy of it (a replay beside the original) cannot take
     // the lock again after the release.
     let key = "p:2:{twice}";
-    let took: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "tw"), args("tw"))
-        .await
-        .unwrap();
-    assert_eq!(took[0], 1);
-    let released: i64 = admin
-        .eval(RELEASE, keys(key, "tw"), release_args("tw", ""))
-        .await
-        .unwrap();
-    assert_eq!(released, 1);
-    let again: Vec<i64> = admin
-        .eval(ACQUIRE, keys(key, "tw"), args("tw"))
-        .await
-        .unwrap();
-    assert_eq!(again, vec![0, -2], "a second copy retook the lock");
+    assert_eq!(acquire(key, "tw", 30_000).await[0], 1);
+    assert_eq!(release(key, "tw", String::new()).await, 1);
+    assert_eq!(
+        acquire(key, "tw", 30_000).await,
+        vec![0, -2],
+        "a second copy retook the lock"
+    );
 }
 
 /// A user whose ACL forbids the release channel cannot subscribe: its
