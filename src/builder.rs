@@ -411,9 +411,7 @@ impl LockClientBuilder {
             scripts.release.load(&redis).await?;
             scripts.renew.load(&redis).await?;
             scripts.peek.load(&redis).await?;
-            fred::types::scripts::Script::from_lua(crate::scripts::LEAVE)
-                .load(&redis)
-                .await
+            scripts.leave.load(&redis).await
         };
         if let Err(e) = with_timeout(self.command_timeout, loaded).await {
             let _ = tokio::time::timeout(self.connect_timeout, subscriber.quit()).await;
@@ -441,6 +439,7 @@ impl LockClientBuilder {
         let registry = Arc::new(Registry::new(
             subscriber.clone(),
             redis.clone(),
+            scripts.leave.clone(),
             client_id,
             self.unsubscribe_linger,
             self.command_timeout,

@@ -11,12 +11,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::LuaInterface;
 use fred::types::scripts::Script;
 use fred::types::{FromValue, Value};
 
 use crate::error::{with_timeout, Error, Result};
-use crate::scripts::{Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS};
+use crate::scripts::{evalsha_reloading, Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS};
 
 /// The acquire script's reply, checked.
 #[derive(Debug, PartialEq, Eq)]
@@ -116,30 +115,14 @@ impl Calls {
         }
     }
 
-    /// Call `script` with the keys and arguments `make` builds, loading it
-    /// and calling again if Redis lost it (`NOSCRIPT`: a restart, a failover,
-    /// `SCRIPT FLUSH`). The arguments are built again for the second call
-    /// rather than cloned for every call.
+    /// Call `script` ([`evalsha_reloading`]), bounded by the command
+    /// timeout.
     async fn script<'a, R, F>(&self, conn: &Client, script: &Script, make: F) -> Result<R>
     where
         R: FromValue,
         F: Fn() -> (Vec<&'a str>, Vec<Value>),
     {
-        let call = async {
-            let (keys, args) = make();
-            match conn
-                .evalsha::<R, _, _, _>(script.sha1().clone(), keys, args)
-                .await
-            {
-                Err(e) if e.details().starts_with("NOSCRIPT") => {
-                    script.load(conn).await?;
-                    let (keys, args) = make();
-                    conn.evalsha(script.sha1().clone(), keys, args).await
-                }
-                other => other,
-            }
-        };
-        self.run(call).await
+        self.run(evalsha_reloading(conn, script, make)).await
     }
 
     /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call, its raw reply (check it

@@ -40,7 +40,7 @@ use tokio::sync::{Mutex, Notify};
 use crate::estimate::Estimate;
 use crate::metrics as m;
 use crate::presence::Presence;
-use crate::scripts::{Names, HANDOFF_GRACE_MS, LEAVE};
+use crate::scripts::{evalsha_reloading, Names, HANDOFF_GRACE_MS};
 use crate::sync;
 
 /// The local waiters of one key.
@@ -120,6 +120,14 @@ impl KeyWaiters {
         }
     }
 
+    /// Wake one local waiter if any waits (a permit for nobody would cost
+    /// the next newcomer a try).
+    fn wake_one_if_waiting(&self) {
+        if self.presence.count() > 0 {
+            self.notify.notify_one();
+        }
+    }
+
     fn linger_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
         self.linger_until.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -174,6 +182,7 @@ impl Registry {
     pub(crate) fn new(
         subscriber: SubscriberClient,
         redis: Client,
+        leave: Script,
         client_id: String,
         linger: Duration,
         command_timeout: Duration,
@@ -184,7 +193,7 @@ impl Registry {
             wake_all: Notify::new(),
             subscriber,
             redis,
-            leave: Script::from_lua(LEAVE),
+            leave,
             client_id,
             linger,
             command_timeout,
@@ -328,7 +337,7 @@ impl Registry {
         }
     }
 
-    /// This client's id in the lock's queuees.
+    /// This client's id in the locks' queues.
     pub(crate) fn client_id(&self) -> &str {
         &self.client_id
     }
@@ -412,9 +421,7 @@ impl Registry {
     /// would cost the next newcomer a try).
     pub(crate) fn wake_one_if_waiting(&self, channel: &str) {
         if let Some(e) = self.map.get(channel) {
-            if e.presence.count() > 0 {
-                e.notify.notify_one();
-            }
+            e.wake_one_if_waiting();
         }
     }
 
@@ -564,7 +571,7 @@ impl Registry {
         })
     }
 
-    /// Take this client out of the key's lock's queue if a try or a release
+    /// Take this client out of the lock's queue if a try or a release
     /// queued it and no local task waits any more. Runs in the background.
     fn leave_queue_if_idle(self: &Arc<Self>, channel: &str, entry: &Arc<KeyWaiters>) {
         // Dekker with `Waiter::drop` and `Requeue::drop`: each lowers its
@@ -580,19 +587,15 @@ impl Registry {
         let lock = Names::lock_of_channel(channel).to_owned();
         let entry = Arc::clone(entry);
         handle.spawn(async move {
-            let leave = registry.leave.evalsha_with_reload::<i64, _, _>(
-                &registry.redis,
-                vec![lock.as_str()],
-                vec![registry.client_id.as_str()],
-            );
+            let leave = evalsha_reloading::<i64, _>(&registry.redis, &registry.leave, || {
+                (vec![lock.as_str()], vec![registry.client_id.as_str().into()])
+            });
             if let Err(e) = registry.with_command_timeout(leave).await {
                 tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }
             // A waiter that arrived meanwhile may have queued before the LEAVE
             // ran and been taken out with it: wake one to try (and queue) again.
-            if entry.presence.count() > 0 {
-                entry.notify.notify_one();
-            }
+            entry.wake_one_if_waiting();
         });
     }
 
@@ -862,7 +865,7 @@ impl Waiter {
         self.entry.presence.is_confirmed()
     }
 
-    /// A try of this client registered it in the key's lock's queue.
+    /// A try of this client registered it in the lock's queue.
     pub(crate) fn mark_queued(&self) {
         self.entry.presence.mark_queued();
     }
@@ -983,6 +986,7 @@ mod tests {
         Arc::new(Registry::new(
             builder.build_subscriber_client().unwrap(),
             builder.build().unwrap(),
+            Script::from_lua(crate::scripts::LEAVE),
             "me".into(),
             Duration::from_millis(50),
             Duration::from_secs(1),

@@ -57,7 +57,10 @@
 //! therefore format tokens with `string.format('%d', n)` and return them as
 //! numbers, which Redis converts to integer replies exactly.
 
+use fred::clients::Client;
+use fred::interfaces::LuaInterface;
 use fred::types::scripts::Script;
+use fred::types::{FromValue, Value};
 
 /// How long a free lock's value (its tombstone) and a reservation live, in
 /// ms, by default (see [`LockClientBuilder::side_retention`](crate::LockClientBuilder::side_retention)).
@@ -365,6 +368,7 @@ pub(crate) struct Scripts {
     pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) peek: Script,
+    pub(crate) leave: Script,
 }
 
 impl Scripts {
@@ -374,7 +378,36 @@ impl Scripts {
             release: Script::from_lua(RELEASE),
             renew: Script::from_lua(RENEW),
             peek: Script::from_lua(PEEK),
+            leave: Script::from_lua(LEAVE),
         }
+    }
+}
+
+/// Call `script` on `conn` with the keys and arguments `make` builds,
+/// loading it and calling again if Redis lost it (`NOSCRIPT`: a restart, a
+/// failover, `SCRIPT FLUSH`). The arguments are built again for the second
+/// call rather than cloned for every call (fred's `evalsha_with_reload`
+/// clones them). Unbounded: callers add the command timeout.
+pub(crate) async fn evalsha_reloading<'a, R, F>(
+    conn: &Client,
+    script: &Script,
+    make: F,
+) -> Result<R, fred::error::Error>
+where
+    R: FromValue,
+    F: Fn() -> (Vec<&'a str>, Vec<Value>),
+{
+    let (keys, args) = make();
+    match conn
+        .evalsha::<R, _, _, _>(script.sha1().clone(), keys, args)
+        .await
+    {
+        Err(e) if e.details().starts_with("NOSCRIPT") => {
+            script.load(conn).await?;
+            let (keys, args) = make();
+            conn.evalsha(script.sha1().clone(), keys, args).await
+        }
+        other => other,
     }
 }
 
@@ -466,8 +499,7 @@ mod tests {
     #[test]
     fn scripts_have_distinct_hashes() {
         let s = Scripts::new();
-        let leave = Script::from_lua(LEAVE);
-        let all = [&s.acquire, &s.release, &s.renew, &s.peek, &leave];
+        let all = [&s.acquire, &s.release, &s.renew, &s.peek, &s.leave];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 assert_ne!(a.sha1(), b.sha1());
