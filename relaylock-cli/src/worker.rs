@@ -138,6 +138,21 @@ struct TaskResult {
     first_error: Option<String>,
 }
 
+impl TaskResult {
+    /// Count an error, keeping the first one's text.
+    fn error(&mut self, e: impl std::fmt::Display) {
+        self.errors += 1;
+        self.first_error.get_or_insert_with(|| e.to_string());
+    }
+
+    /// Count one acquisition and its record.
+    fn acquired(&mut self, shared: &Shared, record: Record) {
+        self.records.push(record);
+        self.count += 1;
+        shared.total.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 struct Shared {
     client: LockClient,
     /// `Some` for `bare:<ms>`: the baseline lock, on the client's connection.
@@ -169,8 +184,7 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
         let guard = match result {
             Ok(g) => g,
             Err(e) => {
-                out.errors += 1;
-                out.first_error.get_or_insert_with(|| e.to_string());
+                out.error(e);
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
@@ -181,13 +195,10 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
             Ok(()) => {}
             Err(Error::LockLost) => out.lost += 1,
             Err(e) => {
-                out.errors += 1;
-                out.first_error.get_or_insert_with(|| e.to_string());
+                out.error(e);
             }
         }
-        out.records.push((k as u32, fence, t_call, t_acq, t_rel));
-        out.count += 1;
-        shared.total.fetch_add(1, Ordering::Relaxed);
+        out.acquired(&shared, (k as u32, fence, t_call, t_acq, t_rel));
     }
     out
 }
@@ -228,8 +239,7 @@ async fn bare_round(
     let token = match taken {
         Ok(token) => token,
         Err(e) => {
-            out.errors += 1;
-            out.first_error.get_or_insert_with(|| e.to_string());
+            out.error(e);
             tokio::time::sleep(Duration::from_millis(10)).await;
             return;
         }
@@ -239,13 +249,10 @@ async fn bare_round(
         Ok(true) => {}
         Ok(false) => out.lost += 1,
         Err(e) => {
-            out.errors += 1;
-            out.first_error.get_or_insert_with(|| e.to_string());
+            out.error(e);
         }
     }
-    out.records.push((k as u32, t_acq, t_call, t_acq, t_rel));
-    out.count += 1;
-    shared.total.fetch_add(1, Ordering::Relaxed);
+    out.acquired(shared, (k as u32, t_acq, t_call, t_acq, t_rel));
 }
 
 pub async fn run(args: WorkerArgs) -> Result<(), String> {

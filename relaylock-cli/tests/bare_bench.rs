@@ -1,32 +1,22 @@
 //! `relaylock bench --strategy bare:<ms>`, the seeds' lock as a baseline,
 //! next to relaylock on a redis-server the bench starts itself.
 
+mod common;
+
 #[test]
 fn the_bare_baseline_runs_beside_relaylock() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
-        .args(["bench", "--strategy", "pubsub", "--strategy", "bare:5"])
-        .args([
-            "--workers",
-            "8",
-            "--keys",
-            "2",
-            "--duration",
-            "1s",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (rows, stdout) = common::bench(&[
+        "--strategy",
+        "pubsub",
+        "--strategy",
+        "bare:5",
+        "--workers",
+        "8",
+        "--keys",
+        "2",
+        "--duration",
+        "1s",
+    ]);
     assert_eq!(rows.len(), 2, "{stdout}");
     for row in &rows {
         println!("{row}");

@@ -1,0 +1,24 @@
+//! Runs `relaylock bench` for the CLI's tests.
+
+/// `relaylock bench <args> --json`: asserts it succeeded and returns its
+/// JSON rows, in order, and its whole standard output (for messages).
+pub fn bench(args: &[&str]) -> (Vec<serde_json::Value>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "bench failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (rows, stdout)
+}
