@@ -28,10 +28,12 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
 use fred::util::redis_keyslot;
 use metrics::SharedString;
+use tokio::sync::Notify;
 
 use crate::calls::{acquire_reply, AcquireReply};
 use crate::error::{Error, Result};
 use crate::guard::{release, release_in_background, Acquired, LockGuard};
+use crate::handoff::{Gate, Offer, Orphan, Outcome as Handed};
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
@@ -156,6 +158,33 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
         if let Some(action) = self.0.take() {
             action();
         }
+    }
+}
+
+/// A waiting call's offer to take the lock directly from a release of this
+/// client. Dropped (the call returns or is dropped), it withdraws the offer,
+/// and releases in the background a lock granted to it that it never took,
+/// or its token as an abandoned acquisition after a hand-over whose outcome
+/// stayed unknown.
+struct Offered<'c, 'a> {
+    offer: Offer<Notify>,
+    call: &'c LockCall<'a>,
+}
+
+impl Drop for Offered<'_, '_> {
+    fn drop(&mut self) {
+        let fence = match self.offer.leave() {
+            Orphan::None => return,
+            Orphan::Held(fence) => Some(fence),
+            Orphan::Unknown => None,
+        };
+        release_in_background(
+            Arc::clone(self.call.inner),
+            self.call.names.clone(),
+            self.call.token.clone(),
+            fence,
+            None,
+        );
     }
 }
 
@@ -348,6 +377,15 @@ impl<'a> LockCall<'a> {
         }
     }
 
+    /// A release of this client gave the lock to this call: `fence`, lease
+    /// counted from `sent` (when the release was sent).
+    fn granted(&self, waiter: &Waiter, fence: u64, sent: Instant) -> (u64, Instant) {
+        tracing::trace!(target: "relaylock::hop", hop = "handed_over");
+        waiter.note_acquired(sent, self.lease);
+        m::wakeup(self.name, WakeCause::Handover);
+        (fence, sent)
+    }
+
     /// The spin-polling baseline: one try per interval.
     async fn wait_poll(
         &self,
@@ -428,6 +466,12 @@ impl<'a> LockCall<'a> {
             }
         }
         waiter.count_as_waiting(self.name);
+        // From here on a release of this client may hand the lock to this
+        // call's token directly (see `crate::handoff`).
+        let offer = Offered {
+            offer: waiter.offer(&self.token, self.lease_ms),
+            call: self,
+        };
         // Only the waiter that CONFIRMED the subscription must try again before
         // sleeping: a release published before the confirmation reached nobody,
         // and that one try observes it for every local waiter. A release after
@@ -448,11 +492,27 @@ impl<'a> LockCall<'a> {
 
         loop {
             if must_try {
-                if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
-                    return Ok((fence, sent));
+                match offer.offer.begin_try() {
+                    Gate::Go => {
+                        let attempt = self.try_passing_on(&waiter).await;
+                        offer.offer.end_try();
+                        if let Attempt::Acquired(fence, sent) = attempt? {
+                            offer.offer.acquired();
+                            return Ok((fence, sent));
+                        }
+                    }
+                    Gate::Granted(fence, sent) => return Ok(self.granted(&waiter, fence, sent)),
+                    // A release of this client is handing the lock to this
+                    // call: its outcome wakes us. The wake-up that brought
+                    // us here goes to another waiter.
+                    Gate::Claimed => waiter.pass_on(),
                 }
             }
             if expired(deadline) {
+                // A lock handed over meanwhile is taken, not released.
+                if let Handed::Granted(fence, sent) = offer.offer.outcome() {
+                    return Ok(self.granted(&waiter, fence, sent));
+                }
                 return Err(Error::Timeout);
             }
 
@@ -490,6 +550,17 @@ impl<'a> LockCall<'a> {
             }
             let cause = tokio::select! {
                 biased;
+                _ = offer.offer.waker().notified() => match offer.offer.outcome() {
+                    Handed::Granted(fence, sent) => return Ok(self.granted(&waiter, fence, sent)),
+                    // The release's outcome is unknown, or the lock is
+                    // free: try (the acquire script finds a grant that did
+                    // happen).
+                    Handed::Recheck => WakeCause::Message,
+                    Handed::Pending => {
+                        must_try = false;
+                        continue;
+                    }
+                },
                 _ = waiter.notified() => WakeCause::Message,
                 _ = &mut reconnect => WakeCause::Reconnect,
                 outcome = async { resubscribe.as_mut().expect("checked").await }, if resubscribe.is_some() => {
@@ -515,7 +586,8 @@ impl<'a> LockCall<'a> {
                 _ = tokio::time::sleep(bound) => WakeCause::Ttl,
             };
             must_try = match cause {
-                WakeCause::Message => {
+                // (A hand-over returns above; it is never a cause here.)
+                WakeCause::Message | WakeCause::Handover => {
                     tracing::trace!(target: "relaylock::hop", hop = "waiter_woken");
                     true
                 }
@@ -528,6 +600,9 @@ impl<'a> LockCall<'a> {
                 }
                 WakeCause::Ttl => {
                     if expired(deadline) {
+                        if let Handed::Granted(fence, sent) = offer.offer.outcome() {
+                            return Ok(self.granted(&waiter, fence, sent));
+                        }
                         return Err(Error::Timeout);
                     }
                     if degraded && role.is_some() {

@@ -49,13 +49,28 @@ pub(crate) enum Released {
     /// Released our lock and reserved it for another queued client, which
     /// was told.
     HandedOver,
+    /// Released our lock and gave it to the local waiter's token the call
+    /// named (`next`), with this fencing token.
+    Granted(u64),
     /// Our key was already released by an earlier (replayed) call.
     Already,
     /// The key no longer held our token.
     NotOurs,
 }
 
-/// The KEYS of `ACQUIRE` and `RELEASE`: `[lock, void, voids]`.
+/// Parse the release script's reply.
+pub(crate) fn release_reply(reply: &[i64]) -> Result<Released> {
+    Ok(match reply {
+        [1] => Released::Freed,
+        [3] => Released::HandedOver,
+        [4, fence] if *fence > 0 => Released::Granted(*fence as u64),
+        [2] => Released::Already,
+        [0] => Released::NotOurs,
+        other => return Err(Error::UnexpectedReply(format!("release replied {other:?}"))),
+    })
+}
+
+/// The KEYS of `ACQUIRE` (and the first three of `RELEASE`): `[lock, void, voids]`.
 fn lock_keys<'a>(names: &'a Names, void: &'a str, voids: &'a str) -> Vec<&'a str> {
     vec![names.lock.as_str(), void, voids]
 }
@@ -161,10 +176,15 @@ impl Calls {
         fence: Option<u64>,
         client: &str,
         requeue: bool,
+        next: Option<(&str, u64)>,
     ) -> Result<Released> {
         let (void, voids) = (names.void(token), names.voids());
-        let reply: i64 = self
+        // With no `next`, any name of the lock's slot: the script reads it
+        // only for a `next`.
+        let next_void = next.map(|(t, _)| names.void(t));
+        let reply: Vec<i64> = self
             .script(&self.redis, &self.scripts.release, || {
+                let (next_token, next_lease) = next.unwrap_or(("", 0));
                 let args: Vec<Value> = vec![
                     token.into(),
                     // `''` (unknown) is the empty string; a fence goes as an
@@ -177,24 +197,17 @@ impl Calls {
                     (HANDOFF_GRACE_MS as i64).into(),
                     self.publish.clone(),
                     if requeue { "1" } else { "0" }.into(),
+                    next_token.into(),
+                    (next_lease as i64).into(),
                 ];
-                (lock_keys(names, &void, &voids), args)
+                let mut keys = lock_keys(names, &void, &voids);
+                keys.push(next_void.as_deref().unwrap_or(voids.as_str()));
+                (keys, args)
             })
             .await?;
-        let outcome = match reply {
-            1 => Released::Freed,
-            3 => Released::HandedOver,
-            2 => Released::Already,
-            0 => Released::NotOurs,
-            other => return Err(Error::UnexpectedReply(format!("release replied {other}"))),
-        };
-        Ok(outcome)
+        release_reply(&reply)
     }
 
-    /// Set the remaining lease of the lock `names` to `lease_ms` if it holds
-    /// `token` (one-lock [`RENEW`](crate::scripts::RENEW), also when that
-    /// shortens it), on `conn`. The script's reply: `[1]` set, `[0]` gone,
-    /// `[-1]` another token.
     pub(crate) async fn set_lease(
         &self,
         conn: &Client,
@@ -267,6 +280,18 @@ mod tests {
         );
         for bad in [&[][..], &[1], &[1, 0], &[1, 7, 2], &[2, 1], &[0, 1, 2]] {
             assert!(acquire_reply(bad, lease).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn release_replies_are_checked() {
+        assert_eq!(release_reply(&[1]).unwrap(), Released::Freed);
+        assert_eq!(release_reply(&[3]).unwrap(), Released::HandedOver);
+        assert_eq!(release_reply(&[4, 9]).unwrap(), Released::Granted(9));
+        assert_eq!(release_reply(&[2]).unwrap(), Released::Already);
+        assert_eq!(release_reply(&[0]).unwrap(), Released::NotOurs);
+        for bad in [&[][..], &[4], &[4, 0], &[1, 1], &[5], &[-1]] {
+            assert!(release_reply(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -9,10 +9,12 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use metrics::SharedString;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::Released;
 use crate::error::{Error, Result};
+use crate::handoff::{Claim, Orphan};
 use crate::inner::ClientInner;
 use crate::metrics as m;
 use crate::options::validate_lease;
@@ -321,7 +323,9 @@ impl LockGuard {
         self.state = State::Done;
         account(self.name.as_ref(), &outcome, Some(&self.lease_state));
         match outcome? {
-            Released::Freed | Released::HandedOver | Released::Already => Ok(()),
+            Released::Freed | Released::HandedOver | Released::Granted(_) | Released::Already => {
+                Ok(())
+            }
             Released::NotOurs => Err(Error::LockLost),
         }
     }
@@ -378,7 +382,9 @@ impl Drop for LockGuard {
 /// (the watchdog, `extend`).
 fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Option<&Lease>) {
     match outcome {
-        Ok(Released::Freed | Released::HandedOver | Released::Already) => m::released(name),
+        Ok(Released::Freed | Released::HandedOver | Released::Granted(_) | Released::Already) => {
+            m::released(name)
+        }
         Ok(Released::NotOurs) => match lease {
             Some(lease) => {
                 lease.mark_lost(|| m::lost(name));
@@ -394,40 +400,103 @@ fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Optio
 /// known, see `Registry::requeue`). `fence` is `None` for an acquisition
 /// whose reply never arrived.
 ///
-/// The releasing client wakes its own local waiters: no message tells them
+/// The releasing client serves its own local waiters: no message tells them
 /// (the script publishes only to another client it reserves the lock for).
-/// One local waiter, if any waits, is woken when the reply says the lock is
-/// free, when the release had already run (a replay whose first reply was
-/// lost), and when the outcome is unknown (an error: it may have run).
+///
+/// * With `fence` known and a local waiter offering to take the lock
+///   (`crate::handoff`), the release names that waiter's token, and the
+///   script gives it the lock at once when no other client is queued: the
+///   hand-over costs this one request. The waiter gets its fencing token
+///   through its slot; if it left meanwhile, the lock granted to it is
+///   released in the background. Any other outcome sends it to re-check
+///   (or, when the lock went to another client, back to sleep).
+/// * Without such a waiter, one local waiter, if any waits, is woken when the
+///   reply says the lock is free, when the release had already run (a replay
+///   whose first reply was lost), and when the outcome is unknown (an error:
+///   it may have run).
+///
+/// Dropped before its reply, a claimed waiter re-checks (the acquire script
+/// finds a lock granted to its token); if that waiter left too, its token is
+/// released in the background as an abandoned acquisition.
 pub(crate) async fn release(
-    inner: &ClientInner,
+    inner: &Arc<ClientInner>,
     names: &Names,
     token: &str,
     fence: Option<u64>,
 ) -> Result<Released> {
     let registry = &inner.registry;
     let requeued = registry.requeue(&names.channel);
-    let outcome = inner
-        .calls
-        .release(
-            names,
-            token,
-            fence,
-            registry.client_id(),
-            requeued.is_some(),
-        )
-        .await;
-    // Also without a requeue: a local waiter may have arrived since, and its
-    // try, run before the release, queued this client.
-    if matches!(outcome, Ok(Released::Freed | Released::Already) | Err(_)) {
-        registry.wake_one_if_waiting(&names.channel);
+    let mut claim = ClaimGuard {
+        claim: fence.and_then(|_| registry.claim(&names.channel)),
+        inner,
+        names,
+    };
+    let sent = Instant::now();
+    let outcome = {
+        let next = claim.claim.as_ref().map(|c| (c.token(), c.lease_ms()));
+        inner
+            .calls
+            .release(
+                names,
+                token,
+                fence,
+                registry.client_id(),
+                requeued.is_some(),
+                next,
+            )
+            .await
+    };
+    match claim.claim.take() {
+        Some(c) => {
+            let next = c.token().to_owned();
+            let orphan = match &outcome {
+                Ok(Released::Granted(f)) => c.granted(*f, sent),
+                Ok(Released::HandedOver) => c.not_granted(false),
+                Ok(Released::Freed | Released::Already | Released::NotOurs) => c.not_granted(true),
+                Err(_) => c.unknown(),
+            };
+            release_orphan(inner, names, next, orphan);
+        }
+        // Also without a requeue: a local waiter may have arrived since, and
+        // its try, run before the release, queued this client.
+        None => {
+            if matches!(outcome, Ok(Released::Freed | Released::Already) | Err(_)) {
+                registry.wake_one_if_waiting(&names.channel);
+            }
+        }
     }
     drop(requeued);
     outcome
 }
 
-/// A dropped guard's metrics name and lease, so its background release is
-/// counted like a release.
+/// A lock granted to a local waiter that left: release it.
+fn release_orphan(inner: &Arc<ClientInner>, names: &Names, token: String, orphan: Orphan) {
+    let fence = match orphan {
+        Orphan::None => return,
+        Orphan::Held(fence) => Some(fence),
+        Orphan::Unknown => None,
+    };
+    release_in_background(Arc::clone(inner), names.clone(), token, fence, None);
+}
+
+/// A release's claim on a local waiter, resolved as an unknown outcome if
+/// the release is dropped before its reply.
+struct ClaimGuard<'a> {
+    claim: Option<Claim<Notify>>,
+    inner: &'a Arc<ClientInner>,
+    names: &'a Names,
+}
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.claim.take() {
+            let next = c.token().to_owned();
+            let orphan = c.unknown();
+            release_orphan(self.inner, self.names, next, orphan);
+        }
+    }
+}
+
 pub(crate) type Report = (Option<SharedString>, Arc<Lease>);
 
 /// Release `token` without waiting for the outcome: for a dropped guard
@@ -453,7 +522,7 @@ pub(crate) fn release_in_background(
         match (&outcome, report) {
             (Err(e), _) => tracing::warn!(key = %names.lock, error = %e,
                 "relaylock: background release failed; the lock stays held until its lease ends"),
-            (Ok(Released::Freed | Released::HandedOver), None) => {
+            (Ok(Released::Freed | Released::HandedOver | Released::Granted(_)), None) => {
                 tracing::debug!(key = %names.lock,
                 "relaylock: released an acquisition whose caller went away")
             }

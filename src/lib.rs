@@ -48,6 +48,7 @@ mod client;
 mod error;
 mod estimate;
 mod guard;
+mod handoff;
 mod inner;
 mod lease;
 mod limits;

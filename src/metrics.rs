@@ -16,7 +16,7 @@
 //! | `relaylock_released_total` | counter | releases that freed a lock we held | |
 //! | `relaylock_lost_total` | counter | locks found lost while held: by a renewal, `extend` or release finding another token or no key, or by the lease running out before a renewal got through; each lock counted once | |
 //! | `relaylock_renewals_total` | counter | watchdog renewals, per lock | `outcome` = `renewed`, `lost`, `error` |
-//! | `relaylock_wakeups_total` | counter | times a waiter woke up to retry | `cause` = `message`, `ttl`, `reconnect` |
+//! | `relaylock_wakeups_total` | counter | times a waiter woke up to retry | `cause` = `message`, `ttl`, `reconnect`, `handover` |
 //! | `relaylock_waiters` | gauge | tasks currently waiting for a lock | |
 //!
 //! Every series also carries `name` when the caller set one.
@@ -70,6 +70,9 @@ pub(crate) enum WakeCause {
     Ttl,
     /// The subscriber reconnected or fell behind: every waiter re-checks.
     Reconnect,
+    /// A release of this client handed the lock to the waiter directly: it
+    /// woke holding it, without a retry.
+    Handover,
 }
 
 impl WakeCause {
@@ -78,6 +81,7 @@ impl WakeCause {
             WakeCause::Message => "message",
             WakeCause::Ttl => "ttl",
             WakeCause::Reconnect => "reconnect",
+            WakeCause::Handover => "handover",
         }
     }
 }

@@ -38,6 +38,7 @@ use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
 use crate::estimate::Estimate;
+use crate::handoff::{Claim, Inbox, Offer, Wake};
 use crate::metrics as m;
 use crate::presence::Presence;
 use crate::scripts::{evalsha_reloading, Names, HANDOFF_GRACE_MS};
@@ -74,6 +75,8 @@ pub(crate) struct KeyWaiters {
     linger_until: std::sync::Mutex<Option<Instant>>,
     /// Redis Cluster: the node the subscription was last confirmed on.
     node: std::sync::Mutex<Option<Server>>,
+    /// Local waiters a release of this client may hand the lock to directly.
+    inbox: Arc<Inbox<Notify>>,
 }
 
 /// What a message on a lock's channel announces.
@@ -85,6 +88,12 @@ pub(crate) enum Announcement<'a> {
     ReservedFor(&'a str),
     /// A reservation was taken; the new lease lasts this long (`t:<ms>`).
     Taken(Duration),
+}
+
+impl Wake for Notify {
+    fn wake(&self) {
+        self.notify_one();
+    }
 }
 
 impl<'a> Announcement<'a> {
@@ -117,6 +126,7 @@ impl KeyWaiters {
             poller_freed: Notify::new(),
             linger_until: std::sync::Mutex::new(None),
             node: std::sync::Mutex::new(None),
+            inbox: Arc::new(Inbox::default()),
         }
     }
 
@@ -419,6 +429,12 @@ impl Registry {
 
     /// Wake one local waiter of `channel` if any waits (a permit for nobody
     /// would cost the next newcomer a try).
+    /// Claim the oldest local waiter of `channel` that a release may hand
+    /// the lock to directly (see [`crate::handoff`]).
+    pub(crate) fn claim(&self, channel: &str) -> Option<Claim<Notify>> {
+        Inbox::claim(&self.map.get(channel)?.inbox)
+    }
+
     pub(crate) fn wake_one_if_waiting(&self, channel: &str) {
         if let Some(e) = self.map.get(channel) {
             e.wake_one_if_waiting();
@@ -839,6 +855,12 @@ impl Waiter {
     /// permit stored by an earlier one).
     pub(crate) fn notified(&self) -> Notified<'_> {
         self.entry.notify.notified()
+    }
+
+    /// Offer to take the lock directly from a release of this client, with
+    /// `token` and a lease of `lease_ms`.
+    pub(crate) fn offer(&self, token: &str, lease_ms: u64) -> Offer<Notify> {
+        Inbox::offer(&self.entry.inbox, token, lease_ms, Notify::new())
     }
 
     /// Hand a wake-up on to the next local waiter (used when a woken waiter

@@ -30,7 +30,9 @@
 //!
 //! The common paths run few commands: an uncontended acquisition is `GET`,
 //! `TIME`, `SET`, its release `GET`, `SET`; a hand-over between clients adds
-//! one `PUBLISH` on each side. A value without `|` was not written by
+//! one `PUBLISH` on each side; a hand-over within one client is a single
+//! release call, `GET`, `TIME`, `SET`, that gives the lock to the next local
+//! waiter's token. A value without `|` was not written by
 //! relaylock (protocol 2): the scripts treat it as held by another owner and
 //! never rewrite it.
 //!
@@ -43,8 +45,10 @@
 //! that client retries, so a release costs one retry in total, and clients
 //! take turns in the order they started waiting. The releaser joins the back
 //! of the queue when it still has local waiters. With no other client queued,
-//! the release leaves a tombstone and publishes nothing: no other client
-//! waits, and the releasing client wakes its own waiters itself. Taking a
+//! the release publishes nothing: no other client waits. It gives the lock
+//! directly to a local waiter the releasing client names (its token and
+//! lease), or leaves a tombstone, and then the releasing client wakes its
+//! own waiters itself. Taking a
 //! reservation publishes `t:<lease ms>` when other clients still wait, so
 //! they learn the new holder's lease.
 //!
@@ -186,13 +190,17 @@ return {1, fence, others}
 "#;
 /// Release.
 ///
-/// KEYS: `[lock, void, voids]` (as for [`ACQUIRE`]);
-/// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms, publish, requeue]`
-/// (`publish` as for [`ACQUIRE`]).
+/// KEYS: `[lock, void, voids, next_void]` (the first three as for
+/// [`ACQUIRE`]; `next_void` is the void marker of `next`'s token);
+/// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms,
+/// publish, requeue, next, next_lease_ms]` (`publish` as for [`ACQUIRE`]).
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
 /// while in flight (future dropped, error, timeout). `client` is the
 /// releasing client's id; `requeue` is `'1'` when it still has local waiters
-/// (it queues again, at the back).
+/// (it queues again, at the back). `next` is the token of a local waiter of
+/// the releasing client that may take the lock at once, or `''` (or absent,
+/// with `next_lease_ms` and `next_void`: the arity of protocol 2's first
+/// release).
 ///
 /// * head holds `"<token>:<f>"`: prepend `f` to the ring of released fences
 ///   (cut to `ring_chars` characters). Then hand over: if a client other than
@@ -200,14 +208,22 @@ return {1, fence, others}
 ///   `~X:<f>:<retention_ms>`, X leaves the queue, `client` joins its back if
 ///   `requeue` or if it was queued, the key lives `retention_ms + grace_ms`:
 ///   the reservation lapses when the grace has passed), publish `r:X` and
-///   reply `3`. Otherwise leave the tombstone `-<f>` with an empty queue for
-///   `retention_ms`, publish nothing, and reply `1`: no other client waits,
-///   and the caller wakes its own local waiters. A release never reserves
-///   the lock for its own client.
+///   reply `{3}`. Otherwise, with `next` given (and `fence` known), the lock
+///   goes to `next` directly, as [`ACQUIRE`] would give it (unless `next`'s
+///   void marker exists while the `void` field is live): fencing token
+///   `max(TIME µs, f + 1)`, `SET lock "<next>:<fence'>|<client if requeue
+///   or queued>|<ring>|<void>" PX next_lease_ms`, no message (no other client
+///   waits), reply `{4, fence'}`. Otherwise leave the tombstone `-<f>` with
+///   an empty queue for `retention_ms`, publish nothing, and reply `{1}`: no
+///   other client waits, and the caller wakes its own local waiters. A
+///   release never reserves the lock for its own client.
 /// * head does not hold our token but `fence` is in the value's ring: this
 ///   release already happened (fred replayed it after the reply was lost);
-///   reply `2`, so the caller does not report a lock loss that did not happen.
-/// * otherwise reply `0`: the lease ran out before the release. The value, if
+///   reply `{2}`, so the caller does not report a lock loss that did not
+///   happen. (A replay of a release that gave the lock to `next` lands
+///   here too; `next`'s own acquire finds the lock its own, see
+///   [`ACQUIRE`]'s replay case.)
+/// * otherwise reply `{0}`: the lease ran out before the release. The value, if
 ///   present, belongs to a newer owner and keeps its head.
 ///
 /// An abandoned acquisition (`fence == ''`), whether it took the lock or not,
@@ -258,10 +274,24 @@ if head and string.sub(head, 1, #mine) == mine then
     if again or ARGV[9] == '1' then rest[#rest + 1] = ARGV[6] end
     redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. ARGV[4] .. '|' .. table.concat(rest, ',') .. '|' .. ring .. '|' .. void, 'PX', tonumber(ARGV[4]) + tonumber(ARGV[7]))
     redis.pcall(ARGV[8], ARGV[3], 'r:' .. best)
-    return 3
+    return {3}
+  end
+  local nxt = ARGV[10] or ''
+  if nxt ~= '' and ARGV[2] ~= '' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if void ~= '' and (tonumber(void) or 0) < math.floor(now / 1000) then void = '' end
+    if void == '' or redis.call('EXISTS', KEYS[4]) == 0 then
+      local nf = now
+      if tonumber(fence) >= nf then nf = tonumber(fence) + 1 end
+      local q = ''
+      if again or ARGV[9] == '1' then q = ARGV[6] end
+      redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. '|' .. ring .. '|' .. void, 'PX', ARGV[11])
+      return {4, nf}
+    end
   end
   redis.call('SET', KEYS[1], '-' .. fence .. '||' .. ring .. '|' .. void, 'PX', ARGV[4])
-  return 1
+  return {1}
 end
 if ARGV[2] == '' then
   voided()
@@ -270,12 +300,12 @@ if ARGV[2] == '' then
   elseif head then
     redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
   end
-  return 0
+  return {0}
 end
 if ring ~= '' and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
-  return 2
+  return {2}
 end
-return 0
+return {0}
 "#;
 
 /// Leave the queue: a client whose last local waiter of the lock left.

@@ -135,9 +135,13 @@ async fn one_retry_per_release() {
         delta(&before, &after, "publish"),
         delta(&before, &after, "subscribe"),
     );
-    assert!(per_acq >= 1.0);
-    // The issue sets 1.5; the design gives 1.00 (one try per release plus the
-    // confirmer's and one probe's), so guard against regressions well below 1.5.
+    // Every release is one script call, so the count cannot be below the
+    // acquisitions. Releases hand the lock to the next local waiter directly
+    // (no acquire call for it), so acquire calls are mostly the first tries.
+    assert!(scripts >= acquisitions);
+    // The issue sets 1.5; the design gives at most 1.00 (one try per release
+    // plus the confirmer's and one probe's; fewer with direct hand-overs),
+    // so guard against regressions well below 1.5.
     assert!(
         per_acq <= 1.25,
         "{per_acq:.3} acquire calls per acquisition"

@@ -1,7 +1,8 @@
 //! loom models of relaylock's in-process state.
 //!
 //! The modules below are the library's own files (`src/sync.rs`,
-//! `src/limits.rs`, `src/estimate.rs`, `src/presence.rs`, `src/lease.rs`),
+//! `src/limits.rs`, `src/estimate.rs`, `src/presence.rs`, `src/lease.rs`,
+//! `src/handoff.rs`),
 //! compiled here on their own: with `--cfg loom`, `sync` swaps std's mutex,
 //! atomics and fences for loom's, and the models in `models/` explore every
 //! interleaving of the threads they start (bounded by
@@ -26,6 +27,9 @@ mod presence;
 
 #[path = "../../src/lease.rs"]
 mod lease;
+
+#[path = "../../src/handoff.rs"]
+mod handoff;
 
 #[cfg(all(test, loom))]
 mod models;

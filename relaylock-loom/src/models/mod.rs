@@ -2,6 +2,7 @@
 //! explored.
 
 mod claims;
+mod handoff;
 mod handshake;
 mod lease;
 mod queue;
