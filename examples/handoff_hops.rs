@@ -2,8 +2,10 @@
 //!
 //! A holder and a parked waiter on one key, in one process, against a
 //! redis-server this example starts: first both in one client (no message:
-//! the releasing client wakes its own waiter when the release's reply
-//! arrives), then in two clients (the release message). The library emits `trace` events under
+//! the release itself gives the lock to the waiter's token, and the
+//! releasing client hands the waiter its fencing token when the release's
+//! reply arrives), then in two clients (the release message, then the
+//! waiter's acquire). The library emits `trace` events under
 //! the target `relaylock::hop` at each internal hop; a tracing layer stamps
 //! them, and the example prints the median of each hop over many hand-overs,
 //! next to the PING round trip measured the same way.
@@ -32,9 +34,14 @@ struct HopName(Option<&'static str>);
 impl Visit for HopName {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "hop" {
-            self.0 = ["message_received", "waiter_woken", "acquire_reply"]
-                .into_iter()
-                .find(|h| *h == value);
+            self.0 = [
+                "message_received",
+                "waiter_woken",
+                "acquire_reply",
+                "handed_over",
+            ]
+            .into_iter()
+            .find(|h| *h == value);
         }
     }
     fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
@@ -73,15 +80,14 @@ async fn measure(
     stamps: &Stamps,
 ) {
     let fred = holder.fred_client().clone();
-    let (
-        mut release_rtt,
-        mut to_message,
-        mut to_woken,
-        mut to_reply,
-        mut to_return,
-        mut total,
-        mut ping,
-    ) = (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut release_rtt, mut ping, mut total) = (vec![], vec![], vec![]);
+    // Between clients: release -> message -> waiter running -> acquire
+    // reply -> returned.
+    let (mut to_message, mut to_woken, mut to_reply, mut to_return) =
+        (vec![], vec![], vec![], vec![]);
+    // Within one client: release -> the waiter runs holding the lock ->
+    // returned.
+    let (mut to_handed, mut handed_to_return) = (vec![], vec![]);
     for _ in 0..rounds {
         let held = holder.lock("hops").await.unwrap();
         let parked = {
@@ -104,10 +110,16 @@ async fn measure(
         let s = std::mem::take(&mut *stamps.lock().unwrap());
         let at = |name: &str| s.iter().find(|(n, _)| *n == name).map(|(_, t)| *t);
         let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e6;
-        if let (Some(w), Some(r)) = (at("waiter_woken"), at("acquire_reply")) {
-            // Without a message (one client), hop 1 ends when the waiter
-            // runs.
-            let m = at("message_received").unwrap_or(w);
+        if let Some(h) = at("handed_over") {
+            release_rtt.push(us(t0, t_released));
+            to_handed.push(us(t0, h));
+            handed_to_return.push(us(h, t_end));
+            total.push(us(t0, t_end));
+        } else if let (Some(m), Some(w), Some(r)) = (
+            at("message_received"),
+            at("waiter_woken"),
+            at("acquire_reply"),
+        ) {
             release_rtt.push(us(t0, t_released));
             to_message.push(us(t0, m));
             to_woken.push(us(m, w));
@@ -121,7 +133,11 @@ async fn measure(
         "{title}: {} hand-overs, medians in microseconds",
         total.len()
     );
-    let line = |name: &str, v: Vec<f64>| println!("  {name:<50}{:>8.1}", median(v));
+    let line = |name: &str, v: Vec<f64>| {
+        if !v.is_empty() {
+            println!("  {name:<50}{:>8.1}", median(v))
+        }
+    };
     line("PING round trip through fred (the floor)", ping);
     line("release script round trip (holder's view)", release_rtt);
     line(
@@ -133,6 +149,14 @@ async fn measure(
     line(
         "4. acquire reply -> lock() returns to the caller",
         to_return,
+    );
+    line(
+        "1. release sent -> waiter running, holding the lock",
+        to_handed,
+    );
+    line(
+        "2. waiter running -> lock() returns to the caller",
+        handed_to_return,
     );
     line("hand-over, release sent -> lock() returned", total);
 }
@@ -152,7 +176,7 @@ async fn main() {
     let one = LockClient::connect(&server.url()).await.unwrap();
     let other = LockClient::connect(&server.url()).await.unwrap();
     measure(
-        "one client (no message: hop 1 ends when the waiter runs)",
+        "one client (the release gives the lock to the waiter)",
         &one,
         &one,
         rounds,

@@ -16,7 +16,7 @@
 //! | `relaylock_released_total` | counter | releases that freed a lock we held | |
 //! | `relaylock_lost_total` | counter | locks found lost while held: by a renewal, `extend` or release finding another token or no key, or by the lease running out before a renewal got through; each lock counted once | |
 //! | `relaylock_renewals_total` | counter | watchdog renewals, per lock | `outcome` = `renewed`, `lost`, `error` |
-//! | `relaylock_wakeups_total` | counter | times a waiter woke up to retry | `cause` = `message`, `ttl`, `reconnect`, `handover` |
+//! | `relaylock_wakeups_total` | counter | times a waiter woke up to retry, or (`handover`) holding the lock a release of its own client gave it | `cause` = `message`, `ttl`, `reconnect`, `handover` |
 //! | `relaylock_waiters` | gauge | tasks currently waiting for a lock | |
 //!
 //! Every series also carries `name` when the caller set one.

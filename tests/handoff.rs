@@ -1,0 +1,158 @@
+//! The hand-over within one client: a release gives the lock straight to
+//! the oldest local waiter's token (one request), and neither side's
+//! cancellation leaves the lock held by nobody.
+
+use relaylock_testkit as support;
+
+use std::time::{Duration, Instant};
+
+use relaylock::{Error, LockOptions};
+use support::{command_calls, delta, eventually, Admin, RedisServer};
+
+/// Local waiters parked behind a holder of the same client: each hand-over
+/// is the release alone. N hand-overs cost N + 1 releases and one LEAVE
+/// (the client leaves the queue when its last waiter is gone), and no
+/// acquire call; the fencing tokens increase along the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_gives_the_lock_to_a_local_waiter_in_one_request() {
+    const WAITERS: usize = 10;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let client = support::client(&server.url()).await;
+    let name = client.redis_key("k");
+    let held = client.lock("k").await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..WAITERS {
+        let client = client.clone();
+        let admin = admin.clone();
+        let name = name.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = client.lock("k").await.unwrap();
+            // The value names this guard's token and fence: the grant was
+            // written in Redis, not only reported.
+            let value = support::lock_value(&admin, &name).await.expect("held");
+            assert_eq!(value.token(), Some(g.token()));
+            assert_eq!(value.fence(), Some(g.fencing_token()));
+            let fence = g.fencing_token();
+            g.release().await.unwrap();
+            fence
+        }));
+    }
+    support::until_queued(&admin, &client, "k").await;
+    // All parked: their first tries and the subscription are done.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = command_calls(&admin).await;
+    let first = held.fencing_token();
+    held.release().await.unwrap();
+    let mut fences = Vec::new();
+    for w in waiters {
+        fences.push(w.await.unwrap());
+    }
+    let expected = (WAITERS + 2) as u64;
+    eventually(Duration::from_secs(2), || async {
+        delta(&before, &command_calls(&admin).await, "evalsha") >= expected
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after = command_calls(&admin).await;
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), WAITERS);
+    assert!(fences[0] > first);
+    assert_eq!(
+        delta(&before, &after, "evalsha"),
+        expected,
+        "{WAITERS} hand-overs: not {} releases and one LEAVE",
+        WAITERS + 1
+    );
+}
+
+/// The waiter gives up (its deadline) while the release that hands it the
+/// lock is in flight: the lock granted to it is released, not held until
+/// its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_waiter_that_gives_up_during_the_hand_over_leaves_the_lock_free() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let client = support::client(&server.url()).await;
+    let name = client.redis_key("k");
+    let held = client.lock("k").await.unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock_with("k", LockOptions::default().wait(Duration::from_millis(600)))
+                .await
+        })
+    };
+    support::until_queued(&admin, &client, "k").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The release reaches a frozen server; the waiter's deadline passes
+    // while its hand-over is in flight.
+    server.pause();
+    let release = tokio::spawn(async move { held.release().await });
+    let timed_out = waiter.await.unwrap();
+    assert!(matches!(timed_out, Err(Error::Timeout)), "{timed_out:?}");
+    server.resume();
+    release.await.unwrap().unwrap();
+    let freed = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            !support::taken(&admin, &name).await
+        })
+        .await,
+        "the lock granted to a waiter that left is still held: {:?}",
+        support::lock_value(&admin, &name).await
+    );
+    println!("freed {:?} after the resume", freed.elapsed());
+    let next = client
+        .try_lock("k")
+        .await
+        .unwrap()
+        .expect("free for the next caller");
+    next.release().await.unwrap();
+}
+
+/// The releaser's future is dropped while its release (which hands the
+/// lock to a local waiter) is in flight: the waiter re-checks and finds the
+/// lock its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_release_still_hands_the_lock_to_the_local_waiter() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let client = support::client(&server.url()).await;
+    let name = client.redis_key("k");
+    let held = client.lock("k").await.unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock("k").await })
+    };
+    support::until_queued(&admin, &client, "k").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.pause();
+    // Sent, then dropped before the reply.
+    let release = tokio::time::timeout(Duration::from_millis(100), held.release()).await;
+    assert!(release.is_err(), "the release finished on a paused server");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.resume();
+    let resumed = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap()
+        .unwrap();
+    println!(
+        "the waiter had the lock {:?} after the resume",
+        resumed.elapsed()
+    );
+    assert!(resumed.elapsed() < Duration::from_secs(2));
+    let value = support::lock_value(&admin, &name).await.expect("held");
+    assert_eq!(value.token(), Some(got.token()));
+    got.release().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !support::taken(&admin, &name).await
+        })
+        .await
+    );
+}
