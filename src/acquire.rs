@@ -174,7 +174,7 @@ struct Offered<'c, 'a> {
 impl Drop for Offered<'_, '_> {
     fn drop(&mut self) {
         let fence = match self.offer.leave() {
-            Orphan::None => return,
+            Orphan::None | Orphan::Left => return,
             Orphan::Held(fence) => Some(fence),
             Orphan::Unknown => None,
         };
@@ -466,12 +466,6 @@ impl<'a> LockCall<'a> {
             }
         }
         waiter.count_as_waiting(self.name);
-        // From here on a release of this client may hand the lock to this
-        // call's token directly (see `crate::handoff`).
-        let offer = Offered {
-            offer: waiter.offer(&self.token, self.lease_ms),
-            call: self,
-        };
         // Only the waiter that CONFIRMED the subscription must try again before
         // sleeping: a release published before the confirmation reached nobody,
         // and that one try observes it for every local waiter. A release after
@@ -484,6 +478,21 @@ impl<'a> LockCall<'a> {
             Subscription::AlreadyConfirmed => queued && waiter.claim_probe(PROBE_SLICE),
             Subscription::Unconfirmed => false,
         };
+        // From here on a release of this client may hand the lock to this
+        // call's token directly (see `crate::handoff`). Not before: a grant
+        // during the subscription would sit unused until it returned (found
+        // in review: up to the command timeout on a degraded key). A release
+        // meanwhile wakes a local waiter instead.
+        let offer = Offered {
+            offer: waiter.offer(&self.token, self.lease_ms),
+            call: self,
+        };
+        // A release's claim on this call's slot is in flight: only its
+        // outcome (or the deadline, or a reconnect) wakes us.
+        let mut claimed = false;
+        // The last wake-up came from the key's shared `Notify` (a release
+        // message, or a wake-up passed on): it must reach some waiter's try.
+        let mut from_key = false;
         // While degraded: the polling role, and the poller's subscription
         // attempt running beside its polling (it may take a command timeout
         // on a silent connection).
@@ -503,11 +512,19 @@ impl<'a> LockCall<'a> {
                     }
                     Gate::Granted(fence, sent) => return Ok(self.granted(&waiter, fence, sent)),
                     // A release of this client is handing the lock to this
-                    // call: its outcome wakes us. The wake-up that brought
-                    // us here goes to another waiter.
-                    Gate::Claimed => waiter.pass_on(),
+                    // call: its outcome wakes us. A wake-up from the key's
+                    // `Notify` that brought us here goes to another waiter;
+                    // until the outcome we do not take those (found in
+                    // review: taking back our own permit spun the loop).
+                    Gate::Claimed => {
+                        if from_key {
+                            waiter.pass_on();
+                        }
+                        claimed = true;
+                    }
                 }
             }
+            from_key = false;
             if expired(deadline) {
                 // A lock handed over meanwhile is taken, not released.
                 if let Handed::Granted(fence, sent) = offer.offer.outcome() {
@@ -555,13 +572,22 @@ impl<'a> LockCall<'a> {
                     // The release's outcome is unknown, or the lock is
                     // free: try (the acquire script finds a grant that did
                     // happen).
-                    Handed::Recheck => WakeCause::Message,
+                    Handed::Recheck => {
+                        claimed = false;
+                        WakeCause::Message
+                    }
+                    // The claim ended without news for us (the lock went to
+                    // another client), or a stale permit.
                     Handed::Pending => {
+                        claimed = offer.offer.is_claimed();
                         must_try = false;
                         continue;
                     }
                 },
-                _ = waiter.notified() => WakeCause::Message,
+                _ = waiter.notified(), if !claimed => {
+                    from_key = true;
+                    WakeCause::Message
+                }
                 _ = &mut reconnect => WakeCause::Reconnect,
                 outcome = async { resubscribe.as_mut().expect("checked").await }, if resubscribe.is_some() => {
                     resubscribe = None;

@@ -176,15 +176,15 @@ impl Calls {
         fence: Option<u64>,
         client: &str,
         requeue: bool,
-        next: Option<(&str, u64)>,
+        next: Option<(&str, u64, bool)>,
     ) -> Result<Released> {
         let (void, voids) = (names.void(token), names.voids());
         // With no `next`, any name of the lock's slot: the script reads it
         // only for a `next`.
-        let next_void = next.map(|(t, _)| names.void(t));
+        let next_void = next.map(|(t, _, _)| names.void(t));
         let reply: Vec<i64> = self
             .script(&self.redis, &self.scripts.release, || {
-                let (next_token, next_lease) = next.unwrap_or(("", 0));
+                let (next_token, next_lease, keep) = next.unwrap_or(("", 0, false));
                 let args: Vec<Value> = vec![
                     token.into(),
                     // `''` (unknown) is the empty string; a fence goes as an
@@ -199,6 +199,7 @@ impl Calls {
                     if requeue { "1" } else { "0" }.into(),
                     next_token.into(),
                     (next_lease as i64).into(),
+                    if keep { "1" } else { "0" }.into(),
                 ];
                 let mut keys = lock_keys(names, &void, &voids);
                 keys.push(next_void.as_deref().unwrap_or(voids.as_str()));

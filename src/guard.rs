@@ -432,8 +432,14 @@ pub(crate) async fn release(
         names,
     };
     let sent = Instant::now();
+    // The client stays queued after giving the lock to `next` only if other
+    // local tasks still wait (`next`'s own task is one of `waiters`).
+    let keep = claim.claim.is_some() && registry.waiters(&names.channel) > 1;
     let outcome = {
-        let next = claim.claim.as_ref().map(|c| (c.token(), c.lease_ms()));
+        let next = claim
+            .claim
+            .as_ref()
+            .map(|c| (c.token(), c.lease_ms(), keep));
         inner
             .calls
             .release(
@@ -452,9 +458,19 @@ pub(crate) async fn release(
             let orphan = match &outcome {
                 Ok(Released::Granted(f)) => c.granted(*f, sent),
                 Ok(Released::HandedOver) => c.not_granted(false),
-                Ok(Released::Freed | Released::Already | Released::NotOurs) => c.not_granted(true),
-                Err(_) => c.unknown(),
+                Ok(Released::Freed | Released::NotOurs) => c.not_granted(true),
+                // A replay: the first run may have given the lock to `next`
+                // (whose reply was lost), so this counts as unknown (found in
+                // review: a waiter that left kept the lock for its lease).
+                Ok(Released::Already) | Err(_) => c.unknown(),
             };
+            // The claimed waiter left: the wake-up it would have passed on
+            // goes to another local waiter, as without a claim. (A lock
+            // granted to it is released below, and that release serves the
+            // next waiter.)
+            if matches!(orphan, Orphan::Left | Orphan::Unknown) {
+                registry.wake_one_if_waiting(&names.channel);
+            }
             release_orphan(inner, names, next, orphan);
         }
         // Also without a requeue: a local waiter may have arrived since, and
@@ -472,7 +488,7 @@ pub(crate) async fn release(
 /// A lock granted to a local waiter that left: release it.
 fn release_orphan(inner: &Arc<ClientInner>, names: &Names, token: String, orphan: Orphan) {
     let fence = match orphan {
-        Orphan::None => return,
+        Orphan::None | Orphan::Left => return,
         Orphan::Held(fence) => Some(fence),
         Orphan::Unknown => None,
     };

@@ -221,6 +221,11 @@ impl<W: Wake> Offer<W> {
         }
     }
 
+    /// Whether a release's claim on this slot is in flight.
+    pub(crate) fn is_claimed(&self) -> bool {
+        *sync::lock(&self.slot.state) == State::Claimed
+    }
+
     /// The wake-up this slot's claims use.
     pub(crate) fn waker(&self) -> &W {
         &self.slot.wake
@@ -294,6 +299,10 @@ pub(crate) struct Claim<W: Wake> {
 pub(crate) enum Orphan {
     /// Nothing.
     None,
+    /// The waiter left, and there is nothing of its to release (a claim
+    /// that certainly did not grant). Its departure may leave the other
+    /// local waiters without the wake-up it would have passed on.
+    Left,
     /// The lock was granted to the slot's token, with this fencing token,
     /// and the waiter left without it: release it.
     Held(u64),
@@ -342,8 +351,9 @@ impl<W: Wake> Claim<W> {
 
     /// The release did not give the lock to the slot's token, for certain.
     /// With `recheck` the waiter tries itself (the lock may be free); else
-    /// it sleeps on (the lock went to another client). If the waiter left,
-    /// an earlier unknown outcome is still the claimer's to clean up.
+    /// it sleeps on (the lock went to another client). Either way it is
+    /// woken, to learn that the claim ended. If the waiter left, an earlier
+    /// unknown outcome is still the claimer's to clean up.
     pub(crate) fn not_granted(mut self, recheck: bool) -> Orphan {
         let slot = self.slot.take().expect("resolved once");
         let mut state = sync::lock(&slot.state);
@@ -356,6 +366,8 @@ impl<W: Wake> Claim<W> {
             }
             State::Claimed => {
                 *state = State::Open;
+                drop(state);
+                slot.wake.wake();
                 Orphan::None
             }
             State::Abandoned => {
@@ -363,7 +375,7 @@ impl<W: Wake> Claim<W> {
                 if slot.doubt.load(SeqCst) {
                     Orphan::Unknown
                 } else {
-                    Orphan::None
+                    Orphan::Left
                 }
             }
             _ => Orphan::None,
@@ -472,7 +484,7 @@ mod tests {
         let c = Inbox::offer(&inbox, "c", 10, Count::default());
         let claim = Inbox::claim(&inbox).unwrap();
         drop(c);
-        assert_eq!(claim.not_granted(true), Orphan::None);
+        assert_eq!(claim.not_granted(true), Orphan::Left);
         // The waiter leaves after the grant, without taking it: it releases.
         let d = Inbox::offer(&inbox, "d", 10, Count::default());
         assert_eq!(Inbox::claim(&inbox).unwrap().granted(6, t0), Orphan::None);
@@ -482,15 +494,20 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_wakes_the_waiter_only_when_the_lock_may_be_free() {
+    fn a_refusal_sends_the_waiter_to_recheck_only_when_the_lock_may_be_free() {
         let inbox = Arc::new(Inbox::default());
         let a = Inbox::offer(&inbox, "a", 10, Count::default());
-        Inbox::claim(&inbox).unwrap().not_granted(false);
-        assert_eq!((woken(&a), a.outcome()), (0, Outcome::Pending));
+        // The lock went to another client: woken, to stop waiting for the
+        // claim, but with nothing to do.
+        let claim = Inbox::claim(&inbox).unwrap();
+        assert!(a.is_claimed());
+        claim.not_granted(false);
+        assert!(!a.is_claimed());
+        assert_eq!((woken(&a), a.outcome()), (1, Outcome::Pending));
         Inbox::claim(&inbox).unwrap().not_granted(true);
-        assert_eq!((woken(&a), a.outcome()), (1, Outcome::Recheck));
-        assert_eq!(Inbox::claim(&inbox).unwrap().unknown(), Orphan::None);
         assert_eq!((woken(&a), a.outcome()), (2, Outcome::Recheck));
+        assert_eq!(Inbox::claim(&inbox).unwrap().unknown(), Orphan::None);
+        assert_eq!((woken(&a), a.outcome()), (3, Outcome::Recheck));
         assert_eq!(a.begin_try(), Gate::Go);
         a.end_try();
         // That outcome stays unknown: the lock may be (or become) this
@@ -502,6 +519,12 @@ mod tests {
         let claim = Inbox::claim(&inbox).unwrap();
         assert_eq!(b.leave(), Orphan::None);
         assert_eq!(claim.not_granted(false), Orphan::Unknown);
+        // Without that doubt, a certain refusal for a waiter that left
+        // leaves nothing to release.
+        let d = Inbox::offer(&inbox, "d", 10, Count::default());
+        let claim = Inbox::claim(&inbox).unwrap();
+        drop(d);
+        assert_eq!(claim.not_granted(false), Orphan::Left);
         // A lock the waiter then took itself is not released.
         let c = Inbox::offer(&inbox, "c", 10, Count::default());
         assert_eq!(Inbox::claim(&inbox).unwrap().unknown(), Orphan::None);

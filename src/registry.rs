@@ -435,6 +435,11 @@ impl Registry {
         Inbox::claim(&self.map.get(channel)?.inbox)
     }
 
+    /// How many local tasks are registered for `channel`.
+    pub(crate) fn waiters(&self, channel: &str) -> usize {
+        self.map.get(channel).map_or(0, |e| e.presence.count())
+    }
+
     pub(crate) fn wake_one_if_waiting(&self, channel: &str) {
         if let Some(e) = self.map.get(channel) {
             e.wake_one_if_waiting();

@@ -80,7 +80,12 @@ pub const SIDE_RETENTION_MS: u64 = 60_000;
 pub const HANDOFF_GRACE_MS: u64 = 50;
 
 /// How many released fencing tokens a lock's value remembers (see [`RELEASE`]).
-pub const RELEASE_RING: usize = 32;
+///
+/// A replayed release is recognised as long as fewer than this many other
+/// releases of the key came between it and its first run. Every release
+/// copies the ring, so its size is paid on every hand-over: docs/benchmarks.md
+/// ("The release ring") measures 16 against 32.
+pub const RELEASE_RING: usize = 16;
 
 /// Acquire.
 ///
@@ -193,14 +198,15 @@ return {1, fence, others}
 /// KEYS: `[lock, void, voids, next_void]` (the first three as for
 /// [`ACQUIRE`]; `next_void` is the void marker of `next`'s token);
 /// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms,
-/// publish, requeue, next, next_lease_ms]` (`publish` as for [`ACQUIRE`]).
+/// publish, requeue, next, next_lease_ms, keep]` (`publish` as for [`ACQUIRE`]).
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
 /// while in flight (future dropped, error, timeout). `client` is the
 /// releasing client's id; `requeue` is `'1'` when it still has local waiters
 /// (it queues again, at the back). `next` is the token of a local waiter of
 /// the releasing client that may take the lock at once, or `''` (or absent,
-/// with `next_lease_ms` and `next_void`: the arity of protocol 2's first
-/// release).
+/// with `next_lease_ms`, `keep` and `next_void`: the arity of protocol 2's
+/// first release); `keep` is `'1'` when the client has other local waiters
+/// besides `next`'s (it stays queued after giving the lock to `next`).
 ///
 /// * head holds `"<token>:<f>"`: prepend `f` to the ring of released fences
 ///   (cut to `ring_chars` characters). Then hand over: if a client other than
@@ -211,8 +217,8 @@ return {1, fence, others}
 ///   reply `{3}`. Otherwise, with `next` given (and `fence` known), the lock
 ///   goes to `next` directly, as [`ACQUIRE`] would give it (unless `next`'s
 ///   void marker exists while the `void` field is live): fencing token
-///   `max(TIME µs, f + 1)`, `SET lock "<next>:<fence'>|<client if requeue
-///   or queued>|<ring>|<void>" PX next_lease_ms`, no message (no other client
+///   `max(TIME µs, f + 1)`, `SET lock "<next>:<fence'>|<client if
+///   keep>|<ring>|<void>" PX next_lease_ms`, no message (no other client
 ///   waits), reply `{4, fence'}`. Otherwise leave the tombstone `-<f>` with
 ///   an empty queue for `retention_ms`, publish nothing, and reply `{1}`: no
 ///   other client waits, and the caller wakes its own local waiters. A
@@ -285,7 +291,7 @@ if head and string.sub(head, 1, #mine) == mine then
       local nf = now
       if tonumber(fence) >= nf then nf = tonumber(fence) + 1 end
       local q = ''
-      if again or ARGV[9] == '1' then q = ARGV[6] end
+      if (ARGV[12] or ARGV[9]) == '1' then q = ARGV[6] end
       redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. '|' .. ring .. '|' .. void, 'PX', ARGV[11])
       return {4, nf}
     end

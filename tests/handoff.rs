@@ -156,3 +156,109 @@ async fn a_dropped_release_still_hands_the_lock_to_the_local_waiter() {
         .await
     );
 }
+
+/// A release while the local waiter is still confirming its subscription
+/// (its SUBSCRIBE and PING delayed on the network) does not hand it the
+/// lock: the grant would sit unused until the subscription returned, and
+/// `lock()` would then return a lease that had already run out (found in
+/// review). The release wakes the waiter instead, and it takes the lock
+/// itself, with a live lease, once it is subscribed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_still_subscribing_gets_a_live_lease() {
+    use support::proxy::{Mode, Proxy};
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let proxy = Proxy::start(server.port).await;
+    let client = support::client(&proxy.url()).await;
+    let name = client.redis_key("k");
+    // Tag the subscriber connection (its first SUBSCRIBE), then slow it.
+    {
+        let held = client.lock("warm").await.unwrap();
+        let w = support::spawn_waiter(&client, "warm");
+        support::until_queued(&admin, &client, "warm").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.release().await.unwrap();
+        w.await.unwrap();
+    }
+    proxy.set_subscriber_mode(Some(Mode::Delay(Duration::from_millis(800))));
+    let held = client.lock("k").await.unwrap();
+    let started = Instant::now();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock_with(
+                    "k",
+                    LockOptions::default().lease(Duration::from_millis(500)),
+                )
+                .await
+        })
+    };
+    support::until_queued(&admin, &client, "k").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter hung")
+        .unwrap()
+        .unwrap();
+    println!(
+        "the waiter had the lock {:?} after it started",
+        started.elapsed()
+    );
+    assert!(got.is_held(), "lock() returned a lease that had run out");
+    let value = support::lock_value(&admin, &name).await;
+    assert_eq!(
+        value.as_ref().and_then(|v| v.token()),
+        Some(got.token()),
+        "the lock is not the waiter's: {value:?}"
+    );
+    got.release().await.unwrap();
+    proxy.set_subscriber_mode(None);
+}
+
+/// The release that hands the lock to a local waiter is replayed by fred
+/// (its connection dropped before the reply) while the waiter gives up:
+/// whichever copy ran first gave the lock to the waiter, and the other
+/// answers "already released". The lock must not stay with the waiter that
+/// left (found in review: it stayed for the waiter's whole lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_hand_over_to_a_waiter_that_left_leaves_the_lock_free() {
+    use support::proxy::Proxy;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let proxy = Proxy::start(server.port).await;
+    let client = support::client(&proxy.url()).await;
+    let name = client.redis_key("k");
+    for round in 0..3 {
+        let held = client.lock("k").await.unwrap();
+        let waiter = {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .lock_with("k", LockOptions::default().wait(Duration::from_millis(500)))
+                    .await
+            })
+        };
+        support::until_queued(&admin, &client, "k").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        server.pause();
+        let release = tokio::spawn(async move { held.release().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The release is in the frozen server's socket; fred resends it on
+        // a new connection.
+        proxy.drop_connections();
+        let timed_out = waiter.await.unwrap();
+        assert!(matches!(timed_out, Err(Error::Timeout)), "{timed_out:?}");
+        server.resume();
+        let _ = release.await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                !support::taken(&admin, &name).await
+            })
+            .await,
+            "round {round}: the lock handed to a waiter that left is still held: {:?}",
+            support::lock_value(&admin, &name).await
+        );
+    }
+}
