@@ -359,7 +359,18 @@ impl<'a> LockCall<'a> {
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
         match acquire_reply(&reply, self.inner.default_lease)? {
-            AcquireReply::Acquired(fence) => {
+            AcquireReply::Acquired(fence, remaining) => {
+                // A token that already held the lock: its lease ends
+                // `remaining` after Redis answered, so no later than
+                // `remaining` after this call was sent; count it from then
+                // (found in review: a hand-over found by a re-check counted
+                // a whole new lease from the re-check).
+                let sent = match remaining {
+                    Some(left) if left < self.lease => {
+                        sent.checked_sub(self.lease - left).unwrap_or(sent)
+                    }
+                    _ => sent,
+                };
                 if let Some(w) = queue {
                     w.note_acquired(sent, self.lease);
                 }
@@ -517,7 +528,10 @@ impl<'a> LockCall<'a> {
                     // until the outcome we do not take those (found in
                     // review: taking back our own permit spun the loop).
                     Gate::Claimed => {
-                        if from_key {
+                        // Only to another task: the claim's outcome
+                        // supersedes it for this one, and a permit stored
+                        // for nobody would cost the next newcomer a try.
+                        if from_key && waiter.has_company() {
                             waiter.pass_on();
                         }
                         claimed = true;

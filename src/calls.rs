@@ -20,8 +20,10 @@ use crate::scripts::{evalsha_reloading, Names, Scripts, HANDOFF_GRACE_MS, RING_C
 /// The acquire script's reply, checked.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Taken, with this fencing token.
-    Acquired(u64),
+    /// Taken, with this fencing token; with the remaining lease when the
+    /// token already held the lock (a replay, or a hand-over found by a
+    /// re-check: its lease started before this call).
+    Acquired(u64, Option<Duration>),
     /// Held by another owner for about this long.
     Held(Duration),
 }
@@ -32,7 +34,15 @@ pub(crate) enum AcquireReply {
 pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<AcquireReply> {
     match reply {
         // The third element (`others`) is for clients that want it.
-        [1, fence] | [1, fence, 0 | 1] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64)),
+        [1, fence] | [1, fence, 0 | 1] if *fence > 0 => {
+            Ok(AcquireReply::Acquired(*fence as u64, None))
+        }
+        [1, fence, 0 | 1, pttl] if *fence > 0 => Ok(AcquireReply::Acquired(
+            *fence as u64,
+            // No expiry cannot happen for a lock relaylock holds; treat it
+            // as a lease that is all there.
+            u64::try_from(*pttl).ok().map(Duration::from_millis),
+        )),
         [0, pttl] => Ok(AcquireReply::Held(
             u64::try_from(*pttl).map_or(default_lease, Duration::from_millis),
         )),
@@ -264,8 +274,15 @@ mod tests {
     fn acquire_replies_are_checked() {
         let lease = Duration::from_secs(30);
         for ok in [&[1, 7, 0][..], &[1, 7, 1], &[1, 7]] {
-            assert_eq!(acquire_reply(ok, lease).unwrap(), AcquireReply::Acquired(7));
+            assert_eq!(
+                acquire_reply(ok, lease).unwrap(),
+                AcquireReply::Acquired(7, None)
+            );
         }
+        assert_eq!(
+            acquire_reply(&[1, 7, 0, 1500], lease).unwrap(),
+            AcquireReply::Acquired(7, Some(Duration::from_millis(1500)))
+        );
         assert_eq!(
             acquire_reply(&[0, 250], lease).unwrap(),
             AcquireReply::Held(Duration::from_millis(250))

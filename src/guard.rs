@@ -409,7 +409,9 @@ fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Optio
 ///   hand-over costs this one request. The waiter gets its fencing token
 ///   through its slot; if it left meanwhile, the lock granted to it is
 ///   released in the background. Any other outcome sends it to re-check
-///   (or, when the lock went to another client, back to sleep).
+///   (or, when the lock went to another client, back to sleep). If it left,
+///   one other local waiter is woken instead when the lock may be free (the
+///   rule below).
 /// * Without such a waiter, one local waiter, if any waits, is woken when the
 ///   reply says the lock is free, when the release had already run (a replay
 ///   whose first reply was lost), and when the outcome is unknown (an error:
@@ -465,10 +467,12 @@ pub(crate) async fn release(
                 Ok(Released::Already) | Err(_) => c.unknown(),
             };
             // The claimed waiter left: the wake-up it would have passed on
-            // goes to another local waiter, as without a claim. (A lock
+            // goes to another local waiter, by the rule without a claim (not
+            // after a reservation for another client, nor a loss). A lock
             // granted to it is released below, and that release serves the
-            // next waiter.)
-            if matches!(orphan, Orphan::Left | Orphan::Unknown) {
+            // next waiter.
+            let free = matches!(outcome, Ok(Released::Freed | Released::Already) | Err(_));
+            if free && matches!(orphan, Orphan::Left | Orphan::Unknown) {
                 registry.wake_one_if_waiting(&names.channel);
             }
             release_orphan(inner, names, next, orphan);
@@ -508,6 +512,11 @@ impl Drop for ClaimGuard<'_> {
         if let Some(c) = self.claim.take() {
             let next = c.token().to_owned();
             let orphan = c.unknown();
+            if orphan == Orphan::Unknown {
+                // As for an unknown outcome in `release`: the waiter that
+                // left would have passed its wake-up on.
+                self.inner.registry.wake_one_if_waiting(&self.names.channel);
+            }
             release_orphan(self.inner, self.names, next, orphan);
         }
     }

@@ -146,7 +146,7 @@ pub mod __fuzz {
                 i64::from_le_bytes(w)
             })
             .collect();
-        if let Ok(crate::calls::AcquireReply::Acquired(fence)) =
+        if let Ok(crate::calls::AcquireReply::Acquired(fence, _)) =
             crate::calls::acquire_reply(&reply, Duration::from_secs(30))
         {
             assert!(fence > 0);

@@ -870,6 +870,11 @@ impl Waiter {
 
     /// Hand a wake-up on to the next local waiter (used when a woken waiter
     /// gives up before using it).
+    /// Whether other local tasks are registered for this key.
+    pub(crate) fn has_company(&self) -> bool {
+        self.entry.presence.count() > 1
+    }
+
     pub(crate) fn pass_on(&self) {
         self.entry.notify.notify_one();
     }

@@ -102,8 +102,10 @@ pub const RELEASE_RING: usize = 16;
 ///   that is not a number) counts as held by another owner: reply
 ///   `{0, pttl}` and never rewrite it.
 /// * head holds OUR token (a replay of this very call after a lost reply, as
-///   fred does after a reconnect): reply `{1, fence, others}` with the stored
-///   fence, so acquiring is idempotent.
+///   fred does after a reconnect, or a lock a [`RELEASE`] gave this token):
+///   reply `{1, fence, others, pttl}` with the stored fence, so acquiring is
+///   idempotent, and the lease's remaining `PTTL` (it started before this
+///   call).
 /// * head holds another token, or a reservation for another client that has
 ///   not lapsed: append `client` to the queue if it waits and is not queued
 ///   yet (`SET ... KEEPTTL`: the lease is untouched; not for a token whose
@@ -142,7 +144,7 @@ if v then
   if string.sub(head, 1, #mine) == mine then
     local others = 0
     if queue ~= '' then others = 1 end
-    return {1, tonumber(string.sub(head, #mine + 1)), others}
+    return {1, tonumber(string.sub(head, #mine + 1)), others, redis.call('PTTL', KEYS[1])}
   end
 end
 local last, reserved, pttl = 0, false, nil

@@ -7,7 +7,7 @@
 //! releases it); a slot whose claim ended unknown is released by exactly one
 //! of them when the waiter leaves; a claim never lands on a slot whose own
 //! try is in flight; and a waiter whose claim is resolved while it sleeps is
-//! woken.
+//! woken, also when the lock went to another client.
 
 use std::time::Instant;
 
@@ -120,5 +120,29 @@ fn a_resolved_claim_wakes_its_sleeping_waiter() {
         }
         assert_eq!(offer.leave(), Orphan::None);
         assert_eq!(inbox.len(), 1);
+    });
+}
+
+#[test]
+fn a_claim_that_went_elsewhere_still_wakes_its_waiter() {
+    explore("hand-over: a refusal without a re-check is never missed", || {
+        let inbox: Arc<Inbox<Flag>> = Arc::new(Inbox::default());
+        let offer = Inbox::offer(&inbox, "w", 10, Flag::default());
+        let claim = Inbox::claim(&inbox).expect("open");
+        // The lock went to another client: the waiter has nothing to do,
+        // but it must learn that the claim ended, or it would keep ignoring
+        // the key's wake-ups (it does while its slot is claimed).
+        let claimer = thread::spawn(move || claim.not_granted(false));
+        let claimed = offer.is_claimed();
+        assert_eq!(claimer.join().unwrap(), Orphan::None);
+        if claimed {
+            // It saw the claim before the refusal: the refusal woke it.
+            assert_eq!(offer.waker().0.load(SeqCst), 1);
+        }
+        assert_eq!(offer.outcome(), Outcome::Pending);
+        assert!(!offer.is_claimed());
+        assert_eq!(offer.begin_try(), Gate::Go);
+        offer.end_try();
+        assert_eq!(offer.leave(), Orphan::None);
     });
 }
