@@ -125,24 +125,27 @@ fn a_resolved_claim_wakes_its_sleeping_waiter() {
 
 #[test]
 fn a_claim_that_went_elsewhere_still_wakes_its_waiter() {
-    explore("hand-over: a refusal without a re-check is never missed", || {
-        let inbox: Arc<Inbox<Flag>> = Arc::new(Inbox::default());
-        let offer = Inbox::offer(&inbox, "w", 10, Flag::default());
-        let claim = Inbox::claim(&inbox).expect("open");
-        // The lock went to another client: the waiter has nothing to do,
-        // but it must learn that the claim ended, or it would keep ignoring
-        // the key's wake-ups (it does while its slot is claimed).
-        let claimer = thread::spawn(move || claim.not_granted(false));
-        let claimed = offer.is_claimed();
-        assert_eq!(claimer.join().unwrap(), Orphan::None);
-        if claimed {
-            // It saw the claim before the refusal: the refusal woke it.
-            assert_eq!(offer.waker().0.load(SeqCst), 1);
-        }
-        assert_eq!(offer.outcome(), Outcome::Pending);
-        assert!(!offer.is_claimed());
-        assert_eq!(offer.begin_try(), Gate::Go);
-        offer.end_try();
-        assert_eq!(offer.leave(), Orphan::None);
-    });
+    explore(
+        "hand-over: a refusal without a re-check is never missed",
+        || {
+            let inbox: Arc<Inbox<Flag>> = Arc::new(Inbox::default());
+            let offer = Inbox::offer(&inbox, "w", 10, Flag::default());
+            let claim = Inbox::claim(&inbox).expect("open");
+            // The lock went to another client: the waiter has nothing to do,
+            // but it must learn that the claim ended, or it would keep ignoring
+            // the key's wake-ups (it does while its slot is claimed).
+            let claimer = thread::spawn(move || claim.not_granted(false));
+            let claimed = offer.is_claimed();
+            assert_eq!(claimer.join().unwrap(), Orphan::None);
+            if claimed {
+                // It saw the claim before the refusal: the refusal woke it.
+                assert_eq!(offer.waker().0.load(SeqCst), 1);
+            }
+            assert_eq!(offer.outcome(), Outcome::Pending);
+            assert!(!offer.is_claimed());
+            assert_eq!(offer.begin_try(), Gate::Go);
+            offer.end_try();
+            assert_eq!(offer.leave(), Orphan::None);
+        },
+    );
 }
