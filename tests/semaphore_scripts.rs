@@ -1,0 +1,217 @@
+//! The semaphore's scripts (issue 13), called directly against a real
+//! redis-server: admission by the caller's limit, FIFO across clients,
+//! expiry by the server's clock, replays, fences, at most one reservation
+//! per freed permit, and abandoned acquisitions. The client API is built on
+//! them next (docs/design-semaphore-rwlock.md).
+
+use relaylock_testkit as support;
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use relaylock::scripts::{
+    HANDOFF_GRACE_MS, RING_CHARS, SEM_ACQUIRE, SEM_RELEASE, SIDE_RETENTION_MS,
+};
+use support::{Admin, RedisServer};
+
+const META: &str = "t:2:{s}:sem";
+
+fn keys(token: &str) -> Vec<String> {
+    vec![
+        META.into(),
+        format!("{META}:h"),
+        format!("{META}:t"),
+        format!("{META}:void:{token}"),
+        format!("{META}:void"),
+    ]
+}
+
+struct Sem {
+    admin: Client,
+}
+
+impl Sem {
+    async fn acquire(
+        &self,
+        token: &str,
+        n: u32,
+        limit: u32,
+        lease_ms: u64,
+        client: &str,
+    ) -> Vec<i64> {
+        let args: Vec<String> = vec![
+            token.into(),
+            n.to_string(),
+            limit.to_string(),
+            lease_ms.to_string(),
+            client.into(),
+            SIDE_RETENTION_MS.to_string(),
+        ];
+        self.admin
+            .eval::<Vec<i64>, _, _, _>(SEM_ACQUIRE, keys(token), args)
+            .await
+            .unwrap()
+    }
+
+    async fn release(&self, token: &str, fence: Option<i64>, client: &str) -> Vec<i64> {
+        let args: Vec<String> = vec![
+            token.into(),
+            fence.map_or_else(String::new, |f| f.to_string()),
+            format!("{META}:ch"),
+            SIDE_RETENTION_MS.to_string(),
+            RING_CHARS.to_string(),
+            client.into(),
+            HANDOFF_GRACE_MS.to_string(),
+            "PUBLISH".into(),
+            "0".into(),
+            "1".into(),
+            "1".into(),
+        ];
+        self.admin
+            .eval::<Vec<i64>, _, _, _>(SEM_RELEASE, keys(token), args)
+            .await
+            .unwrap()
+    }
+
+    /// `used` and the queue, from the value.
+    async fn state(&self) -> (u64, String) {
+        let v: String = self.admin.get(META).await.unwrap();
+        let f: Vec<&str> = v.split('|').collect();
+        assert_eq!(f.len(), 5, "{v}");
+        (f[0].parse().unwrap(), f[2].to_owned())
+    }
+
+    async fn reservation(&self, client: &str) -> Option<String> {
+        self.admin
+            .hget(format!("{META}:t"), format!("~{client}"))
+            .await
+            .unwrap()
+    }
+}
+
+async fn sem() -> (RedisServer, Sem) {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    (server, Sem { admin })
+}
+
+#[tokio::test]
+async fn permits_are_admitted_up_to_the_limit_in_queue_order() {
+    let (_server, s) = sem().await;
+    let a = s.acquire("ta", 3, 4, 10_000, "a").await;
+    assert_eq!(a[0], 1);
+    // b needs 3 of the 1 left: queued.
+    assert_eq!(s.acquire("tb", 3, 4, 10_000, "b").await[0], 0);
+    // c needs 1, and 1 is free, but b waits first: c is not admitted (no
+    // overtaking of a waiter that needs many by callers that need few).
+    assert_eq!(s.acquire("tc", 1, 4, 10_000, "c").await[0], 0);
+    assert_eq!(s.state().await, (3, "b:3:4,c:1:4".into()));
+    // Releasing a's 3 leaves 4 free: reserved for b (3), then c (1), in
+    // queue order; two clients are told.
+    assert_eq!(s.release("ta", Some(a[1]), "a").await, vec![3, 2]);
+    assert_eq!(s.reservation("b").await.as_deref(), Some("3"));
+    assert_eq!(s.reservation("c").await.as_deref(), Some("1"));
+    assert_eq!(s.state().await, (4, String::new()));
+    // Nobody else gets in while the reservations stand.
+    assert_eq!(s.acquire("te", 1, 4, 10_000, "e").await[0], 0);
+    assert_eq!(s.state().await, (4, "e:1:4".into()));
+    // b and c take their reservations.
+    let b = s.acquire("tb", 3, 4, 10_000, "b").await;
+    assert_eq!(b[0], 1);
+    assert!(b[1] > a[1], "fences increase");
+    assert_eq!(s.reservation("b").await, None);
+    let c = s.acquire("tc", 1, 4, 10_000, "c").await;
+    assert_eq!(c[0], 1);
+    assert!(c[1] > b[1]);
+    assert_eq!(s.state().await, (4, "e:1:4".into()));
+    // A release that frees 1 goes to e, the only one queued, and no further.
+    assert_eq!(s.release("tc", Some(c[1]), "c").await, vec![3, 1]);
+    assert_eq!(s.acquire("te", 1, 4, 10_000, "e").await[0], 1);
+    assert_eq!(s.state().await, (4, String::new()));
+    // A caller that will not wait ('' client) is refused and not queued.
+    assert_eq!(s.acquire("td", 1, 4, 10_000, "").await[0], 0);
+    assert_eq!(s.state().await, (4, String::new()));
+    // A reservation nobody takes lapses after the grace, by the server
+    // clock, and its permits come back.
+    assert_eq!(s.acquire("tf", 1, 4, 10_000, "f").await[0], 0);
+    assert_eq!(s.release("te", None, "e").await, vec![3, 1]);
+    tokio::time::sleep(Duration::from_millis(HANDOFF_GRACE_MS + 30)).await;
+    assert_eq!(s.acquire("tg", 1, 4, 10_000, "").await[0], 1);
+}
+
+#[tokio::test]
+async fn a_release_that_frees_k_permits_reserves_for_at_most_k_clients() {
+    let (_server, s) = sem().await;
+    let h1 = s.acquire("h1", 1, 2, 10_000, "x").await;
+    let _h2 = s.acquire("h2", 1, 2, 10_000, "x").await;
+    for c in ["p", "q", "r"] {
+        assert_eq!(s.acquire(&format!("t{c}"), 1, 2, 10_000, c).await[0], 0);
+    }
+    assert_eq!(s.release("h1", Some(h1[1]), "x").await, vec![3, 1]);
+    assert_eq!(s.reservation("p").await.as_deref(), Some("1"));
+    assert_eq!(s.reservation("q").await, None);
+    assert_eq!(s.state().await, (2, "q:1:2,r:1:2".into()));
+    // A replayed release is recognised, and frees nothing twice.
+    assert_eq!(s.release("h1", Some(h1[1]), "x").await, vec![2]);
+    assert_eq!(s.state().await.0, 2);
+}
+
+#[tokio::test]
+async fn expired_holds_come_back_by_the_server_clock() {
+    let (_server, s) = sem().await;
+    let crashed = s.acquire("crashed", 2, 2, 100, "a").await;
+    assert_eq!(crashed[0], 1);
+    let refused = s.acquire("w", 1, 2, 10_000, "b").await;
+    assert_eq!(refused[0], 0);
+    assert!(
+        (1..=100).contains(&refused[1]),
+        "the bound is the soonest expiry: {refused:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let w = s.acquire("w", 1, 2, 10_000, "b").await;
+    assert_eq!(w[0], 1, "the crashed holder's permits did not come back");
+    assert!(w[1] > crashed[1]);
+    assert_eq!(s.state().await, (1, String::new()));
+    // The crashed holder's late release is a loss, not a second free.
+    assert_eq!(s.release("crashed", Some(crashed[1]), "a").await, vec![0]);
+    assert_eq!(s.state().await.0, 1);
+}
+
+#[tokio::test]
+async fn replays_and_disagreeing_limits() {
+    let (_server, s) = sem().await;
+    let a = s.acquire("a", 6, 8, 10_000, "a").await;
+    // fred replaying the same call: the same fence, nothing taken twice.
+    assert_eq!(s.acquire("a", 6, 8, 10_000, "a").await, a);
+    assert_eq!(s.state().await.0, 6);
+    // Each caller's limit applies to its own admission: under limit 4 the
+    // 6 held leave nothing; under limit 8 there are 2.
+    assert_eq!(s.acquire("small", 1, 4, 10_000, "").await[0], 0);
+    assert_eq!(s.acquire("big", 2, 8, 10_000, "").await[0], 1);
+    assert_eq!(s.state().await.0, 8);
+    // More permits than the limit is an error, not a wait.
+    let bad: Result<Vec<i64>, _> = s
+        .admin
+        .eval(
+            SEM_ACQUIRE,
+            keys("x"),
+            vec!["x", "5", "4", "1000", "", "60000"],
+        )
+        .await;
+    assert!(bad.is_err());
+}
+
+#[tokio::test]
+async fn an_abandoned_acquisition_never_takes_a_permit_later() {
+    let (_server, s) = sem().await;
+    // Abandoned before it reached Redis: its release voids the token.
+    assert_eq!(s.release("ghost", None, "a").await, vec![0]);
+    assert_eq!(s.acquire("ghost", 1, 4, 10_000, "a").await, vec![0, -2]);
+    assert_eq!(s.state().await.0, 0);
+    // Abandoned after it took a permit: released, and voided as well.
+    let late = s.acquire("late", 2, 4, 10_000, "a").await;
+    assert_eq!(late[0], 1);
+    assert_eq!(s.release("late", None, "a").await, vec![1]);
+    assert_eq!(s.state().await.0, 0);
+    assert_eq!(s.acquire("late", 2, 4, 10_000, "a").await, vec![0, -2]);
+}
