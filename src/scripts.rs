@@ -399,69 +399,43 @@ return out
 /// `tests/watchdog.rs`, which prints it).
 pub const RENEW_BATCH: usize = 1000;
 
-/// Semaphore acquire (issue 13; the client API is being built on it, see
-/// docs/design-semaphore-rwlock.md).
-///
-/// KEYS: `[meta, holds, facts, void, voids]`: the semaphore's value
-/// `p:2:{k}:sem` = `used|fence|queue|ring|void`, its expiry index
-/// `p:2:{k}:sem:h` (sorted set, member → expiry in server ms), its facts
-/// `p:2:{k}:sem:t` (hash: `<token>` → `<n>:<fence>`, `~<client>` → `<n>` for
-/// a reservation), this token's void marker and the semaphore's void index
-/// (as for [`ACQUIRE`]). ARGV: `[token, n, limit, lease_ms, client,
-/// retention_ms]`; `client` is `''` for a caller that will not wait.
-///
-/// * `n > limit`, or `n` or `limit` not positive: an error reply.
-/// * a value that is not relaylock's: `{0, -1}`, nothing written.
-/// * Expired holds and lapsed reservations are cut first, by score
-///   (`ZRANGEBYSCORE`, their permits subtracted from `used`): a crashed
-///   holder's permits come back by the server clock alone.
-/// * `token` already holds (a replay): `{1, fence}`, nothing taken twice.
-/// * a token whose void marker exists while the `void` field is live:
-///   `{0, -2}`.
-/// * Admitted when the caller's client holds a reservation, or no client is
-///   queued, or the caller's client is the first queued; and `used` (less
-///   the caller's reservation) `+ n <= limit`, by the CALLER's limit (limits
-///   that disagree: each caller's applies to its own admission). Then fence
-///   `max(TIME µs, last + 1)`, `ZADD holds (now + lease) token`, `HSET facts
-///   token n:fence`, the reservation is consumed, the client leaves the
-///   queue, and every name lives at least `lease + retention` more. Reply
-///   `{1, fence}`.
-/// * Otherwise the client (if it waits and is not queued) joins the queue's
-///   back as `client:n:limit`, and the reply is `{0, bound}`: ms until the
-///   soonest expiry among the holds and reservations (at least 1; `50` when
-///   none). Queued clients are served in order, so a caller that needs many
-///   permits is not overtaken by a stream of callers that need few.
-pub const SEM_ACQUIRE: &str = r#"
-local token, n, limit, lease, client, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
-if not n or not limit or n < 1 or limit < 1 or n > limit then
-  return redis.error_reply('relaylock: permits must be 1..limit')
-end
+// The part both semaphore scripts share (a literal, so that `concat!` can
+// join it to each script's own part): parse the value, `TIME`, the cut of
+// expired holds and lapsed reservations, `save`, the queue walk and the
+// messages. KEYS: `[meta, holds, facts, void, voids]`.
+macro_rules! sem_prelude {
+    () => {
+        r#"
 local v = redis.call('GET', KEYS[1])
 local used, last, queue, ring, void = 0, 0, '', '', ''
+local foreign = false
 if v then
   local f = {}
   for x in string.gmatch(v .. '|', '([^|]*)|') do f[#f + 1] = x end
   if #f ~= 5 or not string.find(f[1], '^%d+$') or not string.find(f[2], '^%d+$') or not string.find(f[5], '^%d*$') then
-    return {0, -1}
+    foreign = true
+  else
+    used, last, queue, ring, void = tonumber(f[1]), tonumber(f[2]), f[3], f[4], f[5]
   end
-  used, last, queue, ring, void = tonumber(f[1]), tonumber(f[2]), f[3], f[4], f[5]
 else
   void = redis.call('GET', KEYS[5]) or ''
 end
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-for i = 1, #gone, 1000 do
-  local j = math.min(i + 999, #gone)
-  local facts = redis.call('HMGET', KEYS[3], unpack(gone, i, j))
-  for k = 1, #facts do
-    if facts[k] then used = used - (tonumber(string.match(facts[k], '^(%d+)')) or 0) end
+local function cut()
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+  for i = 1, #gone, 1000 do
+    local j = math.min(i + 999, #gone)
+    local facts = redis.call('HMGET', KEYS[3], unpack(gone, i, j))
+    for k = 1, #facts do
+      if facts[k] then used = used - (tonumber(string.match(facts[k], '^(%d+)')) or 0) end
+    end
+    redis.call('HDEL', KEYS[3], unpack(gone, i, j))
   end
-  redis.call('HDEL', KEYS[3], unpack(gone, i, j))
+  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
+  if used < 0 then used = 0 end
 end
-if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
-if used < 0 then used = 0 end
 local function save(keep)
   redis.call('SET', KEYS[1], string.format('%d', used) .. '|' .. string.format('%d', last) .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
   for i = 1, 3 do
@@ -469,6 +443,103 @@ local function save(keep)
     if p == -1 or (p >= 0 and p < keep) then redis.call('PEXPIRE', KEYS[i], keep) end
   end
 end
+local function queued(c)
+  return c ~= '' and string.find(',' .. queue, ',' .. c .. ':', 1, true) ~= nil
+end
+local function dequeue(c)
+  local rest = {}
+  for e in string.gmatch(queue, '[^,]+') do
+    if string.sub(e, 1, #c + 1) ~= c .. ':' then rest[#rest + 1] = e end
+  end
+  queue = table.concat(rest, ',')
+end
+local told = {}
+local function walk(own, grace)
+  local rest, blocked = {}, false
+  for e in string.gmatch(queue, '[^,]+') do
+    local c, m, l = string.match(e, '^([^:]+):(%d+):(%d+)$')
+    if not c then
+    elseif blocked then
+      rest[#rest + 1] = e
+    elseif c == own then
+      blocked = true
+      rest[#rest + 1] = e
+    elseif used + tonumber(m) <= tonumber(l) then
+      local had = tonumber(redis.call('HGET', KEYS[3], '~' .. c) or '0') or 0
+      redis.call('ZADD', KEYS[2], now + grace, '~' .. c)
+      redis.call('HSET', KEYS[3], '~' .. c, string.format('%d', had + tonumber(m)))
+      used = used + tonumber(m)
+      told[#told + 1] = c
+    else
+      blocked = true
+      rest[#rest + 1] = e
+    end
+  end
+  queue = table.concat(rest, ',')
+end
+local function tell(publish, channel)
+  for _, c in ipairs(told) do redis.pcall(publish, channel, 'r:' .. c) end
+end
+"#
+    };
+}
+
+/// Semaphore acquire (issue 13; the client API is being built on it, see
+/// docs/design-semaphore-rwlock.md).
+///
+/// KEYS: `[meta, holds, facts, void, voids]`: the semaphore's value
+/// `p:2:{k}:sem` = `used|fence|queue|ring|void`, its expiry index
+/// `p:2:{k}:sem:h` (sorted set, member → expiry in server ms), its facts
+/// `p:2:{k}:sem:t` (hash: `<token>` → `<n>:<fence>`, `~<client>` → `<m>` for
+/// a reservation of m permits), this token's void marker and the
+/// semaphore's void index (as for [`ACQUIRE`]). ARGV: `[token, n, limit,
+/// lease_ms, client, retention_ms, channel, publish, grace_ms]`; `client`
+/// is `''` for a caller that will not wait. Client ids must not contain
+/// `|`, `,` or `:` (relaylock's are 16 hex digits).
+///
+/// * A numeric argument that is not a non-negative integer, `n` or `limit`
+///   below 1, or `n > limit`: an error reply, before anything is written.
+/// * a value that is not relaylock's: `{0, -1}`, nothing written.
+/// * Expired holds and lapsed reservations are cut first, by score
+///   (`ZRANGEBYSCORE`, their permits subtracted from `used`): a crashed
+///   holder's permits come back by the server clock alone.
+/// * `token` already holds (a replay): `{1, fence}`, nothing taken twice.
+/// * a token whose void marker exists while the `void` field is live:
+///   `{0, -2}` (the cut is still saved).
+/// * Admitted when the caller's client holds a reservation of `m >= n`
+///   permits (it takes `n` of them; the rest stay reserved), or when no
+///   client is queued or the caller's client is the first queued, and `used`
+///   (less the reservation it uses) `+ n <= limit`, by the CALLER's limit
+///   (limits that disagree: each caller's applies to its own admission).
+///   Then fence `max(TIME µs, last + 1)`, `ZADD holds (now + lease) token`,
+///   `HSET facts token n:fence`, and the client leaves the queue. Reply
+///   `{1, fence}`.
+/// * Otherwise the client (if it waits and is not queued) joins the queue's
+///   back as `client:n:limit`, and the reply is `{0, bound}`: ms until the
+///   soonest expiry among the holds and reservations (at least 1; `50` when
+///   none).
+/// * Either way, queued clients other than the caller's that now fit get a
+///   reservation, in queue order (the walk of [`SEM_RELEASE`]): permits
+///   that came back by expiry or a lapsed reservation reach the queue, and a
+///   queue head whose client is gone costs one grace period, not a stall.
+///   Every name lives at least `lease + retention` (admitted) or `retention`
+///   more.
+pub const SEM_ACQUIRE: &str = concat!(
+    r#"
+for _, i in ipairs({2, 3, 4, 6, 9}) do
+  if not string.find(ARGV[i] or '', '^%d+$') then
+    return redis.error_reply('relaylock: argument ' .. i .. ' must be a non-negative integer')
+  end
+end
+local token, n, limit, lease, client, retention, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[9])
+if n < 1 or limit < 1 or n > limit then
+  return redis.error_reply('relaylock: permits must be 1..limit')
+end
+"#,
+    sem_prelude!(),
+    r#"
+if foreign then return {0, -1} end
+cut()
 local fact = redis.call('HGET', KEYS[3], token)
 if fact then
   save(retention)
@@ -476,107 +547,107 @@ if fact then
 end
 if void ~= '' and (tonumber(void) or 0) < now then void = '' end
 if void ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then
+  save(retention)
   return {0, -2}
 end
-local res = client ~= '' and redis.call('HGET', KEYS[3], '~' .. client)
-local avail = used
-if res then avail = used - tonumber(res) end
+local m = client ~= '' and tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '')
+if m and m < n then m = nil end
 local first = string.match(queue, '^([^:,]+)')
-local queued = client ~= '' and string.find(',' .. queue, ',' .. client .. ':', 1, true)
-if (res or queue == '' or first == client) and avail + n <= limit then
-  if res then
-    redis.call('ZREM', KEYS[2], '~' .. client)
-    redis.call('HDEL', KEYS[3], '~' .. client)
-    used = avail
+local avail = used
+if m then avail = used - m end
+if (m or queue == '' or first == client) and avail + n <= limit then
+  if m then
+    if m > n then
+      redis.call('HSET', KEYS[3], '~' .. client, string.format('%d', m - n))
+    else
+      redis.call('ZREM', KEYS[2], '~' .. client)
+      redis.call('HDEL', KEYS[3], '~' .. client)
+    end
+    used = avail + (m - n)
   end
   local fence = now_us
   if last >= fence then fence = last + 1 end
   last = fence
   local fs = string.format('%d', fence)
   redis.call('ZADD', KEYS[2], now + lease, token)
-  redis.call('HSET', KEYS[3], token, n .. ':' .. fs)
+  redis.call('HSET', KEYS[3], token, string.format('%d', n) .. ':' .. fs)
   used = used + n
-  if queued then
-    local q = string.gsub(',' .. queue .. ',', ',' .. client .. ':%d+:%d+,', ',', 1)
-    queue = string.sub(q, 2, -2)
-  end
+  if queued(client) then dequeue(client) end
+  walk(client, grace)
   save(lease + retention)
+  tell(ARGV[8], ARGV[7])
   return {1, fence}
 end
-if client ~= '' and not queued then
-  if queue == '' then queue = client .. ':' .. n .. ':' .. limit else queue = queue .. ',' .. client .. ':' .. n .. ':' .. limit end
+if client ~= '' and not queued(client) then
+  local e = client .. ':' .. string.format('%d', n) .. ':' .. string.format('%d', limit)
+  if queue == '' then queue = e else queue = queue .. ',' .. e end
 end
+walk(client, grace)
 save(retention)
+tell(ARGV[8], ARGV[7])
 local soonest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local bound = 50
 if soonest[2] then bound = tonumber(soonest[2]) - now end
 if bound < 1 then bound = 1 end
 return {0, bound}
-"#;
+"#
+);
 
 /// Semaphore release (issue 13, see [`SEM_ACQUIRE`] for the names).
 ///
 /// KEYS: as for [`SEM_ACQUIRE`]. ARGV: `[token, fence, channel,
 /// retention_ms, ring_chars, client, grace_ms, publish, requeue, n, limit]`;
 /// `fence` is `''` for an acquisition abandoned in flight; `n` and `limit`
-/// are the releasing client's next local waiter's, used when `requeue` is
-/// `'1'` (it queues again at the back as `client:n:limit`).
+/// are what the releasing client's next local waiter needs, used when
+/// `requeue` is `'1'`.
 ///
+/// * A numeric argument that is not a non-negative integer: an error reply,
+///   before anything is written.
 /// * Expired holds are cut first, as in [`SEM_ACQUIRE`].
 /// * `fence == ''`: void the token (its marker, and the `void` field and
 ///   index raised to the marker's end, as [`RELEASE`] does), then release
 ///   its hold if it has one.
 /// * `token` holds with this fence: `ZREM`, `HDEL`, `used -= n`, the fence
-///   joins the ring. Then hand over in queue order: each queued client other
-///   than the releaser's whose own limit admits its `m` permits gets a
-///   reservation `~client` (score `now + grace_ms`, counted in `used`; added
+///   joins the ring. The releasing client leaves the queue, and joins its
+///   back as `client:n:limit` if `requeue` (it still has local waiters).
+///   Then the walk: in queue order, each queued client other than the
+///   releaser's whose own limit admits its `m` more permits gets a
+///   reservation `~client` (score `now + grace_ms`, counted in `used`, added
 ///   to a live one) and leaves the queue; the walk stops at the first client
-///   that does not fit, and at the releaser's own client, whose local waiters
+///   that does not fit, and at the releaser's own entry, whose local waiters
 ///   come next (the caller wakes them). One `r:<client>` message per
-///   reservation: a release that frees k permits wakes at most k clients.
-///   Reply `{3, reservations}`, or `{1}` when it made none.
+///   reservation. Reply `{3, reservations}`, or `{1}` when it made none.
+///   (Permits that came back by expiry in the same call are handed out by
+///   the same walk, so one release may tell more clients than it freed
+///   permits.)
 /// * not held, but `fence` is in the ring: a replay, `{2}`.
 /// * otherwise `{0}`: the hold had expired (and was cut).
-pub const SEM_RELEASE: &str = r#"
-local v = redis.call('GET', KEYS[1])
-local used, last, queue, ring, void = 0, 0, '', '', ''
-if v then
-  local f = {}
-  for x in string.gmatch(v .. '|', '([^|]*)|') do f[#f + 1] = x end
-  if #f ~= 5 or not string.find(f[1], '^%d+$') or not string.find(f[2], '^%d+$') or not string.find(f[5], '^%d*$') then
-    return {0}
-  end
-  used, last, queue, ring, void = tonumber(f[1]), tonumber(f[2]), f[3], f[4], f[5]
-else
-  void = redis.call('GET', KEYS[5]) or ''
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local retention = tonumber(ARGV[4])
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-for i = 1, #gone, 1000 do
-  local j = math.min(i + 999, #gone)
-  local facts = redis.call('HMGET', KEYS[3], unpack(gone, i, j))
-  for k = 1, #facts do
-    if facts[k] then used = used - (tonumber(string.match(facts[k], '^(%d+)')) or 0) end
-  end
-  redis.call('HDEL', KEYS[3], unpack(gone, i, j))
-end
-if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
-if used < 0 then used = 0 end
-local function save()
-  redis.call('SET', KEYS[1], string.format('%d', used) .. '|' .. string.format('%d', last) .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
-  for i = 1, 3 do
-    local p = redis.call('PTTL', KEYS[i])
-    if p == -1 or (p >= 0 and p < retention) then redis.call('PEXPIRE', KEYS[i], retention) end
+///
+/// The ring keeps [`RING_CHARS`] characters of released fences shared by
+/// all holders, so with many concurrent permits a replay is recognised only
+/// while fewer than [`RELEASE_RING`] other releases came between.
+pub const SEM_RELEASE: &str = concat!(
+    r#"
+for _, i in ipairs({4, 5, 7}) do
+  if not string.find(ARGV[i] or '', '^%d+$') then
+    return redis.error_reply('relaylock: argument ' .. i .. ' must be a non-negative integer')
   end
 end
+if ARGV[9] == '1' and (not string.find(ARGV[10] or '', '^%d+$') or not string.find(ARGV[11] or '', '^%d+$')) then
+  return redis.error_reply('relaylock: a requeue needs n and limit')
+end
+local retention, grace = tonumber(ARGV[4]), tonumber(ARGV[7])
+"#,
+    sem_prelude!(),
+    r#"
+if foreign then return {0} end
+cut()
 if ARGV[2] == '' then
   redis.call('SET', KEYS[4], '1', 'PX', retention)
   local til = now + retention
   local old = tonumber(redis.call('GET', KEYS[5]) or '')
   if old and old > til then til = old end
-  if void ~= '' and tonumber(void) > til then til = tonumber(void) end
+  if void ~= '' and (tonumber(void) or 0) > til then til = tonumber(void) end
   void = string.format('%d', til)
   redis.call('SET', KEYS[5], void, 'PXAT', til)
 end
@@ -591,38 +662,46 @@ if fact and (ARGV[2] == '' or fs == ARGV[2]) then
   if ring == '' then ring = fs else ring = fs .. ' ' .. ring end
   local cap = tonumber(ARGV[5])
   if #ring > cap then ring = string.match(string.sub(ring, 1, cap + 1), '^(.*) ') or fs end
-  local rest, told, blocked, mine = {}, {}, false, false
-  for e in string.gmatch(queue, '[^,]+') do
-    local c, m, l = string.match(e, '^([^:]+):(%d+):(%d+)$')
-    if not c then
-    elseif blocked then
-      rest[#rest + 1] = e
-    elseif c == ARGV[6] then
-      blocked, mine = true, true
-      rest[#rest + 1] = e
-    elseif used + tonumber(m) <= tonumber(l) then
-      local had = tonumber(redis.call('HGET', KEYS[3], '~' .. c) or '0')
-      redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), '~' .. c)
-      redis.call('HSET', KEYS[3], '~' .. c, had + tonumber(m))
-      used = used + tonumber(m)
-      told[#told + 1] = c
-    else
-      blocked = true
-      rest[#rest + 1] = e
-    end
+  dequeue(ARGV[6])
+  if ARGV[9] == '1' then
+    local e = ARGV[6] .. ':' .. ARGV[10] .. ':' .. ARGV[11]
+    if queue == '' then queue = e else queue = queue .. ',' .. e end
   end
-  if ARGV[9] == '1' and not mine then rest[#rest + 1] = ARGV[6] .. ':' .. ARGV[10] .. ':' .. ARGV[11] end
-  queue = table.concat(rest, ',')
-  save()
-  for _, c in ipairs(told) do redis.pcall(ARGV[8], ARGV[3], 'r:' .. c) end
+  walk(ARGV[6], grace)
+  save(retention)
+  tell(ARGV[8], ARGV[3])
   if #told > 0 then return {3, #told} end
   return {1}
 end
-if v or ARGV[2] == '' then save() end
+walk(ARGV[6], grace)
+if v or ARGV[2] == '' then save(retention) end
+tell(ARGV[8], ARGV[3])
 if ARGV[2] ~= '' and ring ~= '' and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
   return {2}
 end
 return {0}
+"#
+);
+
+/// Semaphore: leave the queue, for a client whose last local waiter left.
+///
+/// KEYS: `[meta]`; ARGV: `[client]`. Remove the client's entry from the
+/// value's queue (`SET ... KEEPTTL`) and reply `1`; `0` when it was not
+/// queued or the value is not relaylock's.
+pub const SEM_LEAVE: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local f = {}
+for x in string.gmatch(v .. '|', '([^|]*)|') do f[#f + 1] = x end
+if #f ~= 5 then return 0 end
+local rest, found = {}, false
+for e in string.gmatch(f[3], '[^,]+') do
+  if string.sub(e, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then found = true else rest[#rest + 1] = e end
+end
+if not found then return 0 end
+f[3] = table.concat(rest, ',')
+redis.call('SET', KEYS[1], table.concat(f, '|'), 'KEEPTTL')
+return 1
 "#;
 
 /// The scripts, hashed once per client.

@@ -46,6 +46,9 @@ impl Sem {
             lease_ms.to_string(),
             client.into(),
             SIDE_RETENTION_MS.to_string(),
+            format!("{META}:ch"),
+            "PUBLISH".into(),
+            HANDOFF_GRACE_MS.to_string(),
         ];
         self.admin
             .eval::<Vec<i64>, _, _, _>(SEM_ACQUIRE, keys(token), args)
@@ -54,6 +57,22 @@ impl Sem {
     }
 
     async fn release(&self, token: &str, fence: Option<i64>, client: &str) -> Vec<i64> {
+        self.release_requeue(token, fence, client, None).await
+    }
+
+    /// With `requeue`: the releasing client's next local waiter's n and
+    /// limit.
+    async fn release_requeue(
+        &self,
+        token: &str,
+        fence: Option<i64>,
+        client: &str,
+        requeue: Option<(u32, u32)>,
+    ) -> Vec<i64> {
+        let (flag, n, limit) = match requeue {
+            Some((n, limit)) => ("1", n, limit),
+            None => ("0", 1, 1),
+        };
         let args: Vec<String> = vec![
             token.into(),
             fence.map_or_else(String::new, |f| f.to_string()),
@@ -63,9 +82,9 @@ impl Sem {
             client.into(),
             HANDOFF_GRACE_MS.to_string(),
             "PUBLISH".into(),
-            "0".into(),
-            "1".into(),
-            "1".into(),
+            flag.into(),
+            n.to_string(),
+            limit.to_string(),
         ];
         self.admin
             .eval::<Vec<i64>, _, _, _>(SEM_RELEASE, keys(token), args)
@@ -214,4 +233,83 @@ async fn an_abandoned_acquisition_never_takes_a_permit_later() {
     assert_eq!(s.release("late", None, "a").await, vec![1]);
     assert_eq!(s.state().await.0, 0);
     assert_eq!(s.acquire("late", 2, 4, 10_000, "a").await, vec![0, -2]);
+}
+
+/// Found in review: a queue head whose client is gone (its waiter gave up,
+/// or its process died) must not stall the semaphore.
+#[tokio::test]
+async fn a_queue_head_that_is_gone_does_not_stall_the_semaphore() {
+    let (_server, s) = sem().await;
+    // Client c holds the only permit; its second waiter queues c, then b
+    // queues; c's second waiter gives up (abandoned, no hold).
+    let w1 = s.acquire("w1", 1, 1, 10_000, "c").await;
+    assert_eq!(s.acquire("w2", 1, 1, 10_000, "c").await[0], 0);
+    assert_eq!(s.acquire("tb", 1, 1, 10_000, "b").await[0], 0);
+    assert_eq!(s.state().await, (1, "c:1:1,b:1:1".into()));
+    assert_eq!(s.release("w2", None, "c").await, vec![0]);
+    // c's release without local waiters left takes c out of the queue and
+    // hands the permit to b.
+    assert_eq!(s.release("w1", Some(w1[1]), "c").await, vec![3, 1]);
+    assert_eq!(s.reservation("b").await.as_deref(), Some("1"));
+    assert_eq!(s.acquire("tb", 1, 1, 10_000, "b").await[0], 1);
+
+    // A queued client that dies while the holder's permit runs out: the
+    // next caller's own acquire hands the returned permit to the head (its
+    // reservation lapses unused after the grace), then takes it.
+    let (_server, s) = sem().await;
+    let h = s.acquire("h", 1, 1, 100, "holder").await;
+    assert_eq!(h[0], 1);
+    assert_eq!(s.acquire("dead", 1, 1, 10_000, "dead").await[0], 0);
+    assert_eq!(s.acquire("alive", 1, 1, 10_000, "alive").await[0], 0);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let r = s.acquire("alive", 1, 1, 10_000, "alive").await;
+    assert_eq!(r[0], 0, "the head comes first");
+    assert_eq!(s.reservation("dead").await.as_deref(), Some("1"));
+    tokio::time::sleep(Duration::from_millis(HANDOFF_GRACE_MS + 30)).await;
+    assert_eq!(s.acquire("alive", 1, 1, 10_000, "alive").await[0], 1);
+}
+
+/// Found in review: a refused replay of an abandoned acquisition must still
+/// save the cut of expired holds, or their permits leak for good.
+#[tokio::test]
+async fn a_refused_abandoned_token_still_saves_the_cut() {
+    let (_server, s) = sem().await;
+    assert_eq!(s.acquire("short", 2, 2, 100, "").await[0], 1);
+    assert_eq!(s.release("ghost", None, "a").await, vec![0]);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(s.acquire("ghost", 1, 2, 10_000, "a").await, vec![0, -2]);
+    assert_eq!(s.state().await.0, 0, "the expired permits leaked");
+    assert_eq!(s.acquire("next", 2, 2, 10_000, "").await[0], 1);
+}
+
+/// Found in review: a release with requeue by a client already queued keeps
+/// one entry for it, at the back; and a reservation smaller than a waiter's
+/// need is not a way around the queue.
+#[tokio::test]
+async fn requeues_keep_one_entry_and_small_reservations_do_not_overtake() {
+    let (_server, s) = sem().await;
+    let y = s.acquire("ty", 3, 4, 10_000, "y").await;
+    let x = s.acquire("tx", 1, 4, 10_000, "x").await;
+    assert_eq!(s.acquire("tb", 4, 4, 10_000, "b").await[0], 0);
+    assert_eq!(s.acquire("tx2", 1, 4, 10_000, "x").await[0], 0);
+    assert_eq!(s.state().await, (4, "b:4:4,x:1:4".into()));
+    assert_eq!(
+        s.release_requeue("tx", Some(x[1]), "x", Some((1, 4))).await,
+        vec![1]
+    );
+    assert_eq!(s.state().await, (3, "b:4:4,x:1:4".into()));
+    // y's release frees 3: b (needs 4) fits and is reserved; x stays behind.
+    assert_eq!(s.release("ty", Some(y[1]), "y").await, vec![3, 1]);
+    assert_eq!(s.state().await, (4, "x:1:4".into()));
+
+    // A reservation of 1 does not let a waiter that needs 3 skip the queue.
+    let (_server, s) = sem().await;
+    let h1 = s.acquire("h1", 1, 4, 10_000, "p").await;
+    let _h2 = s.acquire("h2", 3, 4, 10_000, "q").await;
+    assert_eq!(s.acquire("tx", 1, 4, 10_000, "x").await[0], 0);
+    assert_eq!(s.acquire("ty", 3, 4, 10_000, "y").await[0], 0);
+    assert_eq!(s.release("h1", Some(h1[1]), "p").await, vec![3, 1]);
+    assert_eq!(s.reservation("x").await.as_deref(), Some("1"));
+    assert_eq!(s.acquire("big", 3, 4, 10_000, "x").await[0], 0);
+    assert_eq!(s.state().await, (4, "y:3:4,x:3:4".into()));
 }
