@@ -683,6 +683,37 @@ return {0}
 "#
 );
 
+/// Semaphore renew: extend one hold's lease (issue 13, see [`SEM_ACQUIRE`]
+/// for the names).
+///
+/// KEYS: `[meta, holds, facts]`; ARGV: `[token, lease_ms, retention_ms,
+/// grow_only]`. If `token`'s hold exists and has not expired by the server
+/// clock, set its expiry to `now + lease_ms` (with `grow_only == '1'`, only
+/// if that is later), raise every name's TTL to at least `lease_ms +
+/// retention_ms`, and reply `1`. Otherwise reply `0`: the hold is gone or
+/// expired, its permits are free (a renewal never brings one back). Repeating
+/// a call is harmless.
+pub const SEM_RENEW: &str = r#"
+for _, i in ipairs({2, 3}) do
+  if not string.find(ARGV[i] or '', '^%d+$') then
+    return redis.error_reply('relaylock: argument ' .. i .. ' must be a non-negative integer')
+  end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) <= now then return 0 end
+local want = now + tonumber(ARGV[2])
+if ARGV[4] == '1' and tonumber(score) >= want then return 1 end
+redis.call('ZADD', KEYS[2], 'XX', want, ARGV[1])
+local keep = tonumber(ARGV[2]) + tonumber(ARGV[3])
+for i = 1, 3 do
+  local p = redis.call('PTTL', KEYS[i])
+  if p == -1 or (p >= 0 and p < keep) then redis.call('PEXPIRE', KEYS[i], keep) end
+end
+return 1
+"#;
+
 /// Semaphore: leave the queue, for a client whose last local waiter left.
 ///
 /// KEYS: `[meta]`; ARGV: `[client]`. Remove the client's entry from the

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use relaylock::scripts::{
-    HANDOFF_GRACE_MS, RING_CHARS, SEM_ACQUIRE, SEM_RELEASE, SIDE_RETENTION_MS,
+    HANDOFF_GRACE_MS, RING_CHARS, SEM_ACQUIRE, SEM_RELEASE, SEM_RENEW, SIDE_RETENTION_MS,
 };
 use support::{Admin, RedisServer};
 
@@ -312,4 +312,43 @@ async fn requeues_keep_one_entry_and_small_reservations_do_not_overtake() {
     assert_eq!(s.reservation("x").await.as_deref(), Some("1"));
     assert_eq!(s.acquire("big", 3, 4, 10_000, "x").await[0], 0);
     assert_eq!(s.state().await, (4, "y:3:4,x:3:4".into()));
+}
+
+/// A renewal extends a live hold by the server clock; an expired hold stays
+/// expired (its permits are free), and a renewal never brings it back.
+#[tokio::test]
+async fn renewals_extend_live_holds_only() {
+    let (_server, s) = sem().await;
+    let renew = |token: &'static str, lease: u64, grow: bool| {
+        let admin = s.admin.clone();
+        async move {
+            let args: Vec<String> = vec![
+                token.into(),
+                lease.to_string(),
+                SIDE_RETENTION_MS.to_string(),
+                if grow { "1" } else { "0" }.into(),
+            ];
+            admin
+                .eval::<i64, _, _, _>(SEM_RENEW, keys(token)[..3].to_vec(), args)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(s.acquire("h", 1, 1, 200, "").await[0], 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(renew("h", 1_000, false).await, 1);
+    // Grow-only never shortens it.
+    assert_eq!(renew("h", 10, true).await, 1);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(
+        s.acquire("other", 1, 1, 10_000, "").await[0],
+        0,
+        "the renewed hold expired at its first lease"
+    );
+    // A hold that expired is not renewed, and its permit comes back.
+    assert_eq!(s.acquire("brief", 1, 2, 100, "").await[0], 1);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(renew("brief", 10_000, false).await, 0);
+    assert_eq!(s.acquire("again", 1, 2, 10_000, "").await[0], 1);
+    assert_eq!(renew("never-held", 10_000, false).await, 0);
 }
