@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 
 use crate::calls::{acquire_reply, AcquireReply};
 use crate::error::{Error, Result};
-use crate::guard::{release, release_in_background, Acquired, LockGuard};
+use crate::guard::{release, release_in_background, release_orphan, Acquired, LockGuard};
 use crate::handoff::{Gate, Offer, Orphan, Outcome as Handed};
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
@@ -173,18 +173,15 @@ struct Offered<'c, 'a> {
 
 impl Drop for Offered<'_, '_> {
     fn drop(&mut self) {
-        let fence = match self.offer.leave() {
-            Orphan::None | Orphan::Left => return,
-            Orphan::Held(fence) => Some(fence),
-            Orphan::Unknown => None,
-        };
-        release_in_background(
-            Arc::clone(self.call.inner),
-            self.call.names.clone(),
-            self.call.token.clone(),
-            fence,
-            None,
-        );
+        let orphan = self.offer.leave();
+        if orphan != Orphan::None {
+            release_orphan(
+                self.call.inner,
+                &self.call.names,
+                self.call.token.clone(),
+                orphan,
+            );
+        }
     }
 }
 

@@ -489,8 +489,14 @@ pub(crate) async fn release(
     outcome
 }
 
-/// A lock granted to a local waiter that left: release it.
-fn release_orphan(inner: &Arc<ClientInner>, names: &Names, token: String, orphan: Orphan) {
+/// A lock granted to a local waiter that left: release it (in the
+/// background), or its token as an abandoned acquisition.
+pub(crate) fn release_orphan(
+    inner: &Arc<ClientInner>,
+    names: &Names,
+    token: String,
+    orphan: Orphan,
+) {
     let fence = match orphan {
         Orphan::None | Orphan::Left => return,
         Orphan::Held(fence) => Some(fence),

@@ -240,7 +240,9 @@ impl<W: Wake> Offer<W> {
             Slot::set_gone(&mut state, &self.inbox);
         }
     }
+}
 
+impl<W> Offer<W> {
     /// Withdraw the offer (idempotent; dropping the offer does it too).
     /// Returns what the caller must release: a lock granted to this slot
     /// that the waiter never took, or this token as an abandoned
@@ -272,16 +274,9 @@ impl<W: Wake> Offer<W> {
 
 impl<W> Drop for Offer<W> {
     fn drop(&mut self) {
-        // The library calls `leave` first and releases a grant it reports;
+        // The library calls `leave` first and releases what it reports;
         // here a grant would stay held until its lease ends.
-        let mut state = sync::lock(&self.slot.state);
-        match *state {
-            State::Claimed => *state = State::Abandoned,
-            State::Open | State::Trying | State::Recheck | State::Granted { .. } => {
-                Slot::set_gone(&mut state, &self.inbox);
-            }
-            State::Gone | State::Abandoned => {}
-        }
+        let _ = self.leave();
     }
 }
 
@@ -332,21 +327,13 @@ impl<W: Wake> Claim<W> {
     /// The release gave the lock to the slot's token.
     pub(crate) fn granted(mut self, fence: u64, sent: Instant) -> Orphan {
         let slot = self.slot.take().expect("resolved once");
-        let mut state = sync::lock(&slot.state);
-        match *state {
-            State::Claimed => {
-                *state = State::Granted { fence, sent };
-                drop(state);
-                slot.wake.wake();
-                Orphan::None
-            }
-            State::Abandoned => {
-                Slot::set_gone(&mut state, &self.inbox);
-                Orphan::Held(fence)
-            }
-            // Only the claimer leaves `Claimed` or `Abandoned`.
-            _ => Orphan::None,
-        }
+        resolve(
+            &self.inbox,
+            &slot,
+            State::Granted { fence, sent },
+            false,
+            |_| Orphan::Held(fence),
+        )
     }
 
     /// The release did not give the lock to the slot's token, for certain.
@@ -356,55 +343,55 @@ impl<W: Wake> Claim<W> {
     /// unknown outcome is still the claimer's to clean up.
     pub(crate) fn not_granted(mut self, recheck: bool) -> Orphan {
         let slot = self.slot.take().expect("resolved once");
-        let mut state = sync::lock(&slot.state);
-        match *state {
-            State::Claimed if recheck => {
-                *state = State::Recheck;
-                drop(state);
-                slot.wake.wake();
-                Orphan::None
+        let next = if recheck { State::Recheck } else { State::Open };
+        resolve(&self.inbox, &slot, next, false, |doubt| {
+            if doubt {
+                Orphan::Unknown
+            } else {
+                Orphan::Left
             }
-            State::Claimed => {
-                *state = State::Open;
-                drop(state);
-                slot.wake.wake();
-                Orphan::None
-            }
-            State::Abandoned => {
-                Slot::set_gone(&mut state, &self.inbox);
-                if slot.doubt.load(SeqCst) {
-                    Orphan::Unknown
-                } else {
-                    Orphan::Left
-                }
-            }
-            _ => Orphan::None,
-        }
+        })
     }
 
     /// The release's outcome is unknown (an error): the waiter re-checks, or
     /// if it left, the claimer releases the token as an abandoned one.
     pub(crate) fn unknown(mut self) -> Orphan {
         let slot = self.slot.take().expect("resolved once");
-        Self::resolve_unknown(&self.inbox, &slot)
+        resolve(&self.inbox, &slot, State::Recheck, true, |_| {
+            Orphan::Unknown
+        })
     }
+}
 
-    fn resolve_unknown(inbox: &Inbox<W>, slot: &Slot<W>) -> Orphan {
-        let mut state = sync::lock(&slot.state);
-        match *state {
-            State::Claimed => {
-                *state = State::Recheck;
+/// Resolve a claim on `slot`: a waiter still there moves to `next` (with
+/// `doubt` recorded) and is woken after the lock is dropped; a waiter that
+/// left is gone for good, and `left` (given the slot's doubt) says what the
+/// claimer cleans up.
+fn resolve<W: Wake>(
+    inbox: &Inbox<W>,
+    slot: &Slot<W>,
+    next: State,
+    doubt: bool,
+    left: impl FnOnce(bool) -> Orphan,
+) -> Orphan {
+    let mut state = sync::lock(&slot.state);
+    match *state {
+        State::Claimed => {
+            *state = next;
+            if doubt {
                 slot.doubt.store(true, SeqCst);
-                drop(state);
-                slot.wake.wake();
-                Orphan::None
             }
-            State::Abandoned => {
-                Slot::set_gone(&mut state, inbox);
-                Orphan::Unknown
-            }
-            _ => Orphan::None,
+            drop(state);
+            slot.wake.wake();
+            Orphan::None
         }
+        State::Abandoned => {
+            let had_doubt = slot.doubt.load(SeqCst);
+            Slot::set_gone(&mut state, inbox);
+            left(had_doubt)
+        }
+        // Only the claimer leaves `Claimed` or `Abandoned`.
+        _ => Orphan::None,
     }
 }
 
@@ -413,7 +400,9 @@ impl<W: Wake> Drop for Claim<W> {
         if let Some(slot) = self.slot.take() {
             // Unresolved: the waiter re-checks. The library resolves every
             // claim itself (an abandoned slot's clean-up needs a release).
-            let _ = Self::resolve_unknown(&self.inbox, &slot);
+            let _ = resolve(&self.inbox, &slot, State::Recheck, true, |_| {
+                Orphan::Unknown
+            });
         }
     }
 }

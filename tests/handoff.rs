@@ -6,8 +6,30 @@ use relaylock_testkit as support;
 
 use std::time::{Duration, Instant};
 
-use relaylock::{Error, LockOptions};
+use fred::clients::Client;
+use relaylock::{Error, LockClient, LockGuard, LockOptions};
 use support::{command_calls, delta, eventually, Admin, RedisServer};
+use tokio::task::JoinHandle;
+
+/// `client.lock_with("k", options)` in a task of its own: a local waiter.
+fn spawn_waiter(
+    client: &LockClient,
+    options: LockOptions,
+) -> JoinHandle<relaylock::Result<LockGuard>> {
+    let client = client.clone();
+    tokio::spawn(async move { client.lock_with("k", options).await })
+}
+
+/// Asserts that the lock `name` is free (absent, a tombstone or a lapsed
+/// reservation) within `limit`; `what` names the case in the failure.
+async fn assert_freed(admin: &Client, name: &str, limit: Duration, what: &str) {
+    let freed = eventually(limit, || async { !support::taken(admin, name).await }).await;
+    assert!(
+        freed,
+        "{what}: the lock is still held: {:?}",
+        support::lock_value(admin, name).await
+    );
+}
 
 /// Local waiters parked behind a holder of the same client: each hand-over
 /// is the release alone. N hand-overs cost N + 1 releases and one LEAVE
@@ -77,14 +99,10 @@ async fn a_local_waiter_that_gives_up_during_the_hand_over_leaves_the_lock_free(
     let client = support::client(&server.url()).await;
     let name = client.redis_key("k");
     let held = client.lock("k").await.unwrap();
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .lock_with("k", LockOptions::default().wait(Duration::from_millis(600)))
-                .await
-        })
-    };
+    let waiter = spawn_waiter(
+        &client,
+        LockOptions::default().wait(Duration::from_millis(600)),
+    );
     support::until_queued(&admin, &client, "k").await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     // The release reaches a frozen server; the waiter's deadline passes
@@ -96,14 +114,13 @@ async fn a_local_waiter_that_gives_up_during_the_hand_over_leaves_the_lock_free(
     server.resume();
     release.await.unwrap().unwrap();
     let freed = Instant::now();
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            !support::taken(&admin, &name).await
-        })
-        .await,
-        "the lock granted to a waiter that left is still held: {:?}",
-        support::lock_value(&admin, &name).await
-    );
+    assert_freed(
+        &admin,
+        &name,
+        Duration::from_secs(3),
+        "granted to a waiter that left",
+    )
+    .await;
     println!("freed {:?} after the resume", freed.elapsed());
     let next = client
         .try_lock("k")
@@ -123,10 +140,7 @@ async fn a_dropped_release_still_hands_the_lock_to_the_local_waiter() {
     let client = support::client(&server.url()).await;
     let name = client.redis_key("k");
     let held = client.lock("k").await.unwrap();
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move { client.lock("k").await })
-    };
+    let waiter = spawn_waiter(&client, LockOptions::default());
     support::until_queued(&admin, &client, "k").await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     server.pause();
@@ -149,12 +163,7 @@ async fn a_dropped_release_still_hands_the_lock_to_the_local_waiter() {
     let value = support::lock_value(&admin, &name).await.expect("held");
     assert_eq!(value.token(), Some(got.token()));
     got.release().await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            !support::taken(&admin, &name).await
-        })
-        .await
-    );
+    assert_freed(&admin, &name, Duration::from_secs(2), "released").await;
 }
 
 /// A release while the local waiter is still confirming its subscription
@@ -183,17 +192,10 @@ async fn a_waiter_still_subscribing_gets_a_live_lease() {
     proxy.set_subscriber_mode(Some(Mode::Delay(Duration::from_millis(800))));
     let held = client.lock("k").await.unwrap();
     let started = Instant::now();
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .lock_with(
-                    "k",
-                    LockOptions::default().lease(Duration::from_millis(500)),
-                )
-                .await
-        })
-    };
+    let waiter = spawn_waiter(
+        &client,
+        LockOptions::default().lease(Duration::from_millis(500)),
+    );
     support::until_queued(&admin, &client, "k").await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     held.release().await.unwrap();
@@ -232,14 +234,10 @@ async fn a_replayed_hand_over_to_a_waiter_that_left_leaves_the_lock_free() {
     let name = client.redis_key("k");
     for round in 0..3 {
         let held = client.lock("k").await.unwrap();
-        let waiter = {
-            let client = client.clone();
-            tokio::spawn(async move {
-                client
-                    .lock_with("k", LockOptions::default().wait(Duration::from_millis(500)))
-                    .await
-            })
-        };
+        let waiter = spawn_waiter(
+            &client,
+            LockOptions::default().wait(Duration::from_millis(500)),
+        );
         support::until_queued(&admin, &client, "k").await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         server.pause();
@@ -252,13 +250,12 @@ async fn a_replayed_hand_over_to_a_waiter_that_left_leaves_the_lock_free() {
         assert!(matches!(timed_out, Err(Error::Timeout)), "{timed_out:?}");
         server.resume();
         let _ = release.await.unwrap();
-        assert!(
-            eventually(Duration::from_secs(3), || async {
-                !support::taken(&admin, &name).await
-            })
-            .await,
-            "round {round}: the lock handed to a waiter that left is still held: {:?}",
-            support::lock_value(&admin, &name).await
-        );
+        assert_freed(
+            &admin,
+            &name,
+            Duration::from_secs(3),
+            &format!("round {round}: handed to a waiter that left"),
+        )
+        .await;
     }
 }
