@@ -13,45 +13,13 @@ and relaylock's own RELEASE handing the lock to the next token each time
 
 Needs redis-py (run.sh installs it into .venv). Prints a markdown table.
 """
-import os
-import re
-import socket
-import subprocess
 import time
 import uuid
 
-import redis
+from redis_harness import lua, redis_server
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-SRC = open(os.path.join(ROOT, "src", "scripts.rs")).read()
-
-
-def lua(name):
-    return re.search(r"pub const " + name + r': &str = r#"(.*?)"#;', SRC, re.S).group(1)
-
-
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-PORT = s.getsockname()[1]
-s.close()
-server = subprocess.Popen(
-    ["redis-server", "--port", str(PORT), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-    stdout=subprocess.DEVNULL,
-)
 CALLS, GAP = 1000, 0.002
-try:
-    r = redis.Redis(port=PORT)
-    for _ in range(100):
-        try:
-            r.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-
-    def cpu():
-        i = r.info("cpu")
-        return i["used_cpu_user"] + i["used_cpu_sys"]
-
+with redis_server() as (r, cpu):
     L = "p:2:{k}"
     ring = " ".join(str(1800000000000000 + i) for i in range(32))
     value = "tok:1800000000000099|c1|" + ring + "|"
@@ -109,5 +77,3 @@ redis.call('TIME') redis.call('SET',KEYS[1],head..'|'..queue..'|'..ring..'|'..vo
     print("|---|---|")
     for name, v in rows:
         print(f"| {name} | {', '.join(f'{x:.1f}' for x in v)} |")
-finally:
-    server.kill()

@@ -12,51 +12,14 @@ script) and with the cheapest two scripts that could do relaylock's job
 
 Needs redis-py (run.sh installs it into .venv). Prints a markdown table.
 """
-import os
 import random
-import re
-import socket
 import statistics
-import subprocess
 import time
 import uuid
 
-import redis
+from redis_harness import lua, redis_server
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-SRC = open(os.path.join(ROOT, "src", "scripts.rs")).read()
-
-
-def lua(name):
-    return re.search(r"pub const " + name + r': &str = r#"(.*?)"#;', SRC, re.S).group(1)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-PORT = free_port()
-server = subprocess.Popen(
-    ["redis-server", "--port", str(PORT), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-    stdout=subprocess.DEVNULL,
-)
-try:
-    r = redis.Redis(port=PORT)
-    for _ in range(100):
-        try:
-            r.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-
-    def cpu():
-        i = r.info("cpu")
-        return i["used_cpu_user"] + i["used_cpu_sys"]
-
+with redis_server() as (r, cpu):
     KEYS, BATCH, ROUNDS = 10_000, 64, 400
 
     def pairs(acquire, release):
@@ -119,6 +82,3 @@ try:
         m = statistics.median(v)
         runs = ", ".join(f"{x:.2f}" for x in v)
         print(f"| {label} | {runs} | {m:.2f} | {m / bare:.2f} |")
-finally:
-    server.terminate()
-    server.wait()
