@@ -428,15 +428,18 @@ pub(crate) async fn release(
 ) -> Result<Released> {
     let registry = &inner.registry;
     let requeued = registry.requeue(&names.channel);
+    // The client stays queued after giving the lock to `next` only if other
+    // local tasks still wait (`keep`: `next`'s own task is not the only one).
+    let (claim, keep) = match fence.and_then(|_| registry.claim(&names.channel)) {
+        Some((claim, others)) => (Some(claim), others),
+        None => (None, false),
+    };
     let mut claim = ClaimGuard {
-        claim: fence.and_then(|_| registry.claim(&names.channel)),
+        claim,
         inner,
         names,
     };
     let sent = Instant::now();
-    // The client stays queued after giving the lock to `next` only if other
-    // local tasks still wait (`next`'s own task is one of `waiters`).
-    let keep = claim.claim.is_some() && registry.waiters(&names.channel) > 1;
     let outcome = {
         let next = claim
             .claim

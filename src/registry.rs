@@ -427,19 +427,17 @@ impl Registry {
         }
     }
 
+    /// Claim the oldest local waiter of `channel` that a release may hand
+    /// the lock to directly (see [`crate::handoff`]), and say whether other
+    /// local tasks are registered for it too (read in the same lookup).
+    pub(crate) fn claim(&self, channel: &str) -> Option<(Claim<Notify>, bool)> {
+        let entry = self.map.get(channel)?;
+        let claim = Inbox::claim(&entry.inbox)?;
+        Some((claim, entry.presence.count() > 1))
+    }
+
     /// Wake one local waiter of `channel` if any waits (a permit for nobody
     /// would cost the next newcomer a try).
-    /// Claim the oldest local waiter of `channel` that a release may hand
-    /// the lock to directly (see [`crate::handoff`]).
-    pub(crate) fn claim(&self, channel: &str) -> Option<Claim<Notify>> {
-        Inbox::claim(&self.map.get(channel)?.inbox)
-    }
-
-    /// How many local tasks are registered for `channel`.
-    pub(crate) fn waiters(&self, channel: &str) -> usize {
-        self.map.get(channel).map_or(0, |e| e.presence.count())
-    }
-
     pub(crate) fn wake_one_if_waiting(&self, channel: &str) {
         if let Some(e) = self.map.get(channel) {
             e.wake_one_if_waiting();
