@@ -394,6 +394,15 @@ impl<'a> LockCall<'a> {
         (fence, sent)
     }
 
+    /// The deadline passed: a lock handed over meanwhile is taken, not
+    /// released; otherwise the wait times out.
+    fn at_deadline(&self, waiter: &Waiter, offer: &Offer<Notify>) -> Result<(u64, Instant)> {
+        match offer.outcome() {
+            Handed::Granted(fence, sent) => Ok(self.granted(waiter, fence, sent)),
+            _ => Err(Error::Timeout),
+        }
+    }
+
     /// The spin-polling baseline: one try per interval.
     async fn wait_poll(
         &self,
@@ -544,11 +553,7 @@ impl<'a> LockCall<'a> {
             }
             from_key = false;
             if expired(deadline) {
-                // A lock handed over meanwhile is taken, not released.
-                if let Handed::Granted(fence, sent) = offer.offer.outcome() {
-                    return Ok(self.granted(&waiter, fence, sent));
-                }
-                return Err(Error::Timeout);
+                return self.at_deadline(&waiter, &offer.offer);
             }
 
             // Sleep until a release message, a reconnect, or the next
@@ -645,10 +650,7 @@ impl<'a> LockCall<'a> {
                 }
                 WakeCause::Ttl => {
                     if expired(deadline) {
-                        if let Handed::Granted(fence, sent) = offer.offer.outcome() {
-                            return Ok(self.granted(&waiter, fence, sent));
-                        }
-                        return Err(Error::Timeout);
+                        return self.at_deadline(&waiter, &offer.offer);
                     }
                     if degraded && role.is_some() {
                         if resubscribe.is_none() && waiter.subscribe_due() {
