@@ -27,11 +27,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use fred::clients::{Client, SubscriberClient};
+use fred::clients::{Client, Pipeline, SubscriberClient};
 use fred::interfaces::{ClientInterface, ClientLike, ClusterInterface, PubsubInterface};
 use fred::types::config::{Options, Server};
 use fred::types::scripts::Script;
-use fred::types::ClusterHash;
+use fred::types::{ClusterHash, Value};
 use fred::util::redis_keyslot;
 use metrics::SharedString;
 use tokio::sync::futures::Notified;
@@ -223,16 +223,6 @@ impl Registry {
         }
     }
 
-    async fn unsubscribe_channel(&self, channel: &str) -> Result<(), fred::error::Error> {
-        if self.sharded {
-            self.with_command_timeout(self.subscriber.sunsubscribe(channel))
-                .await
-        } else {
-            self.with_command_timeout(self.subscriber.unsubscribe(channel))
-                .await
-        }
-    }
-
     /// PING the subscriber connection, in a cluster each node's, each within
     /// `limit`.
     pub(crate) async fn ping_every_node(&self, limit: Duration) -> Result<(), fred::error::Error> {
@@ -307,12 +297,13 @@ impl Registry {
     /// (S)SUBSCRIBE `channel` and PING behind it on the same connection. The
     /// PING answers only after Redis processed the SUBSCRIBE, and carries its
     /// error if it failed: fred resolves SUBSCRIBE itself when it writes it,
-    /// so an error reply goes to the next command waiting for a reply. Both
-    /// are queued in the same poll (`join!`), so the PING is already waiting
-    /// when that error can arrive; queued one after the other, the error
-    /// sometimes came back first, found no command waiting, and a denied
-    /// channel was confirmed.
+    /// so an error reply goes to the next command waiting for a reply. That
+    /// must be the PING, so both go in one pipeline ([`Self::with_ping_behind`]).
+    /// SSUBSCRIBE gets its own reply from fred (which never pipelines it).
     async fn subscribe_confirmed(&self, channel: &str) -> Result<(), fred::error::Error> {
+        if !self.sharded {
+            return self.with_ping_behind(channel, true).await;
+        }
         let (subscribed, pinged) =
             tokio::join!(self.subscribe_channel(channel), self.ping_behind(channel));
         subscribed.and(pinged)
@@ -324,9 +315,67 @@ impl Registry {
     /// PING; without it a refused UNSUBSCRIBE looked like a success and the
     /// channel stayed subscribed for good.
     async fn unsubscribe_confirmed(&self, channel: &str) -> Result<(), fred::error::Error> {
-        let (unsubscribed, pinged) =
-            tokio::join!(self.unsubscribe_channel(channel), self.ping_behind(channel));
-        unsubscribed.and(pinged)
+        self.with_ping_behind(channel, false).await
+    }
+
+    /// SUBSCRIBE (`subscribe`) or (S)UNSUBSCRIBE `channel` with a PING
+    /// behind it that must come back with its own nonce. fred expects no
+    /// reply to those commands, but Redis answers a refusal with an error:
+    /// one reply fred does not account for, handed to whatever command
+    /// waits first on the connection, or dropped if none waits.
+    ///
+    /// * Both go in ONE fred pipeline: its router writes them before it
+    ///   reads again, so the PING waits before that error can be read.
+    ///   Queued separately, even in the same poll (`join!`), the router
+    ///   (on another worker thread) sometimes wrote the SUBSCRIBE alone and
+    ///   read its refusal before the PING was queued: the refusal was
+    ///   dropped, the PING got PONG, and a channel the ACL denies counted as
+    ///   confirmed, so none of its waiters polled.
+    /// * The PING's own reply, left over after it took a refusal, goes to
+    ///   the next command that waits (another key's PING behind its
+    ///   SUBSCRIBE): only the PING's own nonce confirms. Any other reply
+    ///   means the replies are shifted, and this attempt counts as failed.
+    async fn with_ping_behind(
+        &self,
+        channel: &str,
+        subscribe: bool,
+    ) -> Result<(), fred::error::Error> {
+        let pipeline = Pipeline::from(self.subscriber.clone());
+        // Queued in the pipeline, nothing sent yet.
+        if subscribe {
+            pipeline.subscribe(channel).await?;
+        } else if self.sharded {
+            pipeline.sunsubscribe(channel).await?;
+        } else {
+            pipeline.unsubscribe(channel).await?;
+        }
+        let nonce = crate::token::new();
+        if self.clustered() {
+            let options = Options {
+                cluster_hash: Some(ClusterHash::Custom(self.routing_slot(channel))),
+                ..Default::default()
+            };
+            pipeline
+                .with_options(&options)
+                .ping::<()>(Some(nonce.clone()))
+                .await?;
+        } else {
+            pipeline.ping::<()>(Some(nonce.clone())).await?;
+        }
+        let reply = self.with_command_timeout(pipeline.last::<Value>()).await?;
+        // `PING <nonce>` answers `<nonce>`, or `["pong", <nonce>]` on a
+        // RESP2 connection with subscriptions.
+        let echoed = match &reply {
+            Value::Array(parts) if parts.len() == 2 => parts[1].as_str(),
+            other => other.as_str(),
+        };
+        if echoed.as_deref() == Some(nonce.as_str()) {
+            return Ok(());
+        }
+        Err(fred::error::Error::new(
+            fred::error::ErrorKind::Unknown,
+            "relaylock: the PING behind a (UN)SUBSCRIBE got another command's reply",
+        ))
     }
 
     /// PING behind a (S)SUBSCRIBE of `channel`, on the same connection: in

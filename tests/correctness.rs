@@ -484,6 +484,55 @@ async fn a_degraded_keys_polling_role_survives_a_waiter_timing_out() {
     );
 }
 
+/// Keys whose channel the ACL denies, first waited for at the same moment:
+/// the SUBSCRIBEs and their PINGs interleave on the subscriber connection,
+/// and no denied channel may count as subscribed, or its waiter sleeps on
+/// the holder's lease instead of polling (found as a rare stranding in
+/// `a_degraded_keys_polling_role_survives_a_waiter_timing_out`; here about
+/// half the keys were stranded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_denied_channel_counts_as_subscribed_when_keys_subscribe_at_once() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
+    let holder_client = client(&server).await;
+    let limited = LockClient::builder()
+        .url(format!("redis://nosub:pw@127.0.0.1:{}", server.port))
+        .build()
+        .await
+        .unwrap();
+    let keys: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
+    let mut holders = Vec::new();
+    for key in &keys {
+        holders.push(
+            holder_client
+                .lock_with(key, lease(Duration::from_secs(30)))
+                .await
+                .unwrap(),
+        );
+    }
+    let waiters: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let (limited, key) = (limited.clone(), key.clone());
+            tokio::spawn(async move { limited.lock(&key).await.map(drop) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for holder in holders {
+        holder.release().await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut stranded = 0;
+    for waiter in waiters {
+        match tokio::time::timeout_at(deadline, waiter).await {
+            Ok(taken) => taken.unwrap().unwrap(),
+            Err(_) => stranded += 1,
+        }
+    }
+    assert_eq!(stranded, 0, "{stranded} of {} waiters stranded", keys.len());
+}
+
 /// Two overlapping `extend`s of one guard while the script cache is empty:
 /// the older, shorter one is re-sent after its reload and runs LAST in
 /// Redis. The lease record must not keep the newer, longer lease (found in
