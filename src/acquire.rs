@@ -30,7 +30,7 @@ use fred::util::redis_keyslot;
 use metrics::SharedString;
 use tokio::sync::Notify;
 
-use crate::calls::{acquire_reply, AcquireReply};
+use crate::calls::{acquire_reply, sem_acquire_reply, sem_reservation_left, AcquireReply};
 use crate::error::{Error, Result};
 use crate::guard::{release, release_in_background, release_orphan, Acquired, LockGuard};
 use crate::handoff::{Gate, Offer, Orphan, Outcome as Handed};
@@ -90,14 +90,25 @@ struct LockCall<'a> {
     renew: bool,
     /// `min_replicas`: how many, and the `WAIT` timeout in ms.
     replicas: Option<(u32, u64)>,
+    /// A semaphore call: the permits it takes and its limit. `None`: a lock.
+    permits: Option<(u32, u32)>,
+}
+
+/// What one call acquires: a lock, or `n` permits of a semaphore whose
+/// limit (as this caller gives it) is `limit`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Shape {
+    Mutex,
+    Semaphore { n: u32, limit: u32 },
 }
 
 pub(crate) async fn lock(
     inner: &Arc<ClientInner>,
     key: &str,
     options: &LockOptions,
+    shape: Shape,
 ) -> Result<LockGuard> {
-    let call = LockCall::new(inner, key, options)?;
+    let call = LockCall::new(inner, key, options, shape)?;
     let deadline = options.wait.map(|w| call.started.checked_add(w));
     let outcome = match (deadline, inner.strategy) {
         // wait(0): exactly one try
@@ -120,7 +131,7 @@ pub(crate) async fn lock(
         Err(Error::Timeout) => Outcome::Timeout,
         Err(_) => Outcome::Error,
     };
-    m::finished(call.name, kind, call.started.elapsed());
+    m::finished(call.name, call.names.kind, kind, call.started.elapsed());
     outcome.map(|(fence, sent)| call.into_guard(fence, sent))
 }
 
@@ -128,15 +139,26 @@ pub(crate) async fn try_lock(
     inner: &Arc<ClientInner>,
     key: &str,
     options: &LockOptions,
+    shape: Shape,
 ) -> Result<Option<LockGuard>> {
-    let call = LockCall::new(inner, key, options)?;
+    let call = LockCall::new(inner, key, options, shape)?;
     match call.attempt(None).await? {
         Attempt::Acquired(fence, sent) => {
             if let Err(e) = call.replicated(fence).await {
-                m::finished(call.name, Outcome::Error, call.started.elapsed());
+                m::finished(
+                    call.name,
+                    call.names.kind,
+                    Outcome::Error,
+                    call.started.elapsed(),
+                );
                 return Err(e);
             }
-            m::finished(call.name, Outcome::Acquired, call.started.elapsed());
+            m::finished(
+                call.name,
+                call.names.kind,
+                Outcome::Acquired,
+                call.started.elapsed(),
+            );
             Ok(Some(call.into_guard(fence, sent)))
         }
         Attempt::Held => Ok(None),
@@ -185,6 +207,15 @@ impl Drop for Offered<'_, '_> {
     }
 }
 
+/// Completes when a release's claim on `offer` has news; never without an
+/// offer (a semaphore call).
+async fn granting(offer: Option<&Offer<Notify>>) {
+    match offer {
+        Some(o) => o.waker().notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn remaining(deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| d.saturating_duration_since(Instant::now()))
 }
@@ -194,8 +225,24 @@ fn expired(deadline: Option<Instant>) -> bool {
 }
 
 impl<'a> LockCall<'a> {
-    fn new(inner: &'a Arc<ClientInner>, key: &'a str, options: &'a LockOptions) -> Result<Self> {
+    fn new(
+        inner: &'a Arc<ClientInner>,
+        key: &'a str,
+        options: &'a LockOptions,
+        shape: Shape,
+    ) -> Result<Self> {
         inner.check_key(key)?;
+        let (names, permits) = match shape {
+            Shape::Mutex => (inner.names(key), None),
+            Shape::Semaphore { n, limit } => {
+                if n == 0 || limit == 0 || n > limit {
+                    return Err(Error::InvalidArgument(format!(
+                        "a semaphore call takes 1..=limit permits and a limit of at least 1 (asked for {n} of {limit})"
+                    )));
+                }
+                (Names::semaphore(&inner.prefix, key), Some((n, limit)))
+            }
+        };
         let lease = options.lease.unwrap_or(inner.default_lease);
         let lease_ms = validate_lease(lease)?;
         let replicas = match options.replicas {
@@ -205,7 +252,7 @@ impl<'a> LockCall<'a> {
         Ok(LockCall {
             inner,
             key,
-            names: inner.names(key),
+            names,
             token: crate::token::new(),
             lease,
             lease_ms,
@@ -213,6 +260,7 @@ impl<'a> LockCall<'a> {
             started: Instant::now(),
             renew: options.watchdog.unwrap_or(options.lease.is_none()),
             replicas,
+            permits,
         })
     }
 
@@ -239,6 +287,7 @@ impl<'a> LockCall<'a> {
                 self.names.clone(),
                 self.token.clone(),
                 Some(fence),
+                self.held_permits(),
                 None,
             )
         }));
@@ -251,7 +300,14 @@ impl<'a> LockCall<'a> {
         };
         tracing::warn!(key = %self.names.lock, error = %failure,
             "relaylock: the acquisition was not replicated as asked; releasing it");
-        if let Err(e) = release(self.inner, &self.names, &self.token, Some(fence)).await {
+        let released = release(
+            self.inner,
+            &self.names,
+            &self.token,
+            Some(fence),
+            self.held_permits(),
+        );
+        if let Err(e) = released.await {
             tracing::warn!(key = %self.names.lock, error = %e,
                 "relaylock: could not release an unreplicated lock; it expires with its lease");
         }
@@ -305,7 +361,13 @@ impl<'a> LockCall<'a> {
         }
     }
 
+    /// Permits this call takes (1 for a lock).
+    fn held_permits(&self) -> u32 {
+        self.permits.map_or(1, |(n, _)| n)
+    }
+
     fn into_guard(self, fence: u64, sent: Instant) -> LockGuard {
+        let permits = self.held_permits();
         LockGuard::new(
             Arc::clone(self.inner),
             Acquired {
@@ -313,6 +375,7 @@ impl<'a> LockCall<'a> {
                 names: self.names,
                 token: self.token,
                 fence,
+                permits,
                 name: self.name.cloned(),
                 sent,
                 lease: self.lease,
@@ -325,7 +388,7 @@ impl<'a> LockCall<'a> {
     /// registration) registers this client in the key's queue when the lock
     /// is taken, and may take a reservation made for this client.
     async fn attempt(&self, queue: Option<&Waiter>) -> Result<Attempt> {
-        m::attempt(self.name);
+        m::attempt(self.name, self.names.kind);
         let client = match queue {
             Some(_) => self.inner.registry.client_id(),
             None => "",
@@ -338,6 +401,7 @@ impl<'a> LockCall<'a> {
                 self.names.clone(),
                 self.token.clone(),
                 None,
+                self.held_permits(),
                 None,
             )
         }));
@@ -345,17 +409,42 @@ impl<'a> LockCall<'a> {
             w.queued_try_in_flight(true);
         }
         let sent = Instant::now();
-        let reply = self
-            .inner
-            .calls
-            .acquire(&self.names, &self.token, self.lease_ms, client)
-            .await?;
+        let calls = &self.inner.calls;
+        let reply = match self.permits {
+            None => {
+                calls
+                    .acquire(&self.names, &self.token, self.lease_ms, client)
+                    .await?
+            }
+            Some(shape) => {
+                calls
+                    .sem_acquire(&self.names, &self.token, shape, self.lease_ms, client)
+                    .await?
+            }
+        };
         orphan.disarm();
         if let Some(w) = queue {
             w.queued_try_in_flight(false);
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
-        match acquire_reply(&reply, self.inner.default_lease)? {
+        let parsed = match self.permits {
+            None => acquire_reply(&reply, self.inner.default_lease)?,
+            Some(_) => sem_acquire_reply(&reply, self.inner.default_lease)?,
+        };
+        match parsed {
+            // A semaphore: the permits this call took say nothing of when
+            // the others come back (only a refusal's bound does). What is
+            // left of this client's reservation goes to the next local
+            // waiter (only a NEW reservation wakes one: see `SEM_RELEASE`).
+            AcquireReply::Acquired(fence, _) if self.permits.is_some() => {
+                if let Some(w) = queue {
+                    w.note_taken();
+                    if sem_reservation_left(&reply) {
+                        w.pass_on();
+                    }
+                }
+                Ok(Attempt::Acquired(fence, sent))
+            }
             AcquireReply::Acquired(fence, remaining) => {
                 // A token that already held the lock: its lease ends
                 // `remaining` after Redis answered, so no later than
@@ -390,15 +479,19 @@ impl<'a> LockCall<'a> {
     fn granted(&self, waiter: &Waiter, fence: u64, sent: Instant) -> (u64, Instant) {
         tracing::trace!(target: "relaylock::hop", hop = "handed_over");
         waiter.note_acquired(sent, self.lease);
-        m::wakeup(self.name, WakeCause::Handover);
+        m::wakeup(self.name, self.names.kind, WakeCause::Handover);
         (fence, sent)
     }
 
     /// The deadline passed: a lock handed over meanwhile is taken, not
     /// released; otherwise the wait times out.
-    fn at_deadline(&self, waiter: &Waiter, offer: &Offer<Notify>) -> Result<(u64, Instant)> {
-        match offer.outcome() {
-            Handed::Granted(fence, sent) => Ok(self.granted(waiter, fence, sent)),
+    fn at_deadline(
+        &self,
+        waiter: &Waiter,
+        offer: Option<&Offer<Notify>>,
+    ) -> Result<(u64, Instant)> {
+        match offer.map(Offer::outcome) {
+            Some(Handed::Granted(fence, sent)) => Ok(self.granted(waiter, fence, sent)),
             _ => Err(Error::Timeout),
         }
     }
@@ -474,6 +567,9 @@ impl<'a> LockCall<'a> {
         // no extra script call, and no herd when many tasks arrive at once at
         // an idle key).
         let (mut waiter, queued) = registry.join(channel);
+        if let Some((n, limit)) = self.permits {
+            waiter.need(n, limit);
+        }
         if !queued {
             if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
                 return Ok((fence, sent));
@@ -499,11 +595,13 @@ impl<'a> LockCall<'a> {
         // call's token directly (see `crate::handoff`). Not before: a grant
         // during the subscription would sit unused until it returned (found
         // in review: up to the command timeout on a degraded key). A release
-        // meanwhile wakes a local waiter instead.
-        let offer = Offered {
+        // meanwhile wakes a local waiter instead. (Locks only: a semaphore's
+        // release wakes a local waiter, which retries.)
+        let offer = self.permits.is_none().then(|| Offered {
             offer: waiter.offer(&self.token, self.lease_ms),
             call: self,
-        };
+        });
+        let offer = offer.as_ref().map(|o| &o.offer);
         // A release's claim on this call's slot is in flight: only its
         // outcome (or the deadline, or a reconnect) wakes us.
         let mut claimed = false;
@@ -525,12 +623,16 @@ impl<'a> LockCall<'a> {
 
         loop {
             if must_try {
-                match offer.offer.begin_try() {
+                match offer.map_or(Gate::Go, Offer::begin_try) {
                     Gate::Go => {
                         let attempt = self.try_passing_on(&waiter).await;
-                        offer.offer.end_try();
+                        if let Some(o) = offer {
+                            o.end_try();
+                        }
                         if let Attempt::Acquired(fence, sent) = attempt? {
-                            offer.offer.acquired();
+                            if let Some(o) = offer {
+                                o.acquired();
+                            }
                             return Ok((fence, sent));
                         }
                     }
@@ -553,7 +655,7 @@ impl<'a> LockCall<'a> {
             }
             from_key = false;
             if expired(deadline) {
-                return self.at_deadline(&waiter, &offer.offer);
+                return self.at_deadline(&waiter, offer);
             }
 
             // Sleep until a release message, a reconnect, or the next
@@ -590,7 +692,7 @@ impl<'a> LockCall<'a> {
             }
             let cause = tokio::select! {
                 biased;
-                _ = offer.offer.waker().notified() => match offer.offer.outcome() {
+                _ = granting(offer) => match offer.map_or(Handed::Pending, Offer::outcome) {
                     Handed::Granted(fence, sent) => return Ok(self.granted(&waiter, fence, sent)),
                     // The release's outcome is unknown, or the lock is
                     // free: try (the acquire script finds a grant that did
@@ -602,7 +704,7 @@ impl<'a> LockCall<'a> {
                     // The claim ended without news for us (the lock went to
                     // another client), or a stale permit.
                     Handed::Pending => {
-                        claimed = offer.offer.is_claimed();
+                        claimed = offer.is_some_and(Offer::is_claimed);
                         must_try = false;
                         continue;
                     }
@@ -650,7 +752,7 @@ impl<'a> LockCall<'a> {
                 }
                 WakeCause::Ttl => {
                     if expired(deadline) {
-                        return self.at_deadline(&waiter, &offer.offer);
+                        return self.at_deadline(&waiter, offer);
                     }
                     if degraded && role.is_some() {
                         if resubscribe.is_none() && waiter.subscribe_due() {
@@ -666,7 +768,7 @@ impl<'a> LockCall<'a> {
                 }
             };
             if must_try {
-                m::wakeup(self.name, cause);
+                m::wakeup(self.name, self.names.kind, cause);
             }
         }
     }

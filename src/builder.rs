@@ -439,7 +439,7 @@ impl LockClientBuilder {
         let registry = Arc::new(Registry::new(
             subscriber.clone(),
             redis.clone(),
-            scripts.leave.clone(),
+            &scripts,
             client_id,
             self.unsubscribe_linger,
             self.command_timeout,

@@ -15,7 +15,7 @@ use fred::types::scripts::Script;
 use fred::types::{FromValue, Value};
 
 use crate::error::{with_timeout, Error, Result};
-use crate::scripts::{evalsha_reloading, Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS};
+use crate::scripts::{evalsha_reloading, Kind, Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS};
 
 /// The acquire script's reply, checked.
 #[derive(Debug, PartialEq, Eq)]
@@ -50,6 +50,31 @@ pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<Ac
     }
 }
 
+/// Interpret the semaphore acquire's reply, in the lock's terms: `{1,
+/// fence, left}` taken, `{0, bound}` not admitted (re-check after `bound` ms, the
+/// soonest expiry among the holds), `{0, -1}` the value is not relaylock's.
+pub(crate) fn sem_acquire_reply(reply: &[i64], default_lease: Duration) -> Result<AcquireReply> {
+    match reply {
+        [0, -1] => Err(Error::UnexpectedReply(
+            "the semaphore's value was not written by relaylock".into(),
+        )),
+        [1, fence] | [1, fence, _] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64, None)),
+        [0, bound] => Ok(AcquireReply::Held(
+            u64::try_from(*bound).map_or(default_lease, Duration::from_millis),
+        )),
+        other => Err(Error::UnexpectedReply(format!(
+            "semaphore acquire replied {other:?}"
+        ))),
+    }
+}
+
+/// Whether an admitted semaphore acquire left part of this client's
+/// reservation reserved (`{1, fence, left}` with `left > 0`): another local
+/// waiter may take it.
+pub(crate) fn sem_reservation_left(reply: &[i64]) -> bool {
+    matches!(reply, [1, _, left] if *left > 0)
+}
+
 /// What the release script found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
@@ -80,6 +105,36 @@ pub(crate) fn release_reply(reply: &[i64]) -> Result<Released> {
     })
 }
 
+/// Parse the semaphore release's reply into the lock's terms, with how
+/// many local waiters the caller wakes: `Freed` when the releaser's own
+/// client got a reservation (wake 1, it takes it) or the permits are free
+/// (wake up to the permits released, `u32::MAX` here); `HandedOver` when
+/// clients ahead of it wait (wake none).
+pub(crate) fn sem_release_reply(reply: &[i64]) -> Result<(Released, u32)> {
+    Ok(match reply {
+        [1, told, 1] if *told >= 0 => (Released::Freed, 1),
+        [1, told, 2] if *told >= 0 => (Released::Freed, u32::MAX),
+        [1, told, 0] if *told >= 0 => (Released::HandedOver, 0),
+        [2] => (Released::Already, u32::MAX),
+        [0] => (Released::NotOurs, 0),
+        other => {
+            return Err(Error::UnexpectedReply(format!(
+                "semaphore release replied {other:?}"
+            )))
+        }
+    })
+}
+
+/// A semaphore's permits, as [`SEM_PEEK`](crate::scripts::SEM_PEEK) sees
+/// them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SemUsage {
+    /// Permits held or reserved (expired holds not counted).
+    pub(crate) used: u64,
+    /// Clients queued for permits.
+    pub(crate) queued: u64,
+}
+
 /// The KEYS of `ACQUIRE` (and the first three of `RELEASE`): `[lock, void, voids]`.
 fn lock_keys<'a>(names: &'a Names, void: &'a str, voids: &'a str) -> Vec<&'a str> {
     vec![names.lock.as_str(), void, voids]
@@ -87,7 +142,9 @@ fn lock_keys<'a>(names: &'a Names, void: &'a str, voids: &'a str) -> Vec<&'a str
 
 /// One lock of a watchdog renewal batch.
 pub(crate) struct RenewItem<'a> {
+    /// The value's name (a lock's, or a semaphore's `...:sem`).
     pub(crate) lock: &'a str,
+    pub(crate) kind: Kind,
     pub(crate) token: &'a str,
     pub(crate) lease_ms: u64,
 }
@@ -219,6 +276,8 @@ impl Calls {
         release_reply(&reply)
     }
 
+    /// Set one hold's remaining lease to `lease_ms` (not grow-only), on
+    /// `conn`: one code, `[1]` set, `[0]` or `[-1]` gone.
     pub(crate) async fn set_lease(
         &self,
         conn: &Client,
@@ -226,6 +285,15 @@ impl Calls {
         token: &str,
         lease_ms: u64,
     ) -> Result<Vec<i64>> {
+        if names.kind == Kind::Semaphore {
+            let item = RenewItem {
+                lock: &names.lock,
+                kind: Kind::Semaphore,
+                token,
+                lease_ms,
+            };
+            return self.sem_renew(conn, &[item], false).await;
+        }
         self.script(conn, &self.scripts.renew, || {
             let args: Vec<Value> = vec![
                 "0".into(), // not grow-only
@@ -239,7 +307,11 @@ impl Calls {
 
     /// One grow-only [`RENEW`](crate::scripts::RENEW) call for a batch of
     /// locks (all in one slot, in a cluster): one code per lock, in order.
+    /// All items must be of one kind (the watchdog's chunks are).
     pub(crate) async fn renew(&self, batch: &[RenewItem<'_>]) -> Result<Vec<i64>> {
+        if batch.first().is_some_and(|r| r.kind == Kind::Semaphore) {
+            return self.sem_renew(&self.redis, batch, true).await;
+        }
         self.script(&self.redis, &self.scripts.renew, || {
             let mut keys: Vec<&str> = Vec::with_capacity(batch.len());
             let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2 + 1);
@@ -253,6 +325,120 @@ impl Calls {
             (keys, args)
         })
         .await
+    }
+
+    /// One [`SEM_RENEW`](crate::scripts::SEM_RENEW) call for semaphore
+    /// holds (all in one slot, in a cluster): one code per hold.
+    async fn sem_renew(
+        &self,
+        conn: &Client,
+        batch: &[RenewItem<'_>],
+        grow_only: bool,
+    ) -> Result<Vec<i64>> {
+        let side: Vec<(String, String)> = batch
+            .iter()
+            .map(|r| (format!("{}:h", r.lock), format!("{}:t", r.lock)))
+            .collect();
+        self.script(conn, &self.scripts.sem_renew, || {
+            let mut keys: Vec<&str> = Vec::with_capacity(batch.len() * 3);
+            let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2 + 2);
+            args.push(if grow_only { "1" } else { "0" }.into());
+            args.push((self.side_retention_ms as i64).into());
+            for (r, (holds, facts)) in batch.iter().zip(&side) {
+                keys.extend([r.lock, holds.as_str(), facts.as_str()]);
+                args.push(r.token.into());
+                args.push((r.lease_ms as i64).into());
+            }
+            (keys, args)
+        })
+        .await
+    }
+
+    /// One [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) call, its raw reply
+    /// (`{1, fence}` or `{0, bound ms}`; `client` as for [`acquire`](Self::acquire)).
+    pub(crate) async fn sem_acquire(
+        &self,
+        names: &Names,
+        token: &str,
+        (n, limit): (u32, u32),
+        lease_ms: u64,
+        client: &str,
+    ) -> Result<Vec<i64>> {
+        let (holds, facts) = (names.holds(), names.facts());
+        let (void, voids) = (names.void(token), names.voids());
+        self.script(&self.redis, &self.scripts.sem_acquire, || {
+            let args: Vec<Value> = vec![
+                token.into(),
+                i64::from(n).into(),
+                i64::from(limit).into(),
+                (lease_ms as i64).into(),
+                client.into(),
+                (self.side_retention_ms as i64).into(),
+                names.channel.as_str().into(),
+                self.publish.clone(),
+                (HANDOFF_GRACE_MS as i64).into(),
+            ];
+            let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids];
+            (keys, args)
+        })
+        .await
+    }
+
+    /// One [`SEM_RELEASE`](crate::scripts::SEM_RELEASE) call for `token`
+    /// (`fence` as for [`release`](Self::release)); `requeue`: this client
+    /// still has local waiters, the largest of which needs `n` permits
+    /// under `limit`. Returns the outcome and how many local waiters to
+    /// wake ([`sem_release_reply`]).
+    pub(crate) async fn sem_release(
+        &self,
+        names: &Names,
+        token: &str,
+        fence: Option<u64>,
+        client: &str,
+        requeue: Option<(u32, u32)>,
+    ) -> Result<(Released, u32)> {
+        let (holds, facts) = (names.holds(), names.facts());
+        let (void, voids) = (names.void(token), names.voids());
+        let reply: Vec<i64> = self
+            .script(&self.redis, &self.scripts.sem_release, || {
+                let (n, limit) = requeue.unwrap_or((1, 1));
+                let args: Vec<Value> = vec![
+                    token.into(),
+                    fence.map_or_else(|| "".into(), |f| Value::Integer(f as i64)),
+                    names.channel.as_str().into(),
+                    (self.side_retention_ms as i64).into(),
+                    (RING_CHARS as i64).into(),
+                    client.into(),
+                    (HANDOFF_GRACE_MS as i64).into(),
+                    self.publish.clone(),
+                    if requeue.is_some() { "1" } else { "0" }.into(),
+                    i64::from(n).into(),
+                    i64::from(limit).into(),
+                ];
+                let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids];
+                (keys, args)
+            })
+            .await?;
+        sem_release_reply(&reply)
+    }
+
+    /// The semaphore's usage ([`SEM_PEEK`](crate::scripts::SEM_PEEK)).
+    pub(crate) async fn sem_peek(&self, names: &Names) -> Result<SemUsage> {
+        let (holds, facts) = (names.holds(), names.facts());
+        let reply: Vec<i64> = self
+            .script(&self.redis, &self.scripts.sem_peek, || {
+                (vec![names.lock.as_str(), &holds, &facts], Vec::new())
+            })
+            .await?;
+        match reply.as_slice() {
+            [used, queued] if *used >= 0 && *queued >= 0 => Ok(SemUsage {
+                used: *used as u64,
+                queued: *queued as u64,
+            }),
+            other => Err(Error::UnexpectedReply(format!(
+                "the semaphore's value is not relaylock's (peek replied {other:?})"
+            ))),
+        }
     }
 
     /// Whether the lock `names` is taken ([`PEEK`](crate::scripts::PEEK)).

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use fred::clients::Client;
 
-use crate::acquire;
+use crate::acquire::{self, Shape};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::inner::ClientInner;
 use crate::options::LockOptions;
+use crate::semaphore::Semaphore;
 
 /// A handle to relaylock on one Redis deployment.
 ///
@@ -125,7 +126,7 @@ impl LockClient {
         // Boxed: the wait loop's state machine is large (several kB in a
         // debug build), and a caller's own future stays small with it on the
         // heap. One allocation per call, next to at least one round trip.
-        Box::pin(acquire::lock(&self.inner, key, &options)).await
+        Box::pin(acquire::lock(&self.inner, key, &options, Shape::Mutex)).await
     }
 
     /// Run `work` under the lock on `key`: take the lock (with `options`),
@@ -217,7 +218,7 @@ impl LockClient {
         key: &str,
         options: LockOptions,
     ) -> Result<Option<LockGuard>> {
-        Box::pin(acquire::try_lock(&self.inner, key, &options)).await
+        Box::pin(acquire::try_lock(&self.inner, key, &options, Shape::Mutex)).await
     }
 
     /// Whether anybody holds the lock on `key` right now (one small script,
@@ -237,6 +238,24 @@ impl LockClient {
     pub async fn is_locked(&self, key: &str) -> Result<bool> {
         self.inner.check_key(key)?;
         self.inner.calls.peek(&self.inner.names(key)).await
+    }
+
+    /// A counting semaphore named `key`, admitting at most `limit` permits
+    /// held at once (see [`Semaphore`]). Nothing is sent until it is used.
+    /// Every caller gives the limit; a caller is admitted by its own limit
+    /// (so a stale deploy with a smaller limit throttles only itself). A
+    /// limit of 0 makes every call fail with [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// let sem = client.semaphore("payments", 8);
+    /// let permit = sem.acquire().await?;
+    /// println!("{} permits left", sem.available().await?);
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<String>, limit: u32) -> Semaphore {
+        Semaphore::new(Arc::clone(&self.inner), key.into(), limit)
     }
 
     /// The Redis name of the lock on `key` (`<prefix>:2:{<key>}`, where `2`

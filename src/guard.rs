@@ -18,7 +18,7 @@ use crate::handoff::{Claim, Orphan};
 use crate::inner::ClientInner;
 use crate::metrics as m;
 use crate::options::validate_lease;
-use crate::scripts::Names;
+use crate::scripts::{Kind, Names};
 use crate::watchdog::Lease;
 
 /// A held lock.
@@ -58,6 +58,8 @@ pub struct LockGuard {
     names: Names,
     token: String,
     fence: u64,
+    /// Permits held: 1 for a lock.
+    permits: u32,
     name: Option<SharedString>,
     acquired_at: Instant,
     lease: Duration,
@@ -76,6 +78,8 @@ pub(crate) struct Acquired {
     pub(crate) names: Names,
     pub(crate) token: String,
     pub(crate) fence: u64,
+    /// Permits taken: 1 for a lock.
+    pub(crate) permits: u32,
     pub(crate) name: Option<SharedString>,
     /// When the acquire call that took the lock was sent.
     pub(crate) sent: Instant,
@@ -125,6 +129,7 @@ impl LockGuard {
             names: a.names,
             token: a.token,
             fence: a.fence,
+            permits: a.permits,
             name: a.name,
             acquired_at: a.sent,
             lease: a.lease,
@@ -153,6 +158,11 @@ impl LockGuard {
     /// its lease.
     pub fn fencing_token(&self) -> u64 {
         self.fence
+    }
+
+    /// Permits held (1 for a lock).
+    pub(crate) fn permits(&self) -> u32 {
+        self.permits
     }
 
     /// The lease the lock was acquired with.
@@ -287,7 +297,8 @@ impl LockGuard {
                 Ok(())
             }
             [0 | -1] => {
-                self.lease_state.mark_lost(|| m::lost(self.name.as_ref()));
+                self.lease_state
+                    .mark_lost(|| m::lost(self.name.as_ref(), self.names.kind));
                 Err(Error::LockLost)
             }
             other => Err(Error::UnexpectedReply(format!("renew replied {other:?}"))),
@@ -315,13 +326,29 @@ impl LockGuard {
     /// recognised, so the lock is released once).
     pub async fn release(mut self) -> Result<()> {
         self.close();
-        m::held(self.name.as_ref(), self.acquired_at.elapsed());
+        m::held(
+            self.name.as_ref(),
+            self.names.kind,
+            self.acquired_at.elapsed(),
+        );
         // Dropped from here until the outcome is known, `Drop` releases in
         // the background (a repeated release is recognised as ours).
         self.state = State::Releasing;
-        let outcome = release(&self.inner, &self.names, &self.token, Some(self.fence)).await;
+        let outcome = release(
+            &self.inner,
+            &self.names,
+            &self.token,
+            Some(self.fence),
+            self.permits,
+        )
+        .await;
         self.state = State::Done;
-        account(self.name.as_ref(), &outcome, Some(&self.lease_state));
+        account(
+            self.name.as_ref(),
+            self.names.kind,
+            &outcome,
+            Some(&self.lease_state),
+        );
         match outcome? {
             Released::Freed | Released::HandedOver | Released::Granted(_) | Released::Already => {
                 Ok(())
@@ -364,7 +391,11 @@ impl Drop for LockGuard {
             State::Releasing => {}
             State::Held => {
                 self.close();
-                m::held(self.name.as_ref(), self.acquired_at.elapsed());
+                m::held(
+                    self.name.as_ref(),
+                    self.names.kind,
+                    self.acquired_at.elapsed(),
+                );
             }
         }
         let names = std::mem::replace(&mut self.names, Names::new("", ""));
@@ -373,6 +404,7 @@ impl Drop for LockGuard {
             names,
             std::mem::take(&mut self.token),
             Some(self.fence),
+            self.permits,
             Some((self.name.take(), Arc::clone(&self.lease_state))),
         );
     }
@@ -380,16 +412,21 @@ impl Drop for LockGuard {
 
 /// Count a release's outcome; a loss counts only if nobody counted it before
 /// (the watchdog, `extend`).
-fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Option<&Lease>) {
+fn account(
+    name: Option<&SharedString>,
+    kind: Kind,
+    outcome: &Result<Released>,
+    lease: Option<&Lease>,
+) {
     match outcome {
         Ok(Released::Freed | Released::HandedOver | Released::Granted(_) | Released::Already) => {
-            m::released(name)
+            m::released(name, kind)
         }
         Ok(Released::NotOurs) => match lease {
             Some(lease) => {
-                lease.mark_lost(|| m::lost(name));
+                lease.mark_lost(|| m::lost(name, kind));
             }
-            None => m::lost(name),
+            None => m::lost(name, kind),
         },
         Err(_) => {}
     }
@@ -420,12 +457,18 @@ fn account(name: Option<&SharedString>, outcome: &Result<Released>, lease: Optio
 /// Dropped before its reply, a claimed waiter re-checks (the acquire script
 /// finds a lock granted to its token); if that waiter left too, its token is
 /// released in the background as an abandoned acquisition.
+///
+/// A semaphore hold (`names.kind`) is released by [`release_permits`].
 pub(crate) async fn release(
     inner: &Arc<ClientInner>,
     names: &Names,
     token: &str,
     fence: Option<u64>,
+    permits: u32,
 ) -> Result<Released> {
+    if names.kind == Kind::Semaphore {
+        return release_permits(inner, names, token, fence, permits).await;
+    }
     let registry = &inner.registry;
     let requeued = registry.requeue(&names.channel);
     // The client stays queued after giving the lock to `next` only if other
@@ -492,6 +535,47 @@ pub(crate) async fn release(
     outcome
 }
 
+/// Release a semaphore hold of `permits` permits (`fence` `None`: an
+/// acquisition abandoned in flight, whose token is voided too). The script
+/// queues this client again when it still has local waiters (with the
+/// largest need among them), and reserves freed permits for the queued
+/// clients in order, telling each other client with one message. This
+/// client's own waiters are woken here: one when the script reserved
+/// permits for this client (it takes them, and wakes the next if some are
+/// left), up to `permits` when the permits are simply free (or the outcome
+/// is unknown, or a replay), none when clients ahead of it wait. So a
+/// release that frees k permits wakes at most k waiters in this client, and
+/// one per other client it reserved for.
+async fn release_permits(
+    inner: &Arc<ClientInner>,
+    names: &Names,
+    token: &str,
+    fence: Option<u64>,
+    permits: u32,
+) -> Result<Released> {
+    let registry = &inner.registry;
+    let requeued = registry.requeue(&names.channel);
+    let need = requeued.as_ref().map(|r| r.need());
+    let outcome = inner
+        .calls
+        .sem_release(names, token, fence, registry.client_id(), need)
+        .await;
+    let wake = match &outcome {
+        Ok((_, wake)) => (*wake).min(permits.max(1)),
+        Err(_) => permits.max(1),
+    };
+    for _ in 0..wake {
+        registry.wake_one_if_waiting(&names.channel);
+    }
+    if matches!(outcome, Ok((Released::Freed, 1))) {
+        // Reserved for this client: should the woken waiter not take it, it
+        // lapses, and a probe after the grace hands it on.
+        registry.reserved_here(&names.channel);
+    }
+    drop(requeued);
+    outcome.map(|(released, _)| released)
+}
+
 /// A lock granted to a local waiter that left: release it (in the
 /// background), or its token as an abandoned acquisition.
 pub(crate) fn release_orphan(
@@ -505,7 +589,7 @@ pub(crate) fn release_orphan(
         Orphan::Held(fence) => Some(fence),
         Orphan::Unknown => None,
     };
-    release_in_background(Arc::clone(inner), names.clone(), token, fence, None);
+    release_in_background(Arc::clone(inner), names.clone(), token, fence, 1, None);
 }
 
 /// A release's claim on a local waiter, resolved as an unknown outcome if
@@ -542,6 +626,7 @@ pub(crate) fn release_in_background(
     names: Names,
     token: String,
     fence: Option<u64>,
+    permits: u32,
     report: Option<Report>,
 ) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -552,7 +637,7 @@ pub(crate) fn release_in_background(
         return;
     };
     handle.spawn(async move {
-        let outcome = release(&inner, &names, &token, fence).await;
+        let outcome = release(&inner, &names, &token, fence, permits).await;
         match (&outcome, report) {
             (Err(e), _) => tracing::warn!(key = %names.lock, error = %e,
                 "relaylock: background release failed; the lock stays held until its lease ends"),
@@ -561,7 +646,9 @@ pub(crate) fn release_in_background(
                 "relaylock: released an acquisition whose caller went away")
             }
             (Ok(_), None) => {}
-            (Ok(_), Some((name, lease))) => account(name.as_ref(), &outcome, Some(&lease)),
+            (Ok(_), Some((name, lease))) => {
+                account(name.as_ref(), names.kind, &outcome, Some(&lease))
+            }
         }
     });
 }

@@ -19,6 +19,10 @@
 //!   [`LockGuard::lost`] fires when a renewal finds the key gone or replaced,
 //!   or when Redis stays unreachable until the lease would run out.
 //!   [`LockClient::with_lock`] stops the critical section when it does.
+//! * **A semaphore on the same machinery**: [`LockClient::semaphore`] gives
+//!   a counting [`Semaphore`] (at most N holders across every process),
+//!   whose permits expire by the Redis clock, are handed to waiting
+//!   processes in FIFO order, and wake one waiter per freed permit.
 //! * **Observable**: wait time, attempts, timeouts, lost locks through the
 //!   [`metrics`](https://docs.rs/metrics) facade; see [`metrics`](mod@crate::metrics) for the names.
 //!
@@ -58,6 +62,7 @@ mod presence;
 mod registry;
 mod replica_pool;
 pub mod scripts;
+mod semaphore;
 mod subscriber;
 mod sync;
 mod token;
@@ -67,7 +72,10 @@ pub use builder::LockClientBuilder;
 pub use client::LockClient;
 pub use error::{Error, Result};
 pub use guard::LockGuard;
-pub use options::{LockOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN};
+pub use options::{
+    LockOptions, SemaphoreOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN,
+};
+pub use semaphore::{Permit, Semaphore};
 
 /// Entry points for the fuzz targets in `fuzz/` and their stable-toolchain
 /// replay in the tests. Not part of the API.
@@ -134,7 +142,9 @@ pub mod __fuzz {
             Announcement::Taken(lease) => {
                 assert!(expiry_after(now, lease) <= now + MAX_LEASE);
             }
-            Announcement::ReservedFor(client) => assert!(!client.is_empty()),
+            Announcement::ReservedFor(client) | Announcement::Kept(client) => {
+                assert!(!client.is_empty())
+            }
             Announcement::Free => {}
         }
         let reply: Vec<i64> = rest

@@ -19,11 +19,14 @@
 //! | `relaylock_wakeups_total` | counter | times a waiter woke up to retry, or (`handover`) holding the lock a release of its own client gave it | `cause` = `message`, `ttl`, `reconnect`, `handover` |
 //! | `relaylock_waiters` | gauge | tasks currently waiting for a lock | |
 //!
-//! Every series also carries `name` when the caller set one.
+//! Every series carries `primitive` (`mutex`, `semaphore`), and `name` when
+//! the caller set one.
 
 use std::time::Duration;
 
 use metrics::{Label, SharedString, Unit};
+
+use crate::scripts::Kind;
 
 /// Histogram of the time from a lock call to its outcome, in seconds.
 pub const ACQUIRE_WAIT_SECONDS: &str = "relaylock_acquire_wait_seconds";
@@ -106,11 +109,24 @@ pub(crate) enum Outcome {
     Error,
 }
 
-fn labels(name: Option<&SharedString>, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
-    let mut v = Vec::new();
+/// The `primitive` label's value.
+fn primitive(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Mutex => "mutex",
+        Kind::Semaphore => "semaphore",
+    }
+}
+
+fn labels(
+    name: Option<&SharedString>,
+    kind: Kind,
+    extra: Option<(&'static str, &'static str)>,
+) -> Vec<Label> {
+    let mut v = Vec::with_capacity(3);
     if let Some(n) = name {
         v.push(Label::new("name", n.clone()));
     }
+    v.push(Label::new("primitive", primitive(kind)));
     if let Some((k, val)) = extra {
         v.push(Label::new(k, val));
     }
@@ -150,50 +166,66 @@ pub(crate) fn describe() {
     });
 }
 
-pub(crate) fn attempt(name: Option<&SharedString>) {
-    metrics::counter!(ACQUIRE_ATTEMPTS_TOTAL, labels(name, None)).increment(1);
+pub(crate) fn attempt(name: Option<&SharedString>, kind: Kind) {
+    metrics::counter!(ACQUIRE_ATTEMPTS_TOTAL, labels(name, kind, None)).increment(1);
 }
 
-pub(crate) fn finished(name: Option<&SharedString>, outcome: Outcome, waited: Duration) {
+pub(crate) fn finished(
+    name: Option<&SharedString>,
+    kind: Kind,
+    outcome: Outcome,
+    waited: Duration,
+) {
     let o = match outcome {
         Outcome::Acquired => "acquired",
         Outcome::Timeout => "timeout",
         Outcome::Error => "error",
     };
-    metrics::histogram!(ACQUIRE_WAIT_SECONDS, labels(name, Some(("outcome", o))))
-        .record(waited.as_secs_f64());
+    metrics::histogram!(
+        ACQUIRE_WAIT_SECONDS,
+        labels(name, kind, Some(("outcome", o)))
+    )
+    .record(waited.as_secs_f64());
     match outcome {
-        Outcome::Acquired => metrics::counter!(ACQUIRED_TOTAL, labels(name, None)).increment(1),
-        Outcome::Timeout => metrics::counter!(TIMEOUTS_TOTAL, labels(name, None)).increment(1),
+        Outcome::Acquired => {
+            metrics::counter!(ACQUIRED_TOTAL, labels(name, kind, None)).increment(1)
+        }
+        Outcome::Timeout => {
+            metrics::counter!(TIMEOUTS_TOTAL, labels(name, kind, None)).increment(1)
+        }
         Outcome::Error => {}
     }
 }
 
-pub(crate) fn released(name: Option<&SharedString>) {
-    metrics::counter!(RELEASED_TOTAL, labels(name, None)).increment(1);
+pub(crate) fn released(name: Option<&SharedString>, kind: Kind) {
+    metrics::counter!(RELEASED_TOTAL, labels(name, kind, None)).increment(1);
 }
 
-pub(crate) fn lost(name: Option<&SharedString>) {
-    metrics::counter!(LOST_TOTAL, labels(name, None)).increment(1);
+pub(crate) fn lost(name: Option<&SharedString>, kind: Kind) {
+    metrics::counter!(LOST_TOTAL, labels(name, kind, None)).increment(1);
 }
 
-pub(crate) fn renewal(name: Option<&SharedString>, outcome: Renewal) {
+pub(crate) fn renewal(name: Option<&SharedString>, kind: Kind, outcome: Renewal) {
     let o = match outcome {
         Renewal::Renewed => "renewed",
         Renewal::Lost => "lost",
         Renewal::Error => "error",
     };
-    metrics::counter!(RENEWALS_TOTAL, labels(name, Some(("outcome", o)))).increment(1);
+    metrics::counter!(RENEWALS_TOTAL, labels(name, kind, Some(("outcome", o)))).increment(1);
 }
 
-pub(crate) fn held(name: Option<&SharedString>, held: Duration) {
-    metrics::histogram!(HELD_SECONDS, labels(name, None)).record(held.as_secs_f64());
+pub(crate) fn held(name: Option<&SharedString>, kind: Kind, held: Duration) {
+    metrics::histogram!(HELD_SECONDS, labels(name, kind, None)).record(held.as_secs_f64());
 }
 
-pub(crate) fn wakeup(name: Option<&SharedString>, cause: WakeCause) {
-    metrics::counter!(WAKEUPS_TOTAL, labels(name, Some(("cause", cause.as_str())))).increment(1);
+pub(crate) fn wakeup(name: Option<&SharedString>, kind: Kind, cause: WakeCause) {
+    metrics::counter!(
+        WAKEUPS_TOTAL,
+        labels(name, kind, Some(("cause", cause.as_str())))
+    )
+    .increment(1);
 }
 
-pub(crate) fn waiters(name: Option<&SharedString>, delta: f64) {
-    metrics::gauge!(WAITERS, labels(name, None)).increment(delta);
+pub(crate) fn waiters(name: Option<&SharedString>, kind: Kind, delta: f64) {
+    metrics::gauge!(WAITERS, labels(name, kind, None)).increment(delta);
 }

@@ -138,6 +138,82 @@ impl LockOptions {
     }
 }
 
+/// Options of one semaphore call: how many permits, and the options a lock
+/// call has (wait limit, lease, watchdog, metrics name, replicas).
+///
+/// ```
+/// use std::time::Duration;
+/// use relaylock::SemaphoreOptions;
+///
+/// let opts = SemaphoreOptions::default()
+///     .permits(2)                         // two permits at once, atomically
+///     .wait(Duration::from_secs(1))       // Error::Timeout after 1 s
+///     .lease(Duration::from_secs(30))     // a crashed holder's permits come back after 30 s
+///     .name("payments");
+/// assert_eq!(opts.permit_count(), 2);
+/// ```
+#[derive(Clone, Debug)]
+pub struct SemaphoreOptions {
+    pub(crate) permits: u32,
+    pub(crate) lock: LockOptions,
+}
+
+impl Default for SemaphoreOptions {
+    fn default() -> Self {
+        SemaphoreOptions {
+            permits: 1,
+            lock: LockOptions::default(),
+        }
+    }
+}
+
+impl SemaphoreOptions {
+    /// How many permits to take at once (all or none). Default 1. At least
+    /// 1 and at most the semaphore's limit, else the call fails with
+    /// [`Error::InvalidArgument`].
+    pub fn permits(mut self, n: u32) -> Self {
+        self.permits = n;
+        self
+    }
+
+    /// As [`LockOptions::wait`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.lock = self.lock.wait(wait);
+        self
+    }
+
+    /// As [`LockOptions::lease`]: how long the hold lives if never released
+    /// or renewed (by the server clock). An explicit lease is fixed unless
+    /// [`watchdog(true)`](Self::watchdog).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lock = self.lock.lease(lease);
+        self
+    }
+
+    /// As [`LockOptions::name`].
+    pub fn name(mut self, name: impl Into<SharedString>) -> Self {
+        self.lock = self.lock.name(name);
+        self
+    }
+
+    /// As [`LockOptions::watchdog`].
+    pub fn watchdog(mut self, renew: bool) -> Self {
+        self.lock = self.lock.watchdog(renew);
+        self
+    }
+
+    /// As [`LockOptions::min_replicas`].
+    pub fn min_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.lock = self.lock.min_replicas(replicas, timeout);
+        self
+    }
+
+    /// The number of permits set with [`permits`](Self::permits).
+    pub fn permit_count(&self) -> u32 {
+        self.permits
+    }
+}
+
 /// Checks a `min_replicas` setting against the lock's lease; returns the
 /// timeout in whole ms.
 pub(crate) fn validate_replicas(replicas: u32, timeout: Duration, lease: Duration) -> Result<u64> {

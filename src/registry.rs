@@ -41,7 +41,7 @@ use crate::estimate::Estimate;
 use crate::handoff::{Claim, Inbox, Offer, Wake};
 use crate::metrics as m;
 use crate::presence::Presence;
-use crate::scripts::{evalsha_reloading, Names, HANDOFF_GRACE_MS};
+use crate::scripts::{evalsha_reloading, Kind, Names, Scripts, HANDOFF_GRACE_MS};
 use crate::sync;
 
 /// The local waiters of one key.
@@ -77,6 +77,10 @@ pub(crate) struct KeyWaiters {
     node: std::sync::Mutex<Option<Server>>,
     /// Local waiters a release of this client may hand the lock to directly.
     inbox: Arc<Inbox<Notify>>,
+    /// A semaphore's local waiters: the largest number of permits one of
+    /// them needs (high 32 bits) and its limit (low 32 bits), which a
+    /// release that queues this client again writes into the queue.
+    need: AtomicU64,
 }
 
 /// What a message on a lock's channel announces.
@@ -86,6 +90,9 @@ pub(crate) enum Announcement<'a> {
     Free,
     /// Released and reserved for this client (`r:<client>`).
     ReservedFor(&'a str),
+    /// A semaphore's release reserved permits for its own client (`o:<client>`),
+    /// which woke its waiter itself; other clients stay queued behind it.
+    Kept(&'a str),
     /// A reservation was taken; the new lease lasts this long (`t:<ms>`).
     Taken(Duration),
 }
@@ -102,6 +109,8 @@ impl<'a> Announcement<'a> {
             if !client.is_empty() {
                 return Announcement::ReservedFor(client);
             }
+        } else if let Some(client) = payload.strip_prefix("o:").filter(|c| !c.is_empty()) {
+            return Announcement::Kept(client);
         } else if let Some(ms) = payload.strip_prefix("t:").and_then(|ms| ms.parse().ok()) {
             return Announcement::Taken(Duration::from_millis(ms));
         }
@@ -127,6 +136,7 @@ impl KeyWaiters {
             linger_until: std::sync::Mutex::new(None),
             node: std::sync::Mutex::new(None),
             inbox: Arc::new(Inbox::default()),
+            need: AtomicU64::new(0),
         }
     }
 
@@ -161,10 +171,12 @@ pub(crate) struct Registry {
     /// re-checks.
     wake_all: Notify,
     subscriber: SubscriberClient,
-    /// The command connection, to leave a lock's queue.
+    /// The command connection, to leave a lock's (or semaphore's) queue.
     redis: Client,
     /// [`LEAVE`](crate::scripts::LEAVE), hashed once.
     leave: Script,
+    /// [`SEM_LEAVE`](crate::scripts::SEM_LEAVE), hashed once.
+    sem_leave: Script,
     /// This client's id in the locks' queues.
     client_id: String,
     linger: Duration,
@@ -192,7 +204,7 @@ impl Registry {
     pub(crate) fn new(
         subscriber: SubscriberClient,
         redis: Client,
-        leave: Script,
+        scripts: &Scripts,
         client_id: String,
         linger: Duration,
         command_timeout: Duration,
@@ -203,7 +215,8 @@ impl Registry {
             wake_all: Notify::new(),
             subscriber,
             redis,
-            leave,
+            leave: scripts.leave.clone(),
+            sem_leave: scripts.sem_leave.clone(),
             client_id,
             linger,
             command_timeout,
@@ -455,24 +468,43 @@ impl Registry {
     ///   message came meanwhile (normally `t:`, the reservation was taken):
     ///   that waiter probes in case the other client never came.
     /// * A taken reservation moves the key's expiry estimate to the new lease.
+    /// * A semaphore's permits come back silently when a reservation lapses
+    ///   unused, so there every reservation, this client's own included,
+    ///   arms the grace timer; a local acquisition also counts as news (see
+    ///   [`Waiter::note_taken`]), so a busy semaphore arms timers that never
+    ///   fire.
     pub(crate) fn on_message(&self, channel: &str, payload: &str) {
         let Some(e) = self.map.get(channel) else {
             return;
         };
         let generation = e.announcements.fetch_add(1, SeqCst) + 1;
+        let semaphore = Names::kind_of_channel(channel) == Kind::Semaphore;
         match Announcement::parse(payload) {
             Announcement::Free => e.notify.notify_one(),
-            Announcement::ReservedFor(c) if c == self.client_id => e.notify.notify_one(),
-            Announcement::ReservedFor(_) => {
-                let entry = Arc::clone(e.value());
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(HANDOFF_GRACE_MS + 1)).await;
-                    if entry.announcements.load(SeqCst) == generation {
-                        entry.notify.notify_one();
-                    }
-                });
+            Announcement::ReservedFor(c) if c == self.client_id => {
+                e.notify.notify_one();
+                if semaphore {
+                    probe_after_grace(e.value(), generation);
+                }
+            }
+            // Our own release woke the waiter that takes it (and armed the
+            // timer).
+            Announcement::Kept(c) if c == self.client_id => {}
+            // A reservation for another client (also one its own release
+            // made) that may lapse unused: probe after the grace.
+            Announcement::ReservedFor(_) | Announcement::Kept(_) => {
+                probe_after_grace(e.value(), generation);
             }
             Announcement::Taken(lease) => e.observe(Instant::now(), lease, false),
+        }
+    }
+
+    /// A release of this client reserved semaphore permits for this client
+    /// (no message tells it): arm the grace timer, as a message would.
+    pub(crate) fn reserved_here(&self, channel: &str) {
+        if let Some(e) = self.map.get(channel) {
+            let generation = e.announcements.fetch_add(1, SeqCst) + 1;
+            probe_after_grace(e.value(), generation);
         }
     }
 
@@ -654,8 +686,12 @@ impl Registry {
         let registry = Arc::clone(self);
         let lock = Names::lock_of_channel(channel).to_owned();
         let entry = Arc::clone(entry);
+        let script = match Names::kind_of_channel(channel) {
+            Kind::Mutex => registry.leave.clone(),
+            Kind::Semaphore => registry.sem_leave.clone(),
+        };
         handle.spawn(async move {
-            let leave = evalsha_reloading::<i64, _>(&registry.redis, &registry.leave, || {
+            let leave = evalsha_reloading::<i64, _>(&registry.redis, &script, || {
                 (vec![lock.as_str()], vec![registry.client_id.as_str().into()])
             });
             if let Err(e) = registry.with_command_timeout(leave).await {
@@ -772,6 +808,20 @@ impl Registry {
     }
 }
 
+/// Wake one local waiter of `entry` when the hand-over grace has passed,
+/// unless anything was announced (or, for a semaphore, taken locally) since
+/// `generation`: a reservation nobody took has lapsed by then, and the
+/// waiter's try hands its permits on.
+fn probe_after_grace(entry: &Arc<KeyWaiters>, generation: u64) {
+    let entry = Arc::clone(entry);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(HANDOFF_GRACE_MS + 1)).await;
+        if entry.announcements.load(SeqCst) == generation {
+            entry.notify.notify_one();
+        }
+    });
+}
+
 /// How long the clean-up waits before it tries again to remove an entry
 /// that a requeueing release still needs.
 const REMOVE_RETRY: Duration = Duration::from_millis(100);
@@ -787,6 +837,20 @@ pub(crate) struct Requeue {
     registry: Arc<Registry>,
     channel: String,
     entry: Arc<KeyWaiters>,
+}
+
+impl Requeue {
+    /// The largest number of permits a local waiter of this semaphore
+    /// needs, with its limit (`(1, 1)` before any waiter said).
+    pub(crate) fn need(&self) -> (u32, u32) {
+        let packed = self.entry.need.load(SeqCst);
+        let (n, limit) = ((packed >> 32) as u32, packed as u32);
+        if n == 0 {
+            (1, 1)
+        } else {
+            (n, limit.max(n))
+        }
+    }
 }
 
 impl Drop for Requeue {
@@ -840,9 +904,16 @@ impl Waiter {
     /// Count this task in the `relaylock_waiters` gauge until it is dropped.
     pub(crate) fn count_as_waiting(&mut self, name: Option<&SharedString>) {
         if let Gauge::NotCounted = self.gauge {
-            m::waiters(name, 1.0);
+            m::waiters(name, Names::kind_of_channel(&self.channel), 1.0);
             self.gauge = Gauge::Counted(name.cloned());
         }
+    }
+
+    /// A semaphore waiter needs `n` permits under `limit` (see
+    /// [`Requeue::need`]).
+    pub(crate) fn need(&self, n: u32, limit: u32) {
+        let packed = (u64::from(n) << 32) | u64::from(limit);
+        self.entry.need.fetch_max(packed, SeqCst);
     }
 
     /// Make sure the key's channel is subscribed and Redis confirmed it.
@@ -939,6 +1010,12 @@ impl Waiter {
         self.entry.observe(sent, lease, true);
     }
 
+    /// A local task took permits of this semaphore: news that stops the
+    /// grace timers armed before (see [`Registry::on_message`]).
+    pub(crate) fn note_taken(&self) {
+        self.entry.announcements.fetch_add(1, SeqCst);
+    }
+
     /// Whether the key's channel is subscribed and confirmed right now.
     pub(crate) fn is_confirmed(&self) -> bool {
         self.entry.presence.is_confirmed()
@@ -1023,7 +1100,7 @@ pub(crate) const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
 impl Drop for Waiter {
     fn drop(&mut self) {
         if let Gauge::Counted(name) = &self.gauge {
-            m::waiters(name.as_ref(), -1.0);
+            m::waiters(name.as_ref(), Names::kind_of_channel(&self.channel), -1.0);
         }
         // Dropped (or failed) with a queueing try in flight: it may have
         // queued this client, so the clean-up must take it out.
@@ -1065,7 +1142,7 @@ mod tests {
         Arc::new(Registry::new(
             builder.build_subscriber_client().unwrap(),
             builder.build().unwrap(),
-            Script::from_lua(crate::scripts::LEAVE),
+            &crate::scripts::Scripts::new(),
             "me".into(),
             Duration::from_millis(50),
             Duration::from_secs(1),
@@ -1171,6 +1248,8 @@ mod tests {
             Announcement::parse("t:30000"),
             Announcement::Taken(Duration::from_secs(30))
         );
+        assert_eq!(Announcement::parse("o:abc"), Announcement::Kept("abc"));
+        assert_eq!(Announcement::parse("o:"), Announcement::Free);
         assert_eq!(Announcement::parse("t:x"), Announcement::Free);
         assert_eq!(Announcement::parse("1795238504002345"), Announcement::Free);
         assert_eq!(Announcement::parse(""), Announcement::Free);

@@ -454,6 +454,7 @@ local function dequeue(c)
   queue = table.concat(rest, ',')
 end
 local told = {}
+local own_reserved, own_added = false, false
 local function walk(own, grace)
   local rest, blocked = {}, false
   for e in string.gmatch(queue, '[^,]+') do
@@ -461,15 +462,17 @@ local function walk(own, grace)
     if not c then
     elseif blocked then
       rest[#rest + 1] = e
-    elseif c == own then
-      blocked = true
-      rest[#rest + 1] = e
     elseif used + tonumber(m) <= tonumber(l) then
       local had = tonumber(redis.call('HGET', KEYS[3], '~' .. c) or '0') or 0
       redis.call('ZADD', KEYS[2], now + grace, '~' .. c)
       redis.call('HSET', KEYS[3], '~' .. c, string.format('%d', had + tonumber(m)))
       used = used + tonumber(m)
-      told[#told + 1] = c
+      -- Only a new reservation wakes anyone: added to a live one, it is
+      -- taken by the waiter woken for that one, which wakes the next while
+      -- some are left (the acquire's `left`).
+      if had > 0 then
+        if c == own then own_added = true end
+      elseif c == own then own_reserved = true else told[#told + 1] = c end
     else
       blocked = true
       rest[#rest + 1] = e
@@ -477,8 +480,9 @@ local function walk(own, grace)
   end
   queue = table.concat(rest, ',')
 end
-local function tell(publish, channel)
+local function tell(publish, channel, own)
   for _, c in ipairs(told) do redis.pcall(publish, channel, 'r:' .. c) end
+  if own and own_reserved and queue ~= '' then redis.pcall(publish, channel, 'o:' .. own) end
 end
 "#
     };
@@ -503,9 +507,17 @@ end
 /// * Expired holds and lapsed reservations are cut first, by score
 ///   (`ZRANGEBYSCORE`, their permits subtracted from `used`): a crashed
 ///   holder's permits come back by the server clock alone.
-/// * `token` already holds (a replay): `{1, fence}`, nothing taken twice.
+/// * `token` already holds (a replay): `{1, fence, 0}`, nothing taken
+///   twice.
 /// * a token whose void marker exists while the `void` field is live:
 ///   `{0, -2}` (the cut is still saved).
+/// * Then the walk (as in [`SEM_RELEASE`]): in queue order, each queued
+///   client whose own limit admits its `m` more permits gets a reservation
+///   and leaves the queue, until one does not fit. The caller's own client
+///   is served in its turn like the others, but not told (the caller is
+///   here). So permits that came back by expiry or by a lapsed reservation
+///   reach the queue in order without a release, and a queue head whose
+///   client is gone costs one grace period, not a stall.
 /// * Admitted when the caller's client holds a reservation of `m >= n`
 ///   permits (it takes `n` of them; the rest stay reserved), or when no
 ///   client is queued or the caller's client is the first queued, and `used`
@@ -513,17 +525,17 @@ end
 ///   (limits that disagree: each caller's applies to its own admission).
 ///   Then fence `max(TIME µs, last + 1)`, `ZADD holds (now + lease) token`,
 ///   `HSET facts token n:fence`, and the client leaves the queue. Reply
-///   `{1, fence}`.
+///   `{1, fence, left}`: `left` permits of the client's reservation are
+///   still reserved for it (the caller wakes another local waiter for
+///   them).
 /// * Otherwise the client (if it waits and is not queued) joins the queue's
-///   back as `client:n:limit`, and the reply is `{0, bound}`: ms until the
+///   back as `client:n:limit` (a queued client's entry is raised in place
+///   to `n` when `n` is larger, so a reservation made for it fits its
+///   largest waiter), and the reply is `{0, bound}`: ms until the
 ///   soonest expiry among the holds and reservations (at least 1; `50` when
 ///   none).
-/// * Either way, queued clients other than the caller's that now fit get a
-///   reservation, in queue order (the walk of [`SEM_RELEASE`]): permits
-///   that came back by expiry or a lapsed reservation reach the queue, and a
-///   queue head whose client is gone costs one grace period, not a stall.
-///   Every name lives at least `lease + retention` (admitted) or `retention`
-///   more.
+/// * Every name lives at least `lease + retention` (admitted) or
+///   `retention` more.
 pub const SEM_ACQUIRE: &str = concat!(
     r#"
 for _, i in ipairs({2, 3, 4, 6, 9}) do
@@ -543,22 +555,25 @@ cut()
 local fact = redis.call('HGET', KEYS[3], token)
 if fact then
   save(retention)
-  return {1, tonumber(string.match(fact, ':(%d+)$'))}
+  return {1, tonumber(string.match(fact, ':(%d+)$')), 0}
 end
 if void ~= '' and (tonumber(void) or 0) < now then void = '' end
 if void ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then
   save(retention)
   return {0, -2}
 end
+walk(client, grace)
 local m = client ~= '' and tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '')
 if m and m < n then m = nil end
 local first = string.match(queue, '^([^:,]+)')
 local avail = used
 if m then avail = used - m end
 if (m or queue == '' or first == client) and avail + n <= limit then
+  local left = 0
   if m then
     if m > n then
-      redis.call('HSET', KEYS[3], '~' .. client, string.format('%d', m - n))
+      left = m - n
+      redis.call('HSET', KEYS[3], '~' .. client, string.format('%d', left))
     else
       redis.call('ZREM', KEYS[2], '~' .. client)
       redis.call('HDEL', KEYS[3], '~' .. client)
@@ -573,18 +588,24 @@ if (m or queue == '' or first == client) and avail + n <= limit then
   redis.call('HSET', KEYS[3], token, string.format('%d', n) .. ':' .. fs)
   used = used + n
   if queued(client) then dequeue(client) end
-  walk(client, grace)
   save(lease + retention)
-  tell(ARGV[8], ARGV[7])
-  return {1, fence}
+  tell(ARGV[8], ARGV[7], nil)
+  return {1, fence, left}
 end
 if client ~= '' and not queued(client) then
   local e = client .. ':' .. string.format('%d', n) .. ':' .. string.format('%d', limit)
   if queue == '' then queue = e else queue = queue .. ',' .. e end
+elseif client ~= '' then
+  local es = {}
+  for e in string.gmatch(queue, '[^,]+') do
+    local c, m = string.match(e, '^([^:]+):(%d+):')
+    if c == client and tonumber(m) < n then e = c .. ':' .. string.format('%d', n) .. ':' .. string.format('%d', limit) end
+    es[#es + 1] = e
+  end
+  queue = table.concat(es, ',')
 end
-walk(client, grace)
 save(retention)
-tell(ARGV[8], ARGV[7])
+tell(ARGV[8], ARGV[7], client)
 local soonest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local bound = 50
 if soonest[2] then bound = tonumber(soonest[2]) - now end
@@ -610,13 +631,23 @@ return {0, bound}
 /// * `token` holds with this fence: `ZREM`, `HDEL`, `used -= n`, the fence
 ///   joins the ring. The releasing client leaves the queue, and joins its
 ///   back as `client:n:limit` if `requeue` (it still has local waiters).
-///   Then the walk: in queue order, each queued client other than the
-///   releaser's whose own limit admits its `m` more permits gets a
-///   reservation `~client` (score `now + grace_ms`, counted in `used`, added
-///   to a live one) and leaves the queue; the walk stops at the first client
-///   that does not fit, and at the releaser's own entry, whose local waiters
-///   come next (the caller wakes them). One `r:<client>` message per
-///   reservation. Reply `{3, reservations}`, or `{1}` when it made none.
+///   Then the walk: in queue order, each queued client whose own limit
+///   admits its `m` more permits gets a reservation `~client` (score
+///   `now + grace_ms`, counted in `used`, added to a live one) and leaves
+///   the queue; the walk stops at the first client that does not fit (FIFO:
+///   nobody passes it). One `r:<client>` message per reservation for
+///   another client; the releaser's own client, served in its turn, is not
+///   told (its caller wakes a local waiter), but when clients stay queued
+///   behind it, one `o:<client>` message lets them re-check should that
+///   reservation lapse unused (their own waiters may be sleeping on a
+///   hold's whole lease). Reply `{1, reservations,
+///   fits}`: `fits` is `1` when the releaser's own client got a new
+///   reservation (the caller wakes one local waiter, which takes it), `2`
+///   when nobody is left queued (the permits are free: the caller wakes up
+///   to `n` local waiters), `0` when a client ahead of it still waits, or
+///   the permits were added to the own client's live reservation (the
+///   waiter woken for that one takes them, and wakes the next). Only a new
+///   reservation wakes anyone.
 ///   (Permits that came back by expiry in the same call are handed out by
 ///   the same walk, so one release may tell more clients than it freed
 ///   permits.)
@@ -669,13 +700,14 @@ if fact and (ARGV[2] == '' or fs == ARGV[2]) then
   end
   walk(ARGV[6], grace)
   save(retention)
-  tell(ARGV[8], ARGV[3])
-  if #told > 0 then return {3, #told} end
-  return {1}
+  tell(ARGV[8], ARGV[3], ARGV[6])
+  local fits = 0
+  if own_reserved then fits = 1 elseif queue == '' and not own_added then fits = 2 end
+  return {1, #told, fits}
 end
 walk(ARGV[6], grace)
 if v or ARGV[2] == '' then save(retention) end
-tell(ARGV[8], ARGV[3])
+tell(ARGV[8], ARGV[3], ARGV[6])
 if ARGV[2] ~= '' and ring ~= '' and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
   return {2}
 end
@@ -683,35 +715,76 @@ return {0}
 "#
 );
 
-/// Semaphore renew: extend one hold's lease (issue 13, see [`SEM_ACQUIRE`]
-/// for the names).
+/// Semaphore renew: extend the leases of a batch of holds (issue 13, see
+/// [`SEM_ACQUIRE`] for the names), for the watchdog (every due hold of a
+/// client in one call) and `extend` (one).
 ///
-/// KEYS: `[meta, holds, facts]`; ARGV: `[token, lease_ms, retention_ms,
-/// grow_only]`. If `token`'s hold exists and has not expired by the server
-/// clock, set its expiry to `now + lease_ms` (with `grow_only == '1'`, only
-/// if that is later), raise every name's TTL to at least `lease_ms +
-/// retention_ms`, and reply `1`. Otherwise reply `0`: the hold is gone or
-/// expired, its permits are free (a renewal never brings one back). Repeating
-/// a call is harmless.
+/// KEYS: `[meta, holds, facts]` per hold (in Redis Cluster all in one
+/// slot). ARGV: `[grow_only, retention_ms]`, then `token, lease_ms` per hold.
+/// For each hold: if its token's entry exists and has not expired by the
+/// server clock, set its expiry to `now + lease_ms` (with `grow_only ==
+/// '1'`, only if that is later), raise each of its names' TTL to at least
+/// `lease_ms + retention_ms`, and reply `1`. Otherwise `0`: the hold is gone
+/// or expired, its permits are free (a renewal never brings one back). One
+/// code per hold, in order. Repeating a call is harmless.
 pub const SEM_RENEW: &str = r#"
-for _, i in ipairs({2, 3}) do
-  if not string.find(ARGV[i] or '', '^%d+$') then
+if #KEYS % 3 ~= 0 or #ARGV ~= 2 + 2 * (#KEYS / 3) then
+  return redis.error_reply('relaylock: three names and two arguments per hold')
+end
+for i = 2, #ARGV do
+  if i % 2 == 0 and not string.find(ARGV[i], '^%d+$') then
     return redis.error_reply('relaylock: argument ' .. i .. ' must be a non-negative integer')
   end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if not score or tonumber(score) <= now then return 0 end
-local want = now + tonumber(ARGV[2])
-if ARGV[4] == '1' and tonumber(score) >= want then return 1 end
-redis.call('ZADD', KEYS[2], 'XX', want, ARGV[1])
-local keep = tonumber(ARGV[2]) + tonumber(ARGV[3])
-for i = 1, 3 do
-  local p = redis.call('PTTL', KEYS[i])
-  if p == -1 or (p >= 0 and p < keep) then redis.call('PEXPIRE', KEYS[i], keep) end
+local retention = tonumber(ARGV[2])
+local out = {}
+for h = 1, #KEYS / 3 do
+  local k, token, lease = 3 * (h - 1), ARGV[1 + 2 * h], tonumber(ARGV[2 + 2 * h])
+  local score = redis.call('ZSCORE', KEYS[k + 2], token)
+  if not score or tonumber(score) <= now then
+    out[h] = 0
+  else
+    local want = now + lease
+    if ARGV[1] ~= '1' or tonumber(score) < want then
+      redis.call('ZADD', KEYS[k + 2], 'XX', want, token)
+      for i = 1, 3 do
+        local p = redis.call('PTTL', KEYS[k + i])
+        if p == -1 or (p >= 0 and p < lease + retention) then redis.call('PEXPIRE', KEYS[k + i], lease + retention) end
+      end
+    end
+    out[h] = 1
+  end
 end
-return 1
+return out
+"#;
+
+/// Semaphore peek, for [`Semaphore::available`](crate::Semaphore::available)
+/// (read-only). KEYS: `[meta, holds, facts]`. Reply `{used, queued}`: the
+/// permits held or reserved, not counting holds expired by the server clock
+/// (which the next script call cuts), and the number of clients queued;
+/// `{-1, 0}` when the value is not relaylock's.
+pub const SEM_PEEK: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return {0, 0} end
+local f = {}
+for x in string.gmatch(v .. '|', '([^|]*)|') do f[#f + 1] = x end
+if #f ~= 5 or not string.find(f[1], '^%d+$') then return {-1, 0} end
+local used = tonumber(f[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for i = 1, #gone, 1000 do
+  local facts = redis.call('HMGET', KEYS[3], unpack(gone, i, math.min(i + 999, #gone)))
+  for k = 1, #facts do
+    if facts[k] then used = used - (tonumber(string.match(facts[k], '^(%d+)')) or 0) end
+  end
+end
+if used < 0 then used = 0 end
+local queued = 0
+for _ in string.gmatch(f[3], '[^,]+') do queued = queued + 1 end
+return {used, queued}
 "#;
 
 /// Semaphore: leave the queue, for a client whose last local waiter left.
@@ -743,6 +816,11 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) peek: Script,
     pub(crate) leave: Script,
+    pub(crate) sem_acquire: Script,
+    pub(crate) sem_release: Script,
+    pub(crate) sem_renew: Script,
+    pub(crate) sem_peek: Script,
+    pub(crate) sem_leave: Script,
 }
 
 impl Scripts {
@@ -753,6 +831,11 @@ impl Scripts {
             renew: Script::from_lua(RENEW),
             peek: Script::from_lua(PEEK),
             leave: Script::from_lua(LEAVE),
+            sem_acquire: Script::from_lua(SEM_ACQUIRE),
+            sem_release: Script::from_lua(SEM_RELEASE),
+            sem_renew: Script::from_lua(SEM_RENEW),
+            sem_peek: Script::from_lua(SEM_PEEK),
+            sem_leave: Script::from_lua(SEM_LEAVE),
         }
     }
 }
@@ -789,24 +872,46 @@ where
 /// "Upgrading from protocol 1"). One digit.
 pub const PROTOCOL: u32 = 2;
 
-/// The Redis names of one lock. Every name starts with
+/// Which primitive a set of names belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A lock: its value is `<prefix>:2:{<key>}`.
+    Mutex,
+    /// A counting semaphore: its value is `<prefix>:2:{<key>}:sem`, with
+    /// the holds' expiry index `...:sem:h` and facts `...:sem:t`.
+    Semaphore,
+}
+
+/// The Redis names of one lock or semaphore. Every name starts with
 /// `<prefix>:2:{<key>}` so they all hash to the same cluster slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Names {
-    /// `<prefix>:2:{<key>}`: the lock's value (see the module docs).
+    /// The value: `<prefix>:2:{<key>}` for a lock (see the module docs),
+    /// `<prefix>:2:{<key>}:sem` for a semaphore.
     pub(crate) lock: String,
-    /// `<prefix>:2:{<key>}:ch`: the release channel.
+    /// `<value>:ch`: the release channel.
     pub(crate) channel: String,
+    pub(crate) kind: Kind,
 }
 
 impl Names {
-    /// The lock name of the lock whose release channel is `channel` (for
-    /// the paths that have only the channel at hand).
+    /// The value name of the primitive whose release channel is `channel`
+    /// (for the paths that have only the channel at hand).
     pub(crate) fn lock_of_channel(channel: &str) -> &str {
         channel.strip_suffix(":ch").unwrap_or(channel)
     }
 
-    /// `<prefix>:2:{<key>}:void:<token>`: marks an abandoned acquisition.
+    /// The primitive whose release channel is `channel`: a lock's value
+    /// name always ends with `}`, a semaphore's with `}:sem`.
+    pub(crate) fn kind_of_channel(channel: &str) -> Kind {
+        if Self::lock_of_channel(channel).ends_with("}:sem") {
+            Kind::Semaphore
+        } else {
+            Kind::Mutex
+        }
+    }
+
+    /// `<value>:void:<token>`: marks an abandoned acquisition.
     pub(crate) fn void(&self, token: &str) -> String {
         let mut name = String::with_capacity(self.lock.len() + 6 + token.len());
         name.push_str(&self.lock);
@@ -815,8 +920,8 @@ impl Names {
         name
     }
 
-    /// `<prefix>:2:{<key>}:void`: until when any void marker of the lock
-    /// may exist (read when the lock's value is gone).
+    /// `<value>:void`: until when any void marker of the primitive may
+    /// exist (read when its value is gone).
     pub(crate) fn voids(&self) -> String {
         let mut name = String::with_capacity(self.lock.len() + 5);
         name.push_str(&self.lock);
@@ -824,19 +929,46 @@ impl Names {
         name
     }
 
+    /// A semaphore's expiry index, `<value>:h`.
+    pub(crate) fn holds(&self) -> String {
+        format!("{}:h", self.lock)
+    }
+
+    /// A semaphore's facts, `<value>:t`.
+    pub(crate) fn facts(&self) -> String {
+        format!("{}:t", self.lock)
+    }
+
+    /// The names of the lock on `key`.
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
+        Self::build(prefix, key, Kind::Mutex)
+    }
+
+    /// The names of the semaphore `key`.
+    pub(crate) fn semaphore(prefix: &str, key: &str) -> Self {
+        Self::build(prefix, key, Kind::Semaphore)
+    }
+
+    fn build(prefix: &str, key: &str, kind: Kind) -> Self {
         // Built without `format!`: this runs once per lock call.
-        let mut lock = String::with_capacity(prefix.len() + key.len() + 8);
+        let mut lock = String::with_capacity(prefix.len() + key.len() + 12);
         lock.push_str(prefix);
         lock.push(':');
         lock.push(char::from(b'0' + PROTOCOL as u8));
         lock.push_str(":{");
         lock.push_str(key);
         lock.push('}');
+        if kind == Kind::Semaphore {
+            lock.push_str(":sem");
+        }
         let mut channel = String::with_capacity(lock.len() + 3);
         channel.push_str(&lock);
         channel.push_str(":ch");
-        Names { lock, channel }
+        Names {
+            lock,
+            channel,
+            kind,
+        }
     }
 }
 
@@ -858,6 +990,15 @@ mod tests {
         assert_eq!(Names::lock_of_channel(&n.channel), n.lock);
         let odd = Names::new("p", "x}:ch");
         assert_eq!(Names::lock_of_channel(&odd.channel), odd.lock);
+        let s = Names::semaphore("relaylock", "payments");
+        assert_eq!(s.lock, "relaylock:2:{payments}:sem");
+        assert_eq!(s.channel, "relaylock:2:{payments}:sem:ch");
+        assert_eq!(s.holds(), "relaylock:2:{payments}:sem:h");
+        assert_eq!(Names::kind_of_channel(&s.channel), Kind::Semaphore);
+        assert_eq!(Names::kind_of_channel(&n.channel), Kind::Mutex);
+        // A lock whose key ends like a semaphore's name is still a lock.
+        let tricky = Names::new("p", "x}:sem");
+        assert_eq!(Names::kind_of_channel(&tricky.channel), Kind::Mutex);
     }
 
     #[test]
@@ -873,7 +1014,18 @@ mod tests {
     #[test]
     fn scripts_have_distinct_hashes() {
         let s = Scripts::new();
-        let all = [&s.acquire, &s.release, &s.renew, &s.peek, &s.leave];
+        let all = [
+            &s.acquire,
+            &s.release,
+            &s.renew,
+            &s.peek,
+            &s.leave,
+            &s.sem_acquire,
+            &s.sem_release,
+            &s.sem_renew,
+            &s.sem_peek,
+            &s.sem_leave,
+        ];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 assert_ne!(a.sha1(), b.sha1());

@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::calls::{Calls, RenewItem};
 use crate::lease::{LeaseRecord, LeaseState};
 use crate::metrics::{self as m, Renewal};
-use crate::scripts::{Names, RENEW_BATCH};
+use crate::scripts::{Kind, Names, RENEW_BATCH};
 
 /// After a round fails (Redis unreachable, timeout), its locks are retried
 /// this long later (and again until their lease runs out).
@@ -120,6 +120,7 @@ impl Lease {
 /// One lock the watchdog looks after.
 struct Watched {
     lock: String,
+    kind: Kind,
     token: String,
     lease: Arc<Lease>,
     name: Option<SharedString>,
@@ -136,6 +137,7 @@ struct Watched {
 struct Item {
     id: u64,
     lock: String,
+    kind: Kind,
     token: String,
     lease: Duration,
     generation: u64,
@@ -213,6 +215,7 @@ impl Watchdog {
             id,
             Watched {
                 lock: names.lock.clone(),
+                kind: names.kind,
                 token: token.to_owned(),
                 lease: Arc::clone(lease),
                 name,
@@ -283,7 +286,7 @@ impl Watchdog {
             };
             // Not found by a script: the lease ran out unconfirmed.
             e.lease.mark_lost(|| {
-                m::lost(e.name.as_ref());
+                m::lost(e.name.as_ref(), e.kind);
                 tracing::warn!(key = %e.lock,
                     "relaylock: lock lost: its lease ran out before a renewal got through");
             });
@@ -299,6 +302,7 @@ impl Watchdog {
                     Some(Item {
                         id,
                         lock: e.lock.clone(),
+                        kind: e.kind,
                         token: e.token.clone(),
                         lease: s.renew_with,
                         generation: s.generation,
@@ -312,19 +316,25 @@ impl Watchdog {
         next
     }
 
-    /// One round: every item, in calls of at most `RENEW_BATCH` locks.
+    /// One round: every item, in calls of at most `RENEW_BATCH` holds, one
+    /// kind per call (locks by `RENEW`, semaphore holds by `SEM_RENEW`).
     async fn renew(self: Arc<Self>, mut items: Vec<Item>) -> Vec<Outcome> {
+        let kind = |it: &Item| it.kind == Kind::Semaphore;
         if !self.calls.redis().is_clustered() {
+            items.sort_by_key(kind);
             let mut out = Vec::with_capacity(items.len());
-            for chunk in items.chunks(RENEW_BATCH) {
-                out.extend(self.renew_chunk(chunk).await);
+            let split = items.partition_point(|it| !kind(it));
+            for part in [&items[..split], &items[split..]] {
+                for chunk in part.chunks(RENEW_BATCH) {
+                    out.extend(self.renew_chunk(chunk).await);
+                }
             }
             return out;
         }
         // In Redis Cluster the keys of one script call must share a slot:
-        // one call per slot, all sent at once (each to its node) rather than
-        // one round trip after another.
-        let slot = |it: &Item| redis_keyslot(it.lock.as_bytes());
+        // one call per slot (and kind), all sent at once (each to its node)
+        // rather than one round trip after another.
+        let slot = |it: &Item| (redis_keyslot(it.lock.as_bytes()), kind(it));
         items.sort_by_key(slot);
         let total = items.len();
         let mut chunks: Vec<Vec<Item>> = Vec::new();
@@ -370,6 +380,7 @@ impl Watchdog {
             .iter()
             .map(|it| RenewItem {
                 lock: &it.lock,
+                kind: it.kind,
                 token: &it.token,
                 lease_ms: it.lease.as_millis() as u64,
             })
@@ -426,12 +437,12 @@ impl Watchdog {
                 Some(1) => {
                     e.lease.record().renewed(generation, sent, lease);
                     e.retry_at = None;
-                    m::renewal(e.name.as_ref(), Renewal::Renewed);
+                    m::renewal(e.name.as_ref(), e.kind, Renewal::Renewed);
                 }
                 Some(code @ (0 | -1)) => {
-                    m::renewal(e.name.as_ref(), Renewal::Lost);
+                    m::renewal(e.name.as_ref(), e.kind, Renewal::Lost);
                     e.lease.mark_lost(|| {
-                        m::lost(e.name.as_ref());
+                        m::lost(e.name.as_ref(), e.kind);
                         let found = if code == 0 {
                             "the key is gone"
                         } else {
@@ -446,7 +457,7 @@ impl Watchdog {
                         tracing::warn!(key = %e.lock, "relaylock: renew replied {code}");
                     }
                     e.retry_at = Some(now + RETRY);
-                    m::renewal(e.name.as_ref(), Renewal::Error);
+                    m::renewal(e.name.as_ref(), e.kind, Renewal::Error);
                 }
             }
         }

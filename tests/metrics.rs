@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
-use relaylock::{metrics as names, Error, LockClient, LockOptions};
+use relaylock::{metrics as names, Error, LockClient, LockOptions, SemaphoreOptions};
 use support::RedisServer;
 
 /// (name, sorted labels) -> counter value / histogram sample count / gauge value
@@ -34,11 +34,16 @@ fn read(snapshotter: &Snapshotter) -> Values {
     out
 }
 
+/// The value of `name` with exactly `labels`, plus `primitive="mutex"`
+/// unless `labels` name another primitive (every series carries one).
 fn get(m: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
     let mut l: Vec<(String, String)> = labels
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    if !l.iter().any(|(k, _)| k == "primitive") {
+        l.push(("primitive".into(), "mutex".into()));
+    }
     l.sort();
     m.get(&(name.to_owned(), l)).copied().unwrap_or(0.0)
 }
@@ -94,8 +99,20 @@ async fn metrics_are_recorded() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(120)).await;
     assert!(matches!(lost.release().await, Err(Error::LockLost)));
+    // A semaphore's series carry `primitive="semaphore"`.
+    let permit = lock
+        .semaphore("pay", 2)
+        .acquire_with(SemaphoreOptions::default().name("payments"))
+        .await
+        .unwrap();
+    permit.release().await.unwrap();
 
     let m = read(&snapshotter);
+    let payments = [("name", "payments"), ("primitive", "semaphore")];
+    assert_eq!(get(&m, names::ACQUIRED_TOTAL, &payments), 1.0);
+    assert_eq!(get(&m, names::RELEASED_TOTAL, &payments), 1.0);
+    assert_eq!(get(&m, names::ACQUIRE_ATTEMPTS_TOTAL, &payments), 1.0);
+    assert_eq!(get(&m, names::HELD_SECONDS, &payments), 1.0);
     let orders = [("name", "orders")];
     assert_eq!(get(&m, names::ACQUIRED_TOTAL, &orders), 2.0);
     assert_eq!(get(&m, names::ACQUIRED_TOTAL, &[]), 1.0);

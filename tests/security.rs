@@ -38,6 +38,17 @@ const ACL: &[&str] = &[
     "+pttl",
     "+publish",
     "+spublish",
+    // The semaphore's scripts.
+    "+zadd",
+    "+zrange",
+    "+zrangebyscore",
+    "+zremrangebyscore",
+    "+zrem",
+    "+zscore",
+    "+hget",
+    "+hset",
+    "+hdel",
+    "+hmget",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,6 +87,26 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
         .unwrap();
     assert!(v > 0);
     assert!(!a.is_locked("k").await.unwrap());
+
+    // A semaphore across the two clients: admission, the reservation
+    // message to the waiting client, renewal, the read-only peek.
+    let p = a.semaphore("s", 1).acquire().await.unwrap();
+    let waiter = {
+        let sem = b.semaphore("s", 1);
+        tokio::spawn(async move {
+            let p = sem.acquire().await.unwrap();
+            let at = Instant::now();
+            p.release().await.unwrap();
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(p.is_held());
+    assert_eq!(a.semaphore("s", 1).available().await.unwrap(), 0);
+    let released = Instant::now();
+    p.release().await.unwrap();
+    let woke = waiter.await.unwrap() - released;
+    assert!(woke < Duration::from_millis(300), "woken after {woke:?}");
 
     // And the ACL really is that narrow: nothing outside the prefix.
     let plain = Builder::from_config(Config::from_url(&url).unwrap())

@@ -127,7 +127,7 @@ async fn permits_are_admitted_up_to_the_limit_in_queue_order() {
     assert_eq!(s.state().await, (3, "b:3:4,c:1:4".into()));
     // Releasing a's 3 leaves 4 free: reserved for b (3), then c (1), in
     // queue order; two clients are told.
-    assert_eq!(s.release("ta", Some(a[1]), "a").await, vec![3, 2]);
+    assert_eq!(s.release("ta", Some(a[1]), "a").await, vec![1, 2, 2]);
     assert_eq!(s.reservation("b").await.as_deref(), Some("3"));
     assert_eq!(s.reservation("c").await.as_deref(), Some("1"));
     assert_eq!(s.state().await, (4, String::new()));
@@ -144,7 +144,7 @@ async fn permits_are_admitted_up_to_the_limit_in_queue_order() {
     assert!(c[1] > b[1]);
     assert_eq!(s.state().await, (4, "e:1:4".into()));
     // A release that frees 1 goes to e, the only one queued, and no further.
-    assert_eq!(s.release("tc", Some(c[1]), "c").await, vec![3, 1]);
+    assert_eq!(s.release("tc", Some(c[1]), "c").await, vec![1, 1, 2]);
     assert_eq!(s.acquire("te", 1, 4, 10_000, "e").await[0], 1);
     assert_eq!(s.state().await, (4, String::new()));
     // A caller that will not wait ('' client) is refused and not queued.
@@ -153,7 +153,7 @@ async fn permits_are_admitted_up_to_the_limit_in_queue_order() {
     // A reservation nobody takes lapses after the grace, by the server
     // clock, and its permits come back.
     assert_eq!(s.acquire("tf", 1, 4, 10_000, "f").await[0], 0);
-    assert_eq!(s.release("te", None, "e").await, vec![3, 1]);
+    assert_eq!(s.release("te", None, "e").await, vec![1, 1, 2]);
     tokio::time::sleep(Duration::from_millis(HANDOFF_GRACE_MS + 30)).await;
     assert_eq!(s.acquire("tg", 1, 4, 10_000, "").await[0], 1);
 }
@@ -166,7 +166,7 @@ async fn a_release_that_frees_k_permits_reserves_for_at_most_k_clients() {
     for c in ["p", "q", "r"] {
         assert_eq!(s.acquire(&format!("t{c}"), 1, 2, 10_000, c).await[0], 0);
     }
-    assert_eq!(s.release("h1", Some(h1[1]), "x").await, vec![3, 1]);
+    assert_eq!(s.release("h1", Some(h1[1]), "x").await, vec![1, 1, 0]);
     assert_eq!(s.reservation("p").await.as_deref(), Some("1"));
     assert_eq!(s.reservation("q").await, None);
     assert_eq!(s.state().await, (2, "q:1:2,r:1:2".into()));
@@ -230,7 +230,7 @@ async fn an_abandoned_acquisition_never_takes_a_permit_later() {
     // Abandoned after it took a permit: released, and voided as well.
     let late = s.acquire("late", 2, 4, 10_000, "a").await;
     assert_eq!(late[0], 1);
-    assert_eq!(s.release("late", None, "a").await, vec![1]);
+    assert_eq!(s.release("late", None, "a").await, vec![1, 0, 2]);
     assert_eq!(s.state().await.0, 0);
     assert_eq!(s.acquire("late", 2, 4, 10_000, "a").await, vec![0, -2]);
 }
@@ -249,7 +249,7 @@ async fn a_queue_head_that_is_gone_does_not_stall_the_semaphore() {
     assert_eq!(s.release("w2", None, "c").await, vec![0]);
     // c's release without local waiters left takes c out of the queue and
     // hands the permit to b.
-    assert_eq!(s.release("w1", Some(w1[1]), "c").await, vec![3, 1]);
+    assert_eq!(s.release("w1", Some(w1[1]), "c").await, vec![1, 1, 2]);
     assert_eq!(s.reservation("b").await.as_deref(), Some("1"));
     assert_eq!(s.acquire("tb", 1, 1, 10_000, "b").await[0], 1);
 
@@ -295,11 +295,11 @@ async fn requeues_keep_one_entry_and_small_reservations_do_not_overtake() {
     assert_eq!(s.state().await, (4, "b:4:4,x:1:4".into()));
     assert_eq!(
         s.release_requeue("tx", Some(x[1]), "x", Some((1, 4))).await,
-        vec![1]
+        vec![1, 0, 0]
     );
     assert_eq!(s.state().await, (3, "b:4:4,x:1:4".into()));
     // y's release frees 3: b (needs 4) fits and is reserved; x stays behind.
-    assert_eq!(s.release("ty", Some(y[1]), "y").await, vec![3, 1]);
+    assert_eq!(s.release("ty", Some(y[1]), "y").await, vec![1, 1, 0]);
     assert_eq!(s.state().await, (4, "x:1:4".into()));
 
     // A reservation of 1 does not let a waiter that needs 3 skip the queue.
@@ -308,7 +308,7 @@ async fn requeues_keep_one_entry_and_small_reservations_do_not_overtake() {
     let _h2 = s.acquire("h2", 3, 4, 10_000, "q").await;
     assert_eq!(s.acquire("tx", 1, 4, 10_000, "x").await[0], 0);
     assert_eq!(s.acquire("ty", 3, 4, 10_000, "y").await[0], 0);
-    assert_eq!(s.release("h1", Some(h1[1]), "p").await, vec![3, 1]);
+    assert_eq!(s.release("h1", Some(h1[1]), "p").await, vec![1, 1, 0]);
     assert_eq!(s.reservation("x").await.as_deref(), Some("1"));
     assert_eq!(s.acquire("big", 3, 4, 10_000, "x").await[0], 0);
     assert_eq!(s.state().await, (4, "y:3:4,x:3:4".into()));
@@ -323,15 +323,17 @@ async fn renewals_extend_live_holds_only() {
         let admin = s.admin.clone();
         async move {
             let args: Vec<String> = vec![
+                if grow { "1" } else { "0" }.into(),
+                SIDE_RETENTION_MS.to_string(),
                 token.into(),
                 lease.to_string(),
-                SIDE_RETENTION_MS.to_string(),
-                if grow { "1" } else { "0" }.into(),
             ];
-            admin
-                .eval::<i64, _, _, _>(SEM_RENEW, keys(token)[..3].to_vec(), args)
+            let codes = admin
+                .eval::<Vec<i64>, _, _, _>(SEM_RENEW, keys(token)[..3].to_vec(), args)
                 .await
-                .unwrap()
+                .unwrap();
+            assert_eq!(codes.len(), 1);
+            codes[0]
         }
     };
     assert_eq!(s.acquire("h", 1, 1, 200, "").await[0], 1);
@@ -351,4 +353,65 @@ async fn renewals_extend_live_holds_only() {
     assert_eq!(renew("brief", 10_000, false).await, 0);
     assert_eq!(s.acquire("again", 1, 2, 10_000, "").await[0], 1);
     assert_eq!(renew("never-held", 10_000, false).await, 0);
+
+    // A batch: one code per hold, in order; each hold's own names.
+    let (_server2, other) = sem().await;
+    let a = other.acquire("a", 1, 2, 10_000, "").await;
+    assert_eq!(a[0], 1);
+    let mut names = keys("a")[..3].to_vec();
+    names.extend(keys("b")[..3].to_vec());
+    let args: Vec<String> = vec![
+        "0".into(),
+        SIDE_RETENTION_MS.to_string(),
+        "a".into(),
+        "20000".into(),
+        "b".into(),
+        "20000".into(),
+    ];
+    let codes: Vec<i64> = other
+        .admin
+        .eval(SEM_RENEW, names.clone(), args)
+        .await
+        .unwrap();
+    assert_eq!(codes, vec![1, 0]);
+    // A malformed batch is an error reply, not a partial renewal.
+    let bad: Result<Vec<i64>, _> = other
+        .admin
+        .eval(SEM_RENEW, names, vec!["0", "1000", "a", "x", "b", "1"])
+        .await;
+    assert!(bad.is_err());
+}
+
+/// The releasing client's own queue entry is served in its turn like any
+/// other, without a message: the release reserves for it and says so
+/// (`fits` 1), so the one local waiter it wakes takes the permit, and no
+/// other client's release can reserve the same permits for it again.
+#[tokio::test]
+async fn a_release_serves_its_own_client_in_turn_without_a_message() {
+    let (_server, s) = sem().await;
+    let h = s.acquire("h", 1, 1, 10_000, "p").await;
+    assert_eq!(s.acquire("w", 1, 1, 10_000, "p").await[0], 0);
+    assert_eq!(s.state().await, (1, "p:1:1".into()));
+    assert_eq!(
+        s.release_requeue("h", Some(h[1]), "p", Some((1, 1))).await,
+        vec![1, 0, 1]
+    );
+    assert_eq!(s.reservation("p").await.as_deref(), Some("1"));
+    assert_eq!(s.state().await, (1, String::new()));
+    // Another client cannot take the reserved permit.
+    assert_eq!(s.acquire("q", 1, 1, 10_000, "q").await[0], 0);
+    // p's waiter takes it; nothing is left reserved.
+    let w = s.acquire("w", 1, 1, 10_000, "p").await;
+    assert_eq!((w[0], w[2]), (1, 0));
+    assert_eq!(s.reservation("p").await, None);
+    // Behind another client, the own entry waits its turn: q (queued
+    // first) is served before p.
+    assert_eq!(s.acquire("w2", 1, 1, 10_000, "p").await[0], 0);
+    assert_eq!(s.state().await, (1, "q:1:1,p:1:1".into()));
+    assert_eq!(
+        s.release_requeue("w", Some(w[1]), "p", Some((1, 1))).await,
+        vec![1, 1, 0]
+    );
+    assert_eq!(s.reservation("q").await.as_deref(), Some("1"));
+    assert_eq!(s.state().await, (1, "p:1:1".into()));
 }

@@ -16,7 +16,9 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use relaylock::{metrics as names, Error, LockClient, LockOptions};
 use support::{command_calls, delta, eventually, Admin, RedisServer};
 
-/// The value of counter `name` with exactly the labels `labels`.
+/// The value of counter `name` with exactly the labels `labels` (plus
+/// `primitive="mutex"` unless they name another primitive: every series
+/// carries one).
 fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
     static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
     let snapshotter = SNAPSHOTTER.get_or_init(|| {
@@ -29,6 +31,9 @@ fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    if !want.iter().any(|(k, _)| k == "primitive") {
+        want.push(("primitive".into(), "mutex".into()));
+    }
     want.sort();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let (_, key) = key.into_parts();

@@ -2,7 +2,9 @@
 //! ledger on a redis-server of its own that no fault touches. It rejects a
 //! fencing token lower than the last one it accepted (a stale write), and
 //! records an *overlap* whenever a writer enters while another writer of the
-//! same key is still inside.
+//! same key is still inside. For a semaphore, the counted mode
+//! ([`Ledger::enter_counted`]) records instead every entry that brings the
+//! permits inside above the limit, and the most ever inside.
 
 use std::sync::Arc;
 
@@ -34,11 +36,23 @@ if enter then redis.call('RPUSH', KEYS[3], ARGV[1]) end
 return 1
 "#;
 
+/// KEYS: `[ledger hash, inside counter]`; ARGV: `[permits, limit]`. Adds
+/// the permits to those inside; counts `over` when that exceeds the limit,
+/// and keeps the most ever inside (`max`).
+const ENTER_COUNTED: &str = r#"
+local inside = redis.call('INCRBY', KEYS[2], ARGV[1])
+if inside > tonumber(ARGV[2]) then redis.call('HINCRBY', KEYS[1], 'over', 1) end
+if inside > tonumber(redis.call('HGET', KEYS[1], 'max') or '0') then redis.call('HSET', KEYS[1], 'max', inside) end
+redis.call('HINCRBY', KEYS[1], 'entered', 1)
+return inside
+"#;
+
 /// The ledger, on its own redis-server (stopped with it), or a connection to
 /// one started elsewhere (for a writer in another process).
 pub struct Ledger {
     db: Client,
     write: Script,
+    counted: Script,
     url: String,
     _server: Option<RedisServer>,
 }
@@ -52,6 +66,13 @@ pub struct Totals {
     pub stale: u64,
     /// Entries while another writer of the same key was inside.
     pub overlaps: u64,
+    /// Counted mode: entries that brought the permits inside above the
+    /// limit.
+    pub over_limit: u64,
+    /// Counted mode: the most permits ever inside at once.
+    pub max_inside: u64,
+    /// Counted mode: entries.
+    pub entered: u64,
 }
 
 impl Ledger {
@@ -62,6 +83,7 @@ impl Ledger {
         Arc::new(Ledger {
             db,
             write: Script::from_lua(WRITE),
+            counted: Script::from_lua(ENTER_COUNTED),
             url: server.url(),
             _server: Some(server),
         })
@@ -77,6 +99,7 @@ impl Ledger {
         Ledger {
             db,
             write: Script::from_lua(WRITE),
+            counted: Script::from_lua(ENTER_COUNTED),
             url: url.to_owned(),
             _server: None,
         }
@@ -117,7 +140,27 @@ impl Ledger {
             .expect("ledger leave");
     }
 
-    /// The counts of `keys`, added up.
+    /// Counted mode: `permits` enter the section of `key`, whose limit is
+    /// `limit`. Returns the permits now inside.
+    pub async fn enter_counted(&self, key: &str, permits: u32, limit: u32) -> u64 {
+        let keys = vec![format!("ledger:{key}"), format!("inside-n:{key}")];
+        let args = vec![permits.to_string(), limit.to_string()];
+        self.counted
+            .evalsha_with_reload(&self.db, keys, args)
+            .await
+            .expect("ledger enter")
+    }
+
+    /// Counted mode: `permits` leave the section of `key`.
+    pub async fn leave_counted(&self, key: &str, permits: u32) {
+        let _: i64 = self
+            .db
+            .incr_by(format!("inside-n:{key}"), -i64::from(permits))
+            .await
+            .expect("ledger leave");
+    }
+
+    /// The counts of `keys`, added up (`max_inside`: the largest).
     pub async fn totals(&self, keys: &[impl AsRef<str>]) -> Totals {
         let mut t = Totals::default();
         for k in keys {
@@ -129,6 +172,9 @@ impl Ledger {
             t.accepted += h.get("accepted").copied().unwrap_or(0);
             t.stale += h.get("stale").copied().unwrap_or(0);
             t.overlaps += h.get("overlaps").copied().unwrap_or(0);
+            t.over_limit += h.get("over").copied().unwrap_or(0);
+            t.entered += h.get("entered").copied().unwrap_or(0);
+            t.max_inside = t.max_inside.max(h.get("max").copied().unwrap_or(0));
         }
         t
     }

@@ -1,0 +1,407 @@
+//! [`Semaphore`] and [`Permit`]: a counting semaphore shared by every client
+//! of a Redis deployment, on the lock's machinery.
+//!
+//! # Guarantees
+//!
+//! * **Never more than the limit.** A caller is admitted only while the
+//!   permits held (by anyone, its own included) plus those it asks for fit
+//!   within ITS limit ([`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) decides
+//!   in one script). Callers that disagree on the limit each get the
+//!   guarantee they asked for: while a caller with limit `L` holds, at most
+//!   `L` permits are held in total.
+//! * **Crashed holders give permits back by the server clock.** Every hold
+//!   is its own entry with its own expiry in Redis time; a holder that is
+//!   never heard from again loses its permits when its lease ends, judged by
+//!   Redis, never by a client clock.
+//! * **Fair.** Clients queue in Redis in FIFO order; once a client that
+//!   needs 3 permits is first in the queue, a stream of 1-permit callers
+//!   cannot pass it. Within a client, local waiters queue in FIFO order.
+//! * **No herd.** A release that frees k permits reserves them for the
+//!   queued clients they fit, telling each with one message, and each told
+//!   client wakes one local waiter; the releasing client wakes at most k of
+//!   its own. Every wait is bounded by the soonest expiry among the current
+//!   holds (a lost message costs at most that), by a reconnect, and by the
+//!   caller's deadline.
+//!
+//! The protocol and its safety argument: `docs/design-semaphore-rwlock.md`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::acquire::{self, Shape};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::inner::ClientInner;
+use crate::options::SemaphoreOptions;
+use crate::scripts::Names;
+
+/// A counting semaphore: at most `limit` permits held at once across every
+/// client of the deployment. Made by [`LockClient::semaphore`](crate::LockClient::semaphore);
+/// cheap to clone.
+///
+/// ```no_run
+/// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+/// use std::time::Duration;
+/// use relaylock::SemaphoreOptions;
+///
+/// // At most 8 concurrent calls to the payment provider, across all pods.
+/// let sem = client.semaphore("payments", 8);
+/// let permit = sem.acquire().await?;
+/// // ... call the provider; pass permit.fencing_token() along if it checks ...
+/// permit.release().await?;
+///
+/// let two = sem
+///     .acquire_with(SemaphoreOptions::default().permits(2).wait(Duration::from_secs(1)))
+///     .await?;
+/// # drop(two); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    inner: Arc<ClientInner>,
+    key: String,
+    limit: u32,
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("key", &self.key)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Semaphore {
+    pub(crate) fn new(inner: Arc<ClientInner>, key: String, limit: u32) -> Self {
+        Semaphore { inner, key, limit }
+    }
+
+    /// The semaphore's key, as given.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The limit this handle admits by.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The Redis name of the semaphore's value (`<prefix>:2:{<key>}:sem`);
+    /// its holds live in `...:sem:h` and `...:sem:t` (see
+    /// [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE)).
+    pub fn redis_key(&self) -> String {
+        Names::semaphore(&self.inner.prefix, &self.key).lock
+    }
+
+    /// Take one permit, waiting as long as it takes. Same as
+    /// [`acquire_with`](Self::acquire_with) with default options.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_with`](Self::acquire_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire_with`](Self::acquire_with).
+    pub async fn acquire(&self) -> Result<Permit> {
+        self.acquire_with(SemaphoreOptions::default()).await
+    }
+
+    /// Take [`permits`](SemaphoreOptions::permits) permits at once
+    /// (atomically: all or none), with a wait limit, a lease, a metrics name.
+    ///
+    /// ```no_run
+    /// # async fn demo(sem: relaylock::Semaphore) -> relaylock::Result<()> {
+    /// use std::time::Duration;
+    /// use relaylock::{Error, SemaphoreOptions};
+    ///
+    /// let opts = SemaphoreOptions::default().permits(3).wait(Duration::from_secs(2));
+    /// match sem.acquire_with(opts).await {
+    ///     Ok(permit) => permit.release().await?,
+    ///     Err(Error::Timeout) => { /* all taken: shed load */ }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`] for an empty or over-long key, a limit of
+    ///   0, more permits than the limit, or a lease out of range, before
+    ///   anything is sent;
+    /// * [`Error::Timeout`] when the wait limit passes first;
+    /// * [`Error::NotReplicated`] and [`Error::LockLost`] with
+    ///   [`min_replicas`](SemaphoreOptions::min_replicas), as for
+    ///   [`LockClient::lock_with`](crate::LockClient::lock_with);
+    /// * [`Error::Redis`] for a connection error or a command timeout, and
+    ///   [`Error::UnexpectedReply`] when the semaphore's name holds
+    ///   something relaylock did not write.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe. Dropping the future at any await point leaves no permit
+    /// taken and no waiter registered: a wake-up it had received is passed
+    /// to the next local waiter, and an acquire script in flight (which may
+    /// have taken the permits without the reply reaching us) is followed by
+    /// a release of its token in the background, which also voids the token
+    /// so a delayed copy of the script can never take permits later.
+    pub async fn acquire_with(&self, options: SemaphoreOptions) -> Result<Permit> {
+        let shape = self.shape(&options);
+        let guard = Box::pin(acquire::lock(&self.inner, &self.key, &options.lock, shape)).await?;
+        Ok(Permit { guard })
+    }
+
+    /// One attempt at one permit, never waits: `Ok(None)` when none is free
+    /// for this caller (all taken, or other clients are queued first).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire_with`](Self::acquire_with), without [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: an acquire script in flight when the future is dropped
+    /// is followed by a release of its token in the background.
+    pub async fn try_acquire(&self) -> Result<Option<Permit>> {
+        self.try_acquire_with(SemaphoreOptions::default()).await
+    }
+
+    /// [`try_acquire`](Self::try_acquire) with options (its wait limit is
+    /// ignored).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    pub async fn try_acquire_with(&self, options: SemaphoreOptions) -> Result<Option<Permit>> {
+        let shape = self.shape(&options);
+        let guard = Box::pin(acquire::try_lock(
+            &self.inner,
+            &self.key,
+            &options.lock,
+            shape,
+        ))
+        .await?;
+        Ok(guard.map(|guard| Permit { guard }))
+    }
+
+    /// Run `work` holding permits: acquire (with `options`), run the
+    /// closure, release, and return the closure's value. If the permit is
+    /// found lost while `work` runs, the closure's future is dropped at its
+    /// next await point and the call fails with [`Error::LockLost`], as
+    /// [`LockClient::with_lock`](crate::LockClient::with_lock) does.
+    ///
+    /// ```no_run
+    /// # async fn demo(sem: relaylock::Semaphore) -> relaylock::Result<()> {
+    /// use relaylock::SemaphoreOptions;
+    ///
+    /// let status = sem
+    ///     .with_permit(SemaphoreOptions::default(), async |permit| {
+    ///         // ... call the provider ...
+    ///         permit.fencing_token() > 0
+    ///     })
+    ///     .await?;
+    /// # let _ = status; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`acquire_with`](Self::acquire_with), those of
+    /// [`Permit::release`], and [`Error::LockLost`] when the permit was found
+    /// lost while the closure ran.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockClient::with_lock`](crate::LockClient::with_lock): the
+    /// permits are released in the background.
+    pub async fn with_permit<F, T>(&self, options: SemaphoreOptions, work: F) -> Result<T>
+    where
+        F: AsyncFnOnce(&Permit) -> T,
+    {
+        let permit = self.acquire_with(options).await?;
+        let outcome = {
+            let work = work(&permit);
+            tokio::select! {
+                biased;
+                _ = permit.lost() => None,
+                value = work => Some(value),
+            }
+        };
+        match outcome {
+            Some(value) => permit.release().await.map(|()| value),
+            None => Err(Error::LockLost),
+        }
+    }
+
+    /// Permits free right now by this handle's limit: the limit less the
+    /// permits held or reserved for a queued client (holds expired by the
+    /// server clock do not count). For display: the answer can be stale by
+    /// the time it arrives.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad key; [`Error::Redis`] for a
+    /// connection error or a command timeout; [`Error::UnexpectedReply`]
+    /// when the name holds something relaylock did not write.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    pub async fn available(&self) -> Result<u32> {
+        self.inner.check_key(&self.key)?;
+        let names = Names::semaphore(&self.inner.prefix, &self.key);
+        let usage = self.inner.calls.sem_peek(&names).await?;
+        let used = u32::try_from(usage.used).unwrap_or(u32::MAX);
+        Ok(self.limit.saturating_sub(used))
+    }
+
+    /// Clients queued for permits right now (one entry per client, however
+    /// many of its tasks wait). For display.
+    ///
+    /// # Errors
+    ///
+    /// As [`available`](Self::available).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    pub async fn queued_clients(&self) -> Result<u64> {
+        self.inner.check_key(&self.key)?;
+        let names = Names::semaphore(&self.inner.prefix, &self.key);
+        Ok(self.inner.calls.sem_peek(&names).await?.queued)
+    }
+
+    fn shape(&self, options: &SemaphoreOptions) -> Shape {
+        Shape::Semaphore {
+            n: options.permits,
+            limit: self.limit,
+        }
+    }
+}
+
+/// Permits held on a [`Semaphore`].
+///
+/// It behaves as a [`LockGuard`] does: its own token and fencing token,
+/// renewal by the client's watchdog when no lease was given,
+/// [`lost`](Self::lost) and [`lost_token`](Self::lost_token), release in the
+/// background when dropped.
+///
+/// The fencing token orders holds of the same semaphore (each is greater
+/// than every earlier hold's), but up to `limit` holds are legitimately
+/// concurrent, so a resource cannot use it to reject a concurrent holder,
+/// only holds older than one it has seen.
+#[must_use = "dropping a permit releases it (in the background)"]
+pub struct Permit {
+    guard: LockGuard,
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("key", &self.guard.key())
+            .field("permits", &self.guard.permits())
+            .field("fencing_token", &self.guard.fencing_token())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Permit {
+    /// The semaphore's key.
+    pub fn key(&self) -> &str {
+        self.guard.key()
+    }
+
+    /// How many permits this hold has.
+    pub fn permits(&self) -> u32 {
+        self.guard.permits()
+    }
+
+    /// The token unique to this acquisition (a random UUID).
+    pub fn token(&self) -> &str {
+        self.guard.token()
+    }
+
+    /// The fencing token of this hold: greater than that of every earlier
+    /// hold of the same semaphore, also across a Redis restart without
+    /// persistence (see [`LockGuard::fencing_token`]).
+    pub fn fencing_token(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// The lease the permits were acquired with.
+    pub fn lease(&self) -> Duration {
+        self.guard.lease()
+    }
+
+    /// When the successful acquire call was sent.
+    pub fn acquired_at(&self) -> Instant {
+        self.guard.acquired_at()
+    }
+
+    /// Whether the permits are held as far as this process knows, without
+    /// a round trip (see [`LockGuard::is_held`]).
+    pub fn is_held(&self) -> bool {
+        self.guard.is_held()
+    }
+
+    /// Completes when the permits are known lost while held: a renewal or
+    /// [`extend`](Self::extend) found the hold expired or gone, or the lease
+    /// ran out by this process's clock before a renewal got through.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future loses nothing; call it again.
+    pub async fn lost(&self) {
+        self.guard.lost().await
+    }
+
+    /// A token cancelled when the permits are known lost, or this permit
+    /// is released or dropped (see [`LockGuard::lost_token`]).
+    pub fn lost_token(&self) -> CancellationToken {
+        self.guard.lost_token()
+    }
+
+    /// Set the hold's remaining lease to `lease` from now, by the server
+    /// clock. For a renewed hold, later renewals use `lease` too.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] (and [`lost`](Self::lost) fires) when the hold
+    ///   had already expired: its permits were free, and a renewal never
+    ///   takes them back;
+    /// * [`Error::InvalidArgument`] for a lease out of range;
+    /// * [`Error::Redis`] for a connection error or a command timeout: the
+    ///   call may or may not have run. Safe to retry.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockGuard::extend`]: a shorter lease counts from the moment the
+    /// call is sent, a longer one only once confirmed.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        self.guard.extend(lease).await
+    }
+
+    /// Release the permits and tell the waiters they fit.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] when the hold had expired (others may have held
+    ///   the permits concurrently);
+    /// * [`Error::Redis`] for a connection error or a command timeout: the
+    ///   permits may stay taken until the lease ends (renewal has stopped).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes releases the permits in the
+    /// background (a release that already ran is recognised, so they are
+    /// released once).
+    pub async fn release(self) -> Result<()> {
+        self.guard.release().await
+    }
+}

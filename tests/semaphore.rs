@@ -1,0 +1,519 @@
+//! The counting semaphore through its public API, against a real
+//! redis-server: never more than the limit (checked by an independent
+//! ledger), fencing tokens, limits that disagree, one retry per freed
+//! permit, crash recovery of a SIGKILLed holder process, cancellation at
+//! random points, renewal and loss, and bad input.
+
+use relaylock_testkit as support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use relaylock::{Error, LockClient, SemaphoreOptions};
+use support::ledger::Ledger;
+use support::{command_calls, delta, eventually, Admin, RedisServer};
+
+async fn client(server: &RedisServer) -> LockClient {
+    support::client(&server.url()).await
+}
+
+/// A client whose default lease is `lease` (renewed by the watchdog).
+async fn client_with_lease(url: &str, lease: Duration) -> LockClient {
+    support::preset(url)
+        .default_lease(lease)
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// Three clients, 24 tasks, mixed 1- and 2-permit calls on a 3-permit
+/// semaphore: the ledger (on a server of its own) never sees more than 3
+/// permits inside; every hold's fence is unique and each task's increase;
+/// everything is given back at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_more_than_the_limit_inside() {
+    const LIMIT: u32 = 3;
+    const TASKS: usize = 24;
+    const ROUNDS: usize = 8;
+    let server = RedisServer::start();
+    let ledger = Ledger::start().await;
+    let clients = [
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    ];
+    let mut tasks = Vec::new();
+    for i in 0..TASKS {
+        let sem = clients[i % clients.len()].semaphore("pool", LIMIT);
+        let ledger = Arc::clone(&ledger);
+        tasks.push(tokio::spawn(async move {
+            let mut fences = Vec::new();
+            for r in 0..ROUNDS {
+                let n = if (i + r) % 4 == 0 { 2 } else { 1 };
+                let p = sem
+                    .acquire_with(SemaphoreOptions::default().permits(n))
+                    .await
+                    .unwrap();
+                assert_eq!(p.permits(), n);
+                if let Some(last) = fences.last() {
+                    assert!(p.fencing_token() > *last, "fences increase");
+                }
+                fences.push(p.fencing_token());
+                ledger.enter_counted("pool", n, LIMIT).await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                ledger.leave_counted("pool", n).await;
+                p.release().await.unwrap();
+            }
+            fences
+        }));
+    }
+    let started = Instant::now();
+    let mut all = Vec::new();
+    let admin = server.admin().await;
+    for t in tasks {
+        let fences = match tokio::time::timeout(Duration::from_secs(60), t).await {
+            Ok(f) => f.unwrap(),
+            Err(_) => {
+                // What Redis holds, to diagnose a stall.
+                let name = clients[0].semaphore("pool", LIMIT).redis_key();
+                let v: Option<String> = admin.get(&name).await.unwrap();
+                let h: Vec<(String, f64)> = admin
+                    .zrange(format!("{name}:h"), 0, -1, None, false, None, true)
+                    .await
+                    .unwrap();
+                let ids: Vec<&str> = clients.iter().map(|c| c.client_id()).collect();
+                panic!("a task is stuck: value {v:?}, holds {h:?}, clients {ids:?}");
+            }
+        };
+        all.extend(fences);
+    }
+    let took = started.elapsed();
+    let t = ledger.totals(&["pool"]).await;
+    println!(
+        "semaphore ledger: {} entries in {took:?}, most inside {}, over the limit {}",
+        t.entered, t.max_inside, t.over_limit
+    );
+    assert_eq!(t.entered, (TASKS * ROUNDS) as u64);
+    assert_eq!(t.over_limit, 0, "more than {LIMIT} permits inside");
+    assert!(t.max_inside <= u64::from(LIMIT));
+    assert!(
+        t.max_inside >= 2,
+        "the semaphore never let two holds in together"
+    );
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "a fencing token was issued twice");
+    // Everything comes back: a reservation made for a client whose last
+    // waiter had just left lapses after its grace.
+    let sem = clients[0].semaphore("pool", LIMIT);
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            sem.available().await.unwrap() == LIMIT && sem.queued_clients().await.unwrap() == 0
+        })
+        .await,
+        "permits stayed taken or a client stayed queued"
+    );
+}
+
+/// Fair across clients: a waiter that needs 3 of 4 permits, alone in its
+/// client, is not overtaken forever by a stream of 1-permit callers in two
+/// other clients; once its client is first in the queue, it gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_request_is_not_starved_by_small_ones() {
+    let server = RedisServer::start();
+    let streamers = [client(&server).await, client(&server).await];
+    let big = client(&server).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut stream = Vec::new();
+    for i in 0..12 {
+        let sem = streamers[i % 2].semaphore("fair", 4);
+        let stop = Arc::clone(&stop);
+        stream.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = sem.acquire().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                p.release().await.unwrap();
+                n += 1;
+            }
+            n
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let got = big
+        .semaphore("fair", 4)
+        .acquire_with(
+            SemaphoreOptions::default()
+                .permits(3)
+                .wait(Duration::from_secs(10)),
+        )
+        .await;
+    let waited = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let p = got.expect("the 3-permit waiter was starved");
+    p.release().await.unwrap();
+    let mut small = 0;
+    for s in stream {
+        small += s.await.unwrap();
+    }
+    println!("3 permits after {waited:?}, while 12 streamers took {small} single permits");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+}
+
+/// Limits that disagree: each caller is admitted by its own limit, counting
+/// every hold. With 5 of a limit-8 semaphore held, a limit-4 caller is
+/// refused and a limit-8 caller admitted; once the total is down to 3, the
+/// limit-4 caller gets in.
+#[tokio::test]
+async fn limits_that_disagree_apply_to_each_callers_own_admission() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let wide = c.semaphore("mixed", 8);
+    let narrow = c.semaphore("mixed", 4);
+    let five = wide
+        .acquire_with(SemaphoreOptions::default().permits(5))
+        .await
+        .unwrap();
+    assert!(narrow.try_acquire().await.unwrap().is_none());
+    assert_eq!(narrow.available().await.unwrap(), 0);
+    assert_eq!(wide.available().await.unwrap(), 3);
+    let sixth = wide.try_acquire().await.unwrap().expect("8 admits a sixth");
+    five.release().await.unwrap();
+    let two = wide
+        .acquire_with(SemaphoreOptions::default().permits(2))
+        .await
+        .unwrap();
+    // Held: 1 + 2 = 3; the narrow caller fits (3 + 1 <= 4), but not with 2.
+    assert!(narrow
+        .try_acquire_with(SemaphoreOptions::default().permits(2))
+        .await
+        .unwrap()
+        .is_none());
+    let fourth = narrow
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("4 admits a fourth");
+    assert!(narrow.try_acquire().await.unwrap().is_none());
+    for p in [sixth, two, fourth] {
+        p.release().await.unwrap();
+    }
+    assert_eq!(wide.available().await.unwrap(), 8);
+}
+
+/// 200 waiters in two clients on an 8-permit semaphore, several rounds:
+/// acquire script calls per acquisition, read from the server's
+/// commandstats, stay at most 1.25 (the bound): a release that
+/// frees a permit wakes one waiter, not a herd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_retry_per_freed_permit() {
+    const WAITERS: usize = 200;
+    const ROUNDS: usize = 3;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let clients = [client(&server).await, client(&server).await];
+    // A fixed lease: no watchdog renewals among the counted scripts.
+    let opts = SemaphoreOptions::default().lease(Duration::from_secs(20));
+    let before = command_calls(&admin).await;
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let sem = clients[i % 2].semaphore("eight", 8);
+        let opts = opts.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let p = sem.acquire_with(opts.clone()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                p.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("a waiter is stuck")
+            .unwrap();
+    }
+    let after = command_calls(&admin).await;
+    let acquisitions = (WAITERS * ROUNDS) as u64;
+    // Every acquisition is released once; the queue LEAVEs of the last
+    // waiters are script calls too, so this over-counts attempts slightly.
+    let scripts = delta(&before, &after, "evalsha");
+    let attempts = scripts - acquisitions;
+    let per_acq = attempts as f64 / acquisitions as f64;
+    println!(
+        "semaphore one_retry_per_freed_permit: {acquisitions} acquisitions, {attempts} acquire script calls, {per_acq:.3} per acquisition, {} PUBLISH",
+        delta(&before, &after, "publish"),
+    );
+    assert!(scripts >= acquisitions);
+    assert!(
+        per_acq <= 1.25,
+        "{per_acq:.3} acquire calls per acquisition"
+    );
+}
+
+const CHILD_ENV: &str = "RELAYLOCK_SEMAPHORE_CHILD";
+const CHILD_LEASE: Duration = Duration::from_secs(1);
+
+/// A holder process SIGKILLed while holding both permits of a semaphore:
+/// a waiter in this process gets them within the lease + 1 s, by the
+/// server clock alone (nobody releases them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holders_permits_come_back_within_the_lease() {
+    if let Ok(url) = std::env::var(CHILD_ENV) {
+        // Child: take both permits (renewed by the watchdog), say so, hang.
+        let c = client_with_lease(&url, CHILD_LEASE).await;
+        let p = c
+            .semaphore("crash", 2)
+            .acquire_with(SemaphoreOptions::default().permits(2))
+            .await
+            .unwrap();
+        println!("HELD {}", p.token());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        return;
+    }
+    let server = RedisServer::start();
+    let c = client_with_lease(&server.url(), CHILD_LEASE).await;
+    let sem = c.semaphore("crash", 2);
+    let mut worst = Duration::ZERO;
+    for run in 0..3 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "a_killed_holders_permits_come_back_within_the_lease",
+                "--exact",
+                "--nocapture",
+            ])
+            .env(CHILD_ENV, server.url())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .find(|l| l.starts_with("HELD "))
+        })
+        .await
+        .unwrap()
+        .expect("the child took the permits");
+        let waiter = {
+            let sem = sem.clone();
+            tokio::spawn(async move {
+                let p = sem.acquire().await.unwrap();
+                let at = Instant::now();
+                p.release().await.unwrap();
+                at
+            })
+        };
+        // Held well past its first lease: the child's watchdog renews it.
+        tokio::time::sleep(CHILD_LEASE * 2).await;
+        assert!(!waiter.is_finished(), "the child's renewed hold was lost");
+        child.kill().unwrap();
+        let killed = Instant::now();
+        child.wait().unwrap();
+        let at = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter is stuck")
+            .unwrap();
+        let took = at - killed;
+        println!("run {run}: permits back {took:?} after SIGKILL (lease {CHILD_LEASE:?})");
+        worst = worst.max(took);
+    }
+    assert!(worst <= CHILD_LEASE + Duration::from_secs(1), "{worst:?}");
+}
+
+/// A tiny deterministic generator (no dependency for it).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Acquisitions cancelled at random points (while waiting, in flight, while
+/// holding), across two clients: once everything has settled, every permit
+/// is free and no client is queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_at_random_points_leaves_no_permit_taken() {
+    const LIMIT: u32 = 4;
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let mut rng = Lcg(0x5eed);
+    let mut tasks = Vec::new();
+    for i in 0..120 {
+        let sem = clients[i % 2].semaphore("cancel", LIMIT);
+        let n = 1 + rng.below(2) as u32;
+        let give_up = Duration::from_micros(rng.below(20_000));
+        let hold = Duration::from_micros(rng.below(5_000));
+        tasks.push(tokio::spawn(async move {
+            let opts = SemaphoreOptions::default().permits(n);
+            // Dropped at whatever await point the deadline finds it.
+            let _ = tokio::time::timeout(give_up, async {
+                let p = sem.acquire_with(opts).await.unwrap();
+                tokio::time::sleep(hold).await;
+                drop(p);
+            })
+            .await;
+        }));
+        if i % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let sem = clients[0].semaphore("cancel", LIMIT);
+    let settled = eventually(Duration::from_secs(3), || async {
+        sem.available().await.unwrap() == LIMIT && sem.queued_clients().await.unwrap() == 0
+    })
+    .await;
+    assert!(
+        settled,
+        "available {} of {LIMIT}, {} clients queued",
+        sem.available().await.unwrap(),
+        sem.queued_clients().await.unwrap()
+    );
+    // And the semaphore still works for everyone.
+    let all = sem
+        .acquire_with(
+            SemaphoreOptions::default()
+                .permits(LIMIT)
+                .wait(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
+    all.release().await.unwrap();
+}
+
+/// A wait is bounded by the soonest expiry among the holds: a holder that
+/// vanished without releasing (its permit leaked with a fixed lease) costs
+/// a waiter at most that lease, without any message.
+#[tokio::test]
+async fn a_wait_is_bounded_by_the_soonest_expiry() {
+    let server = RedisServer::start();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let lease = Duration::from_millis(400);
+    let p = holder
+        .semaphore("leak", 1)
+        .acquire_with(SemaphoreOptions::default().lease(lease))
+        .await
+        .unwrap();
+    let taken = Instant::now();
+    // Never released: the hold ends with its lease, by the server clock.
+    std::mem::forget(p);
+    let q = waiter
+        .semaphore("leak", 1)
+        .acquire_with(SemaphoreOptions::default().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let took = taken.elapsed();
+    println!("leaked permit back after {took:?} (lease {lease:?})");
+    assert!(took >= lease - Duration::from_millis(50), "{took:?}");
+    assert!(took <= lease + Duration::from_millis(500), "{took:?}");
+    q.release().await.unwrap();
+}
+
+/// The watchdog renews a hold taken without a lease; `extend` sets one; a
+/// hold removed behind the holder's back fires `lost()` and its release
+/// reports the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_extend_and_loss() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let c = client_with_lease(&server.url(), Duration::from_millis(300)).await;
+    let sem = c.semaphore("renewed", 1);
+    let p = sem.acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(p.is_held());
+    assert!(
+        sem.try_acquire().await.unwrap().is_none(),
+        "renewed hold lost"
+    );
+    p.extend(Duration::from_secs(5)).await.unwrap();
+    // Expired behind the holder's back (its expiry moved into the past, as
+    // a paused holder's would be): the next renewal finds it gone.
+    let _: i64 = admin
+        .zadd(
+            format!("{}:h", sem.redis_key()),
+            Some(SetOptions::XX),
+            None,
+            false,
+            false,
+            (1.0, p.token()),
+        )
+        .await
+        .unwrap();
+    let fired = tokio::time::timeout(Duration::from_secs(3), p.lost()).await;
+    assert!(fired.is_ok(), "lost() did not fire");
+    assert!(!p.is_held());
+    assert!(matches!(p.release().await, Err(Error::LockLost)));
+
+    // A fixed lease that ran out: extend and release report the loss.
+    let q = sem
+        .acquire_with(SemaphoreOptions::default().lease(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(
+        q.extend(Duration::from_secs(1)).await,
+        Err(Error::LockLost)
+    ));
+    assert!(matches!(q.release().await, Err(Error::LockLost)));
+}
+
+/// Bad input is a typed error before anything is sent.
+#[tokio::test]
+async fn bad_input_is_a_typed_error() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let invalid = |r: Result<_, Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(invalid(c.semaphore("zero", 0).acquire().await.map(drop)));
+    let sem = c.semaphore("s", 2);
+    assert!(invalid(
+        sem.acquire_with(SemaphoreOptions::default().permits(0))
+            .await
+            .map(drop)
+    ));
+    assert!(invalid(
+        sem.try_acquire_with(SemaphoreOptions::default().permits(3))
+            .await
+            .map(drop)
+    ));
+    assert!(invalid(c.semaphore("", 2).available().await.map(drop)));
+    assert!(invalid(
+        sem.acquire_with(SemaphoreOptions::default().lease(Duration::ZERO))
+            .await
+            .map(drop)
+    ));
+    // A name that holds something else is reported, not misread.
+    let admin = server.admin().await;
+    let _: () = admin
+        .set(
+            c.semaphore("foreign", 2).redis_key(),
+            "not ours",
+            None,
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let foreign = c.semaphore("foreign", 2);
+    assert!(matches!(
+        foreign.try_acquire().await,
+        Err(Error::UnexpectedReply(_))
+    ));
+    assert!(matches!(
+        foreign.available().await,
+        Err(Error::UnexpectedReply(_))
+    ));
+}
