@@ -410,6 +410,9 @@ impl<'a> LockCall<'a> {
         }
         let sent = Instant::now();
         let calls = &self.inner.calls;
+        // A semaphore's client keeps its place in the queue when admitted
+        // while other local waiters want permits too.
+        let more = self.permits.is_some() && queue.is_some_and(Waiter::has_company);
         let reply = match self.permits {
             None => {
                 calls
@@ -417,8 +420,17 @@ impl<'a> LockCall<'a> {
                     .await?
             }
             Some(shape) => {
+                // The client's queue entry asks for the largest need among
+                // its waiters now, so a reservation fits whichever is woken.
+                let want = queue.and_then(Waiter::max_need).map_or(shape.0, |(n, _)| n);
                 calls
-                    .sem_acquire(&self.names, &self.token, shape, self.lease_ms, client)
+                    .sem_acquire(
+                        &self.names,
+                        &self.token,
+                        shape,
+                        self.lease_ms,
+                        (client, more, want),
+                    )
                     .await?
             }
         };
@@ -439,7 +451,12 @@ impl<'a> LockCall<'a> {
             AcquireReply::Acquired(fence, _) if self.permits.is_some() => {
                 if let Some(w) = queue {
                     w.note_taken();
-                    if sem_reservation_left(&reply) {
+                    if more {
+                        // The script kept this client queued: the last
+                        // local waiter to leave takes it out.
+                        w.mark_queued();
+                    }
+                    if sem_reservation_left(&reply) && w.has_company() {
                         w.pass_on();
                     }
                 }

@@ -110,19 +110,31 @@ pub(crate) fn release_reply(reply: &[i64]) -> Result<Released> {
 /// client got a reservation (wake 1, it takes it) or the permits are free
 /// (wake up to the permits released, `u32::MAX` here); `HandedOver` when
 /// clients ahead of it wait (wake none).
-pub(crate) fn sem_release_reply(reply: &[i64]) -> Result<(Released, u32)> {
-    Ok(match reply {
-        [1, told, 1] if *told >= 0 => (Released::Freed, 1),
-        [1, told, 2] if *told >= 0 => (Released::Freed, u32::MAX),
-        [1, told, 0] if *told >= 0 => (Released::HandedOver, 0),
-        [2] => (Released::Already, u32::MAX),
-        [0] => (Released::NotOurs, 0),
-        other => {
-            return Err(Error::UnexpectedReply(format!(
-                "semaphore release replied {other:?}"
-            )))
-        }
-    })
+pub(crate) fn sem_release_reply(reply: &[i64]) -> Result<(Released, u32, bool)> {
+    // How many local waiters `fits` asks for, and whether the releaser's
+    // own client got a new reservation (the caller arms the grace timer).
+    let wake = |fits: i64| match fits {
+        1 => Some((1, true)),
+        2 => Some((u32::MAX, false)),
+        3 => Some((u32::MAX, true)),
+        0 => Some((0, false)),
+        _ => None,
+    };
+    let parsed = match reply {
+        [1, told, fits] if *told >= 0 => wake(*fits).map(|(n, own)| {
+            let released = if n == 0 {
+                Released::HandedOver
+            } else {
+                Released::Freed
+            };
+            (released, n, own)
+        }),
+        // A replay: the first run's reply (and its wake-ups) was lost.
+        [2, fits] => wake(*fits).map(|(_, own)| (Released::Already, u32::MAX, own)),
+        [0, fits] => wake(*fits).map(|(n, own)| (Released::NotOurs, n, own)),
+        _ => None,
+    };
+    parsed.ok_or_else(|| Error::UnexpectedReply(format!("semaphore release replied {reply:?}")))
 }
 
 /// A semaphore's permits, as [`SEM_PEEK`](crate::scripts::SEM_PEEK) sees
@@ -355,14 +367,17 @@ impl Calls {
     }
 
     /// One [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) call, its raw reply
-    /// (`{1, fence}` or `{0, bound ms}`; `client` as for [`acquire`](Self::acquire)).
+    /// (`{1, fence, left}` or `{0, bound ms}`; `client` as for
+    /// [`acquire`](Self::acquire); `more`: other local waiters want permits,
+    /// so an admitted client keeps a place in the queue; `want`: the largest
+    /// need among them).
     pub(crate) async fn sem_acquire(
         &self,
         names: &Names,
         token: &str,
         (n, limit): (u32, u32),
         lease_ms: u64,
-        client: &str,
+        (client, more, want): (&str, bool, u32),
     ) -> Result<Vec<i64>> {
         let (holds, facts) = (names.holds(), names.facts());
         let (void, voids) = (names.void(token), names.voids());
@@ -377,6 +392,8 @@ impl Calls {
                 names.channel.as_str().into(),
                 self.publish.clone(),
                 (HANDOFF_GRACE_MS as i64).into(),
+                if more { "1" } else { "0" }.into(),
+                i64::from(want).into(),
             ];
             let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids];
             (keys, args)
@@ -396,7 +413,7 @@ impl Calls {
         fence: Option<u64>,
         client: &str,
         requeue: Option<(u32, u32)>,
-    ) -> Result<(Released, u32)> {
+    ) -> Result<(Released, u32, bool)> {
         let (holds, facts) = (names.holds(), names.facts());
         let (void, voids) = (names.void(token), names.voids());
         let reply: Vec<i64> = self

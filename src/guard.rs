@@ -558,22 +558,22 @@ async fn release_permits(
     let need = requeued.as_ref().map(|r| r.need());
     let outcome = inner
         .calls
-        .sem_release(names, token, fence, registry.client_id(), need)
+        .sem_release(names, token, fence, registry.client_id(), need.flatten())
         .await;
     let wake = match &outcome {
-        Ok((_, wake)) => (*wake).min(permits.max(1)),
+        Ok((_, wake, _)) => (*wake).min(permits.max(1)),
         Err(_) => permits.max(1),
     };
     for _ in 0..wake {
         registry.wake_one_if_waiting(&names.channel);
     }
-    if matches!(outcome, Ok((Released::Freed, 1))) {
-        // Reserved for this client: should the woken waiter not take it, it
+    if matches!(outcome, Ok((_, _, true))) {
+        // Reserved for this client: should no woken waiter take it, it
         // lapses, and a probe after the grace hands it on.
         registry.reserved_here(&names.channel);
     }
     drop(requeued);
-    outcome.map(|(released, _)| released)
+    outcome.map(|(released, _, _)| released)
 }
 
 /// A lock granted to a local waiter that left: release it (in the

@@ -77,10 +77,10 @@ pub(crate) struct KeyWaiters {
     node: std::sync::Mutex<Option<Server>>,
     /// Local waiters a release of this client may hand the lock to directly.
     inbox: Arc<Inbox<Notify>>,
-    /// A semaphore's local waiters: the largest number of permits one of
-    /// them needs (high 32 bits) and its limit (low 32 bits), which a
-    /// release that queues this client again writes into the queue.
-    need: AtomicU64,
+    /// A semaphore's local waiters: what each needs, `(permits, limit)`,
+    /// one entry per registered waiter that said (a few per key; the
+    /// largest goes into the queue entry, see [`KeyWaiters::max_need`]).
+    needs: std::sync::Mutex<Vec<(u32, u32)>>,
 }
 
 /// What a message on a lock's channel announces.
@@ -136,7 +136,7 @@ impl KeyWaiters {
             linger_until: std::sync::Mutex::new(None),
             node: std::sync::Mutex::new(None),
             inbox: Arc::new(Inbox::default()),
-            need: AtomicU64::new(0),
+            needs: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -146,6 +146,16 @@ impl KeyWaiters {
         if self.presence.count() > 0 {
             self.notify.notify_one();
         }
+    }
+
+    fn needs(&self) -> std::sync::MutexGuard<'_, Vec<(u32, u32)>> {
+        self.needs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The largest need among the semaphore waiters registered now, with
+    /// its limit; `None` when none said.
+    fn max_need(&self) -> Option<(u32, u32)> {
+        self.needs().iter().copied().max()
     }
 
     fn linger_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
@@ -448,6 +458,7 @@ impl Registry {
             entry,
             gauge: Gauge::NotCounted,
             queued_try: AtomicBool::new(false),
+            need: None,
         };
         (waiter, before)
     }
@@ -686,14 +697,40 @@ impl Registry {
         let registry = Arc::clone(self);
         let lock = Names::lock_of_channel(channel).to_owned();
         let entry = Arc::clone(entry);
-        let script = match Names::kind_of_channel(channel) {
-            Kind::Mutex => registry.leave.clone(),
-            Kind::Semaphore => registry.sem_leave.clone(),
-        };
+        let semaphore = Names::kind_of_channel(channel) == Kind::Semaphore;
+        let channel = channel.to_owned();
         handle.spawn(async move {
-            let leave = evalsha_reloading::<i64, _>(&registry.redis, &script, || {
-                (vec![lock.as_str()], vec![registry.client_id.as_str().into()])
-            });
+            let (holds, facts, voids) = (
+                format!("{lock}:h"),
+                format!("{lock}:t"),
+                format!("{lock}:void"),
+            );
+            let leave = evalsha_reloading::<i64, _>(
+                &registry.redis,
+                if semaphore {
+                    &registry.sem_leave
+                } else {
+                    &registry.leave
+                },
+                || {
+                    let client = registry.client_id.as_str().into();
+                    if !semaphore {
+                        return (vec![lock.as_str()], vec![client]);
+                    }
+                    // A semaphore's leave walks the queue and may tell the
+                    // clients it reserves for.
+                    let publish = if registry.sharded { "SPUBLISH" } else { "PUBLISH" };
+                    (
+                        vec![lock.as_str(), &holds, &facts, &voids, &voids],
+                        vec![
+                            client,
+                            channel.as_str().into(),
+                            publish.into(),
+                            (HANDOFF_GRACE_MS as i64).into(),
+                        ],
+                    )
+                },
+            );
             if let Err(e) = registry.with_command_timeout(leave).await {
                 tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }
@@ -841,15 +878,11 @@ pub(crate) struct Requeue {
 
 impl Requeue {
     /// The largest number of permits a local waiter of this semaphore
-    /// needs, with its limit (`(1, 1)` before any waiter said).
-    pub(crate) fn need(&self) -> (u32, u32) {
-        let packed = self.entry.need.load(SeqCst);
-        let (n, limit) = ((packed >> 32) as u32, packed as u32);
-        if n == 0 {
-            (1, 1)
-        } else {
-            (n, limit.max(n))
-        }
+    /// needs now, with its limit (`None` before any waiter said: the
+    /// release then does not queue the client again, and that waiter's own
+    /// try does).
+    pub(crate) fn need(&self) -> Option<(u32, u32)> {
+        self.entry.max_need()
     }
 }
 
@@ -874,6 +907,8 @@ pub(crate) struct Waiter {
     /// A try that may queue this client is in flight: if the waiter is
     /// dropped before its outcome is known, the client may be queued.
     queued_try: AtomicBool,
+    /// A semaphore waiter's need, registered in the key's `needs`.
+    need: Option<(u32, u32)>,
 }
 
 /// Whether a waiter counts in the `relaylock_waiters` gauge.
@@ -909,11 +944,18 @@ impl Waiter {
         }
     }
 
-    /// A semaphore waiter needs `n` permits under `limit` (see
-    /// [`Requeue::need`]).
-    pub(crate) fn need(&self, n: u32, limit: u32) {
-        let packed = (u64::from(n) << 32) | u64::from(limit);
-        self.entry.need.fetch_max(packed, SeqCst);
+    /// This semaphore waiter needs `n` permits under `limit`, until it is
+    /// dropped (see [`Requeue::need`]).
+    pub(crate) fn need(&mut self, n: u32, limit: u32) {
+        if self.need.is_none() {
+            self.entry.needs().push((n, limit));
+            self.need = Some((n, limit));
+        }
+    }
+
+    /// The largest need among this key's semaphore waiters now.
+    pub(crate) fn max_need(&self) -> Option<(u32, u32)> {
+        self.entry.max_need()
     }
 
     /// Make sure the key's channel is subscribed and Redis confirmed it.
@@ -1099,6 +1141,12 @@ pub(crate) const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
 
 impl Drop for Waiter {
     fn drop(&mut self) {
+        if let Some(need) = self.need {
+            let mut needs = self.entry.needs();
+            if let Some(i) = needs.iter().position(|n| *n == need) {
+                needs.swap_remove(i);
+            }
+        }
         if let Gauge::Counted(name) = &self.gauge {
             m::waiters(name.as_ref(), Names::kind_of_channel(&self.channel), -1.0);
         }

@@ -436,8 +436,11 @@ local function cut()
   if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
   if used < 0 then used = 0 end
 end
-local function save(keep)
+local function store()
   redis.call('SET', KEYS[1], string.format('%d', used) .. '|' .. string.format('%d', last) .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
+end
+local function save(keep)
+  store()
   for i = 1, 3 do
     local p = redis.call('PTTL', KEYS[i])
     if p == -1 or (p >= 0 and p < keep) then redis.call('PEXPIRE', KEYS[i], keep) end
@@ -480,6 +483,14 @@ local function walk(own, grace)
   end
   queue = table.concat(rest, ',')
 end
+local function fits()
+  if own_reserved then
+    if queue == '' then return 3 end
+    return 1
+  end
+  if queue == '' and not own_added then return 2 end
+  return 0
+end
 local function tell(publish, channel, own)
   for _, c in ipairs(told) do redis.pcall(publish, channel, 'r:' .. c) end
   if own and own_reserved and queue ~= '' then redis.pcall(publish, channel, 'o:' .. own) end
@@ -497,8 +508,13 @@ end
 /// `p:2:{k}:sem:t` (hash: `<token>` → `<n>:<fence>`, `~<client>` → `<m>` for
 /// a reservation of m permits), this token's void marker and the
 /// semaphore's void index (as for [`ACQUIRE`]). ARGV: `[token, n, limit,
-/// lease_ms, client, retention_ms, channel, publish, grace_ms]`; `client`
-/// is `''` for a caller that will not wait. Client ids must not contain
+/// lease_ms, client, retention_ms, channel, publish, grace_ms, more,
+/// want]`; `client` is `''` for a caller that will not wait; `more` is
+/// `'1'` when other local waiters of the caller's client still want
+/// permits; `want` is the largest need among the client's waiters (at
+/// least `n`, at most `limit`; `n` when absent): the client's queue entry
+/// asks for that, raised or lowered in place, so a reservation fits
+/// whichever of its waiters is woken. Client ids must not contain
 /// `|`, `,` or `:` (relaylock's are 16 hex digits).
 ///
 /// * A numeric argument that is not a non-negative integer, `n` or `limit`
@@ -524,16 +540,18 @@ end
 ///   (less the reservation it uses) `+ n <= limit`, by the CALLER's limit
 ///   (limits that disagree: each caller's applies to its own admission).
 ///   Then fence `max(TIME µs, last + 1)`, `ZADD holds (now + lease) token`,
-///   `HSET facts token n:fence`, and the client leaves the queue. Reply
+///   `HSET facts token n:fence`, and the client leaves the queue, or, with
+///   `more`, moves to its back (keeping the larger need): a client with
+///   waiters stays queued, so clients take turns. Reply
 ///   `{1, fence, left}`: `left` permits of the client's reservation are
 ///   still reserved for it (the caller wakes another local waiter for
 ///   them).
 /// * Otherwise the client (if it waits and is not queued) joins the queue's
-///   back as `client:n:limit` (a queued client's entry is raised in place
-///   to `n` when `n` is larger, so a reservation made for it fits its
-///   largest waiter), and the reply is `{0, bound}`: ms until the
-///   soonest expiry among the holds and reservations (at least 1; `50` when
-///   none).
+///   back as `client:want:limit` (a queued client's entry is set to `want`
+///   in place), and the reply is `{0, bound}`: ms until the soonest expiry
+///   among the holds and the client's own reservation (other clients'
+///   reservations are left out: their messages arm grace timers), at least
+///   1, `50` when none.
 /// * Every name lives at least `lease + retention` (admitted) or
 ///   `retention` more.
 pub const SEM_ACQUIRE: &str = concat!(
@@ -547,6 +565,10 @@ local token, n, limit, lease, client, retention, grace = ARGV[1], tonumber(ARGV[
 if n < 1 or limit < 1 or n > limit then
   return redis.error_reply('relaylock: permits must be 1..limit')
 end
+local want = tonumber(ARGV[11] or '') or n
+if want < n then want = n end
+if want > limit then want = limit end
+local entry = client .. ':' .. string.format('%d', want) .. ':' .. string.format('%d', limit)
 "#,
     sem_prelude!(),
     r#"
@@ -587,28 +609,42 @@ if (m or queue == '' or first == client) and avail + n <= limit then
   redis.call('ZADD', KEYS[2], now + lease, token)
   redis.call('HSET', KEYS[3], token, string.format('%d', n) .. ':' .. fs)
   used = used + n
-  if queued(client) then dequeue(client) end
+  if ARGV[10] == '1' and client ~= '' then
+    -- Other local waiters of this client still want permits: it keeps a
+    -- place, at the back (round robin across clients), at their need.
+    dequeue(client)
+    if queue == '' then queue = entry else queue = queue .. ',' .. entry end
+  elseif queued(client) then
+    dequeue(client)
+  end
   save(lease + retention)
   tell(ARGV[8], ARGV[7], nil)
   return {1, fence, left}
 end
 if client ~= '' and not queued(client) then
-  local e = client .. ':' .. string.format('%d', n) .. ':' .. string.format('%d', limit)
-  if queue == '' then queue = e else queue = queue .. ',' .. e end
+  if queue == '' then queue = entry else queue = queue .. ',' .. entry end
 elseif client ~= '' then
   local es = {}
   for e in string.gmatch(queue, '[^,]+') do
-    local c, m = string.match(e, '^([^:]+):(%d+):')
-    if c == client and tonumber(m) < n then e = c .. ':' .. string.format('%d', n) .. ':' .. string.format('%d', limit) end
+    if string.sub(e, 1, #client + 1) == client .. ':' then e = entry end
     es[#es + 1] = e
   end
   queue = table.concat(es, ',')
 end
 save(retention)
 tell(ARGV[8], ARGV[7], client)
-local soonest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+-- The bound: the soonest expiry among the holds and this client's own
+-- reservation; other clients' reservations are covered by their messages'
+-- grace timers, and counting them would poll every 50 ms under load.
+local soonest = redis.call('ZRANGE', KEYS[2], 0, 15, 'WITHSCORES')
 local bound = 50
-if soonest[2] then bound = tonumber(soonest[2]) - now end
+for i = 1, #soonest, 2 do
+  local member = soonest[i]
+  if string.sub(member, 1, 1) ~= '~' or member == '~' .. client or i == #soonest - 1 then
+    bound = tonumber(soonest[i + 1]) - now
+    break
+  end
+end
 if bound < 1 then bound = 1 end
 return {0, bound}
 "#
@@ -640,19 +676,19 @@ return {0, bound}
 ///   told (its caller wakes a local waiter), but when clients stay queued
 ///   behind it, one `o:<client>` message lets them re-check should that
 ///   reservation lapse unused (their own waiters may be sleeping on a
-///   hold's whole lease). Reply `{1, reservations,
-///   fits}`: `fits` is `1` when the releaser's own client got a new
-///   reservation (the caller wakes one local waiter, which takes it), `2`
-///   when nobody is left queued (the permits are free: the caller wakes up
-///   to `n` local waiters), `0` when a client ahead of it still waits, or
-///   the permits were added to the own client's live reservation (the
+///   hold's whole lease). Reply `{1, reservations, fits}`, where `fits`
+///   says whom the caller wakes among its own waiters: `1` its client got
+///   a new reservation (wake one, it takes it), `3` a new reservation and
+///   nobody else queued (wake up to `n`), `2` nobody is left queued (the
+///   permits are free: wake up to `n`), `0` a client ahead of it still
+///   waits, or the permits went to its client's live reservation (the
 ///   waiter woken for that one takes them, and wakes the next). Only a new
-///   reservation wakes anyone.
-///   (Permits that came back by expiry in the same call are handed out by
-///   the same walk, so one release may tell more clients than it freed
-///   permits.)
-/// * not held, but `fence` is in the ring: a replay, `{2}`.
-/// * otherwise `{0}`: the hold had expired (and was cut).
+///   reservation wakes anyone. (Permits that came back by expiry in the
+///   same call are handed out by the same walk, so one release may tell
+///   more clients than it freed permits.)
+/// * not held, but `fence` is in the ring: a replay, `{2, fits}`.
+/// * otherwise `{0, fits}`: the hold had expired (and was cut). The walk
+///   runs on these paths too (a cut may have freed permits), hence `fits`.
 ///
 /// The ring keeps [`RING_CHARS`] characters of released fences shared by
 /// all holders, so with many concurrent permits a replay is recognised only
@@ -664,14 +700,15 @@ for _, i in ipairs({4, 5, 7}) do
     return redis.error_reply('relaylock: argument ' .. i .. ' must be a non-negative integer')
   end
 end
-if ARGV[9] == '1' and (not string.find(ARGV[10] or '', '^%d+$') or not string.find(ARGV[11] or '', '^%d+$')) then
-  return redis.error_reply('relaylock: a requeue needs n and limit')
+if ARGV[9] == '1' and (not string.find(ARGV[10] or '', '^%d+$') or not string.find(ARGV[11] or '', '^%d+$')
+    or tonumber(ARGV[10]) < 1 or tonumber(ARGV[10]) > tonumber(ARGV[11])) then
+  return redis.error_reply('relaylock: a requeue needs 1 <= n <= limit')
 end
 local retention, grace = tonumber(ARGV[4]), tonumber(ARGV[7])
 "#,
     sem_prelude!(),
     r#"
-if foreign then return {0} end
+if foreign then return {0, 0} end
 cut()
 if ARGV[2] == '' then
   redis.call('SET', KEYS[4], '1', 'PX', retention)
@@ -701,17 +738,15 @@ if fact and (ARGV[2] == '' or fs == ARGV[2]) then
   walk(ARGV[6], grace)
   save(retention)
   tell(ARGV[8], ARGV[3], ARGV[6])
-  local fits = 0
-  if own_reserved then fits = 1 elseif queue == '' and not own_added then fits = 2 end
-  return {1, #told, fits}
+  return {1, #told, fits()}
 end
 walk(ARGV[6], grace)
 if v or ARGV[2] == '' then save(retention) end
 tell(ARGV[8], ARGV[3], ARGV[6])
 if ARGV[2] ~= '' and ring ~= '' and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
-  return {2}
+  return {2, fits()}
 end
-return {0}
+return {0, fits()}
 "#
 );
 
@@ -789,24 +824,29 @@ return {used, queued}
 
 /// Semaphore: leave the queue, for a client whose last local waiter left.
 ///
-/// KEYS: `[meta]`; ARGV: `[client]`. Remove the client's entry from the
-/// value's queue (`SET ... KEEPTTL`) and reply `1`; `0` when it was not
-/// queued or the value is not relaylock's.
-pub const SEM_LEAVE: &str = r#"
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local f = {}
-for x in string.gmatch(v .. '|', '([^|]*)|') do f[#f + 1] = x end
-if #f ~= 5 then return 0 end
-local rest, found = {}, false
-for e in string.gmatch(f[3], '[^,]+') do
-  if string.sub(e, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then found = true else rest[#rest + 1] = e end
-end
-if not found then return 0 end
-f[3] = table.concat(rest, ',')
-redis.call('SET', KEYS[1], table.concat(f, '|'), 'KEEPTTL')
-return 1
-"#;
+/// KEYS: `[meta, holds, facts, voids, voids]` (as for [`SEM_ACQUIRE`]; no
+/// token). ARGV: `[client, channel, publish, grace_ms]`. Cuts expired holds,
+/// removes the client's entry from the queue, then walks the queue as a
+/// release does: a client that was blocked behind the leaver (it needed
+/// more than was free) may fit now, and gets its reservation and message
+/// (found in review: without the walk, the clients behind a head that gave
+/// up waited for a hold's whole lease). The names' TTLs are kept. Reply `1`
+/// when the client was queued, `0` otherwise or when the value is not
+/// relaylock's.
+pub const SEM_LEAVE: &str = concat!(
+    sem_prelude!(),
+    r#"
+if foreign or not v then return 0 end
+cut()
+local found = queued(ARGV[1])
+dequeue(ARGV[1])
+walk('', tonumber(ARGV[4]) or 50)
+store()
+tell(ARGV[3], ARGV[2], nil)
+if found then return 1 end
+return 0
+"#
+);
 
 /// The scripts, hashed once per client.
 #[derive(Clone, Debug)]

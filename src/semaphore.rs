@@ -6,9 +6,10 @@
 //! * **Never more than the limit.** A caller is admitted only while the
 //!   permits held (by anyone, its own included) plus those it asks for fit
 //!   within ITS limit ([`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) decides
-//!   in one script). Callers that disagree on the limit each get the
-//!   guarantee they asked for: while a caller with limit `L` holds, at most
-//!   `L` permits are held in total.
+//!   in one script). When all callers give the same limit, no more than
+//!   that are ever held. Callers that disagree are each checked by their
+//!   own limit at their admission only: a caller with limit 8 may be
+//!   admitted while a caller with limit 4 holds, bringing the total above 4.
 //! * **Crashed holders give permits back by the server clock.** Every hold
 //!   is its own entry with its own expiry in Redis time; a holder that is
 //!   never heard from again loses its permits when its lease ends, judged by

@@ -171,7 +171,7 @@ async fn a_release_that_frees_k_permits_reserves_for_at_most_k_clients() {
     assert_eq!(s.reservation("q").await, None);
     assert_eq!(s.state().await, (2, "q:1:2,r:1:2".into()));
     // A replayed release is recognised, and frees nothing twice.
-    assert_eq!(s.release("h1", Some(h1[1]), "x").await, vec![2]);
+    assert_eq!(s.release("h1", Some(h1[1]), "x").await, vec![2, 0]);
     assert_eq!(s.state().await.0, 2);
 }
 
@@ -192,7 +192,10 @@ async fn expired_holds_come_back_by_the_server_clock() {
     assert!(w[1] > crashed[1]);
     assert_eq!(s.state().await, (1, String::new()));
     // The crashed holder's late release is a loss, not a second free.
-    assert_eq!(s.release("crashed", Some(crashed[1]), "a").await, vec![0]);
+    assert_eq!(
+        s.release("crashed", Some(crashed[1]), "a").await,
+        vec![0, 2]
+    );
     assert_eq!(s.state().await.0, 1);
 }
 
@@ -224,7 +227,7 @@ async fn replays_and_disagreeing_limits() {
 async fn an_abandoned_acquisition_never_takes_a_permit_later() {
     let (_server, s) = sem().await;
     // Abandoned before it reached Redis: its release voids the token.
-    assert_eq!(s.release("ghost", None, "a").await, vec![0]);
+    assert_eq!(s.release("ghost", None, "a").await, vec![0, 2]);
     assert_eq!(s.acquire("ghost", 1, 4, 10_000, "a").await, vec![0, -2]);
     assert_eq!(s.state().await.0, 0);
     // Abandoned after it took a permit: released, and voided as well.
@@ -246,7 +249,7 @@ async fn a_queue_head_that_is_gone_does_not_stall_the_semaphore() {
     assert_eq!(s.acquire("w2", 1, 1, 10_000, "c").await[0], 0);
     assert_eq!(s.acquire("tb", 1, 1, 10_000, "b").await[0], 0);
     assert_eq!(s.state().await, (1, "c:1:1,b:1:1".into()));
-    assert_eq!(s.release("w2", None, "c").await, vec![0]);
+    assert_eq!(s.release("w2", None, "c").await, vec![0, 0]);
     // c's release without local waiters left takes c out of the queue and
     // hands the permit to b.
     assert_eq!(s.release("w1", Some(w1[1]), "c").await, vec![1, 1, 2]);
@@ -275,7 +278,7 @@ async fn a_queue_head_that_is_gone_does_not_stall_the_semaphore() {
 async fn a_refused_abandoned_token_still_saves_the_cut() {
     let (_server, s) = sem().await;
     assert_eq!(s.acquire("short", 2, 2, 100, "").await[0], 1);
-    assert_eq!(s.release("ghost", None, "a").await, vec![0]);
+    assert_eq!(s.release("ghost", None, "a").await, vec![0, 2]);
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert_eq!(s.acquire("ghost", 1, 2, 10_000, "a").await, vec![0, -2]);
     assert_eq!(s.state().await.0, 0, "the expired permits leaked");
@@ -384,8 +387,9 @@ async fn renewals_extend_live_holds_only() {
 
 /// The releasing client's own queue entry is served in its turn like any
 /// other, without a message: the release reserves for it and says so
-/// (`fits` 1), so the one local waiter it wakes takes the permit, and no
-/// other client's release can reserve the same permits for it again.
+/// (`fits` 3: reserved, and nobody else queued; 1: reserved, others
+/// queued), so the local waiter it wakes takes the permit, and no other
+/// client's release can reserve the same permits for it again.
 #[tokio::test]
 async fn a_release_serves_its_own_client_in_turn_without_a_message() {
     let (_server, s) = sem().await;
@@ -394,7 +398,7 @@ async fn a_release_serves_its_own_client_in_turn_without_a_message() {
     assert_eq!(s.state().await, (1, "p:1:1".into()));
     assert_eq!(
         s.release_requeue("h", Some(h[1]), "p", Some((1, 1))).await,
-        vec![1, 0, 1]
+        vec![1, 0, 3]
     );
     assert_eq!(s.reservation("p").await.as_deref(), Some("1"));
     assert_eq!(s.state().await, (1, String::new()));
@@ -414,4 +418,24 @@ async fn a_release_serves_its_own_client_in_turn_without_a_message() {
     );
     assert_eq!(s.reservation("q").await.as_deref(), Some("1"));
     assert_eq!(s.state().await, (1, "p:1:1".into()));
+}
+
+/// Found in review: a refused try's bound leaves out other clients'
+/// reservations (their messages arm grace timers), or every waiting client
+/// would re-check every 50 ms while any reservation is live.
+#[tokio::test]
+async fn a_refusal_is_bounded_by_the_holds_not_by_others_reservations() {
+    let (_server, s) = sem().await;
+    assert_eq!(s.acquire("x", 1, 2, 10_000, "").await[0], 1);
+    let p = s.acquire("p", 1, 2, 10_000, "p").await;
+    assert_eq!(s.acquire("q", 1, 2, 10_000, "q").await[0], 0);
+    assert_eq!(s.release("p", Some(p[1]), "p").await, vec![1, 1, 2]);
+    assert_eq!(s.reservation("q").await.as_deref(), Some("1"));
+    let r = s.acquire("r", 1, 2, 10_000, "r").await;
+    assert_eq!(r[0], 0);
+    assert!(r[1] > 9_000, "bound {} ms: a reservation's grace", r[1]);
+    // Its own reservation does bound it.
+    let q = s.acquire("q2", 2, 2, 10_000, "q").await;
+    assert_eq!(q[0], 0, "q needs 2 of which 1 is reserved");
+    assert!(q[1] <= 50, "bound {} ms", q[1]);
 }

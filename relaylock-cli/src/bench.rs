@@ -22,9 +22,9 @@ use futures::StreamExt;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::stats::{handoffs, jain, percentile};
+use crate::stats::{handoffs, jain, over_limit, percentile};
 use crate::worker::WorkerReport;
-use crate::{parse_duration, Strategy};
+use crate::{parse_duration, Primitive, Strategy};
 use relaylock_testkit::RedisServer;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -32,6 +32,11 @@ pub struct BenchArgs {
     /// `pubsub` or `poll:<ms>`; repeat to compare strategies side by side.
     #[arg(long = "strategy", default_values = ["pubsub", "poll:10"])]
     pub strategies: Vec<Strategy>,
+    /// What the workers take per key: `mutex`, or `semaphore:<limit>` (one
+    /// permit per acquisition; violations then count more holders inside
+    /// than the limit).
+    #[arg(long, default_value = "mutex")]
+    pub primitive: Primitive,
     /// Lock-taking tasks per process.
     #[arg(long, default_value_t = 64)]
     pub workers: usize,
@@ -256,6 +261,7 @@ async fn run_one(
         let mut cmd = tokio::process::Command::new(&exe);
         cmd.arg("worker")
             .args(["--url", url, "--strategy", &sc.strategy.to_string()])
+            .args(["--primitive", &args.primitive.to_string()])
             .args([
                 "--workers",
                 &sc.workers.to_string(),
@@ -390,7 +396,15 @@ async fn run_one(
     waits.sort_by(f64::total_cmp);
     let mut holds: Vec<f64> = records.iter().map(|r| (r.4 - r.3) as f64 / 1e6).collect();
     holds.sort_by(f64::total_cmp);
-    let h = handoffs(&mut records);
+    // A lock's holders of one key follow each other (hand-over gaps); a
+    // semaphore's overlap up to the limit, so only the excess is counted.
+    let h = match args.primitive {
+        Primitive::Mutex => handoffs(&mut records),
+        Primitive::Semaphore(limit) => crate::stats::Handoffs {
+            handoff_ms: Vec::new(),
+            violations: over_limit(&records, limit),
+        },
+    };
     let mut handoff = h.handoff_ms;
     handoff.sort_by(f64::total_cmp);
     rtts.sort_by(f64::total_cmp);
@@ -401,7 +415,10 @@ async fn run_one(
     let requests = delta(&before, &after, |c| is_request(sc.strategy, c)).saturating_sub(pings);
     let commands = delta(&before, &after, |c| c != "info").saturating_sub(pings);
     Ok(Row {
-        strategy: sc.strategy.to_string(),
+        strategy: match args.primitive {
+            Primitive::Mutex => sc.strategy.to_string(),
+            p => format!("{} {p}", sc.strategy),
+        },
         workers: sc.workers,
         processes: args.processes,
         keys: sc.keys,
@@ -575,6 +592,14 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     if args.plot.is_some() && args.sweep.is_none() {
         return Err("--plot needs --sweep".into());
     }
+    if args.primitive != Primitive::Mutex
+        && args
+            .strategies
+            .iter()
+            .any(|s| matches!(s, Strategy::Bare(_)))
+    {
+        return Err("bare:<ms> is a lock: it runs only with --primitive mutex".into());
+    }
     let (_server, url) = match &args.url {
         Some(url) => (None, url.clone()),
         None => {
@@ -635,7 +660,13 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     }
     let _ = admin.quit().await;
     if rows.iter().any(|r| r.violations > 0) {
-        return Err("mutual exclusion violated: see the violations column".into());
+        return Err(format!(
+            "{} violated: see the violations column",
+            match args.primitive {
+                Primitive::Mutex => "mutual exclusion".to_owned(),
+                p => format!("the {p} limit"),
+            }
+        ));
     }
     Ok(())
 }

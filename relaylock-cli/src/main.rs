@@ -93,6 +93,49 @@ impl fmt::Display for Strategy {
     }
 }
 
+/// What the bench's workers take: `mutex` (a lock per key) or
+/// `semaphore:<limit>` (a semaphore of that many permits per key, one permit
+/// per acquisition).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Primitive {
+    #[default]
+    Mutex,
+    Semaphore(u32),
+}
+
+impl Primitive {
+    /// How many holders may be inside one key's critical section at once.
+    pub fn limit(self) -> u32 {
+        match self {
+            Primitive::Mutex => 1,
+            Primitive::Semaphore(n) => n,
+        }
+    }
+}
+
+impl FromStr for Primitive {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "mutex" => Ok(Primitive::Mutex),
+            Some(("semaphore", n)) => match n.parse::<u32>() {
+                Ok(n) if n >= 1 => Ok(Primitive::Semaphore(n)),
+                _ => Err(format!("{s:?}: the limit is a whole number of at least 1")),
+            },
+            _ => Err(format!("{s:?}: expected mutex or semaphore:<limit>")),
+        }
+    }
+}
+
+impl fmt::Display for Primitive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Primitive::Mutex => f.write_str("mutex"),
+            Primitive::Semaphore(n) => write!(f, "semaphore:{n}"),
+        }
+    }
+}
+
 /// `250ms`, `10s`, `2m`, or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -174,6 +217,15 @@ mod tests {
         assert_eq!(args.sweep.unwrap(), bench::Sweep::Workers(vec![8, 64]));
         assert_eq!(args.duration, Duration::from_secs(2));
         assert!(Cli::try_parse_from(["relaylock", "bench", "--strategy", "spin"]).is_err());
+        assert_eq!("mutex".parse::<Primitive>().unwrap(), Primitive::Mutex);
+        assert_eq!(
+            "semaphore:8".parse::<Primitive>().unwrap(),
+            Primitive::Semaphore(8)
+        );
+        assert_eq!(Primitive::Semaphore(8).to_string(), "semaphore:8");
+        for bad in ["semaphore:0", "semaphore:", "semaphore:x", "rwlock:0.9", ""] {
+            assert!(bad.parse::<Primitive>().is_err(), "{bad}");
+        }
     }
 
     #[test]

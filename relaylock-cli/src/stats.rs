@@ -58,9 +58,48 @@ pub fn handoffs(records: &mut [Record]) -> Handoffs {
     out
 }
 
+/// Entries that brought more than `limit` holders inside one key's
+/// critical section at once, by the recorded spans. A recorded span lies
+/// inside the real one, so every excess counted here is real.
+pub fn over_limit(records: &[Record], limit: u32) -> u64 {
+    // (key, time, +1 enter / -1 leave); at equal times a leave comes first.
+    let mut events: Vec<(u32, u64, i8)> = records
+        .iter()
+        .flat_map(|r| [(r.0, r.3, 1), (r.0, r.4, -1)])
+        .collect();
+    events.sort_unstable();
+    let (mut key, mut inside, mut over) = (u32::MAX, 0i64, 0);
+    for (k, _, step) in events {
+        if k != key {
+            (key, inside) = (k, 0);
+        }
+        inside += i64::from(step);
+        if step > 0 && inside > i64::from(limit) {
+            over += 1;
+        }
+    }
+    over
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn over_the_limit() {
+        // Key 0: three overlapping spans, limit 2: the third entry is over.
+        let r = [
+            (0, 1, 0, 10, 50),
+            (0, 2, 0, 20, 60),
+            (0, 3, 0, 30, 40),
+            // Key 1 alone, and a span that starts when another ends.
+            (1, 4, 0, 10, 20),
+            (1, 5, 0, 20, 30),
+        ];
+        assert_eq!(over_limit(&r, 2), 1);
+        assert_eq!(over_limit(&r, 3), 0);
+        assert_eq!(over_limit(&r, 1), 2);
+    }
 
     #[test]
     fn percentiles() {

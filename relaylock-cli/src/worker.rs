@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::bare::BareLock;
 use crate::stats::Record;
-use crate::Strategy;
+use crate::{Primitive, Strategy};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
@@ -28,6 +28,8 @@ pub struct WorkerArgs {
     pub url: String,
     #[arg(long)]
     pub strategy: Strategy,
+    #[arg(long, default_value = "mutex")]
+    pub primitive: Primitive,
     #[arg(long)]
     pub workers: usize,
     #[arg(long)]
@@ -54,7 +56,8 @@ pub struct WorkerReport {
     pub records: Vec<Record>,
     /// `relaylock_acquire_attempts_total` as the library counted it.
     pub attempts: u64,
-    /// Two tasks of this process inside one key's critical section at once.
+    /// More tasks of this process inside one key's critical section at once
+    /// than the primitive allows.
     pub local_violations: u64,
     pub errors: u64,
     pub lost: u64,
@@ -158,7 +161,11 @@ struct Shared {
     /// `Some` for `bare:<ms>`: the baseline lock, on the client's connection.
     bare: Option<BareLock>,
     keys: Vec<String>,
-    held: Vec<AtomicBool>,
+    /// Tasks inside each key's critical section now.
+    inside: Vec<AtomicU64>,
+    /// How many may be (1 for a lock).
+    limit: u32,
+    primitive: Primitive,
     hold: Duration,
     total: AtomicU64,
 }
@@ -179,10 +186,10 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
         let result = tokio::select! {
             biased;
             _ = stop.changed() => break,
-            r = shared.client.lock(&shared.keys[k]) => r,
+            r = take(&shared, k) => r,
         };
-        let guard = match result {
-            Ok(g) => g,
+        let held = match result {
+            Ok(h) => h,
             Err(e) => {
                 out.error(e);
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -190,8 +197,8 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
             }
         };
         let (t_acq, t_rel) = hold(&shared, k, &mut out).await;
-        let fence = guard.fencing_token();
-        match guard.release().await {
+        let fence = held.fencing_token();
+        match held.release().await {
             Ok(()) => {}
             Err(Error::LockLost) => out.lost += 1,
             Err(e) => {
@@ -203,18 +210,53 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
     out
 }
 
-/// The critical section of key `k`: mark it held (a second holder inside
-/// is a violation), hold it, unmark it. Returns when it was entered and
-/// left.
+/// A lock's guard or a semaphore's permit.
+enum Held {
+    Lock(relaylock::LockGuard),
+    Permit(relaylock::Permit),
+}
+
+impl Held {
+    fn fencing_token(&self) -> u64 {
+        match self {
+            Held::Lock(g) => g.fencing_token(),
+            Held::Permit(p) => p.fencing_token(),
+        }
+    }
+
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Held::Lock(g) => g.release().await,
+            Held::Permit(p) => p.release().await,
+        }
+    }
+}
+
+/// Take key `k`'s lock, or one permit of its semaphore.
+async fn take(shared: &Shared, k: usize) -> Result<Held, Error> {
+    match shared.primitive {
+        Primitive::Mutex => shared.client.lock(&shared.keys[k]).await.map(Held::Lock),
+        Primitive::Semaphore(limit) => shared
+            .client
+            .semaphore(shared.keys[k].as_str(), limit)
+            .acquire()
+            .await
+            .map(Held::Permit),
+    }
+}
+
+/// The critical section of key `k`: enter it (more holders inside than the
+/// primitive allows is a violation), hold it, leave it. Returns when it was
+/// entered and left.
 async fn hold(shared: &Shared, k: usize, out: &mut TaskResult) -> (u64, u64) {
     let t_acq = now_ns();
-    if shared.held[k].swap(true, Ordering::SeqCst) {
+    if shared.inside[k].fetch_add(1, Ordering::SeqCst) >= u64::from(shared.limit) {
         out.violations += 1;
     }
     if !shared.hold.is_zero() {
         tokio::time::sleep(shared.hold).await;
     }
-    shared.held[k].store(false, Ordering::SeqCst);
+    shared.inside[k].fetch_sub(1, Ordering::SeqCst);
     (t_acq, now_ns())
 }
 
@@ -277,9 +319,9 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         bare,
         client,
         keys: (0..args.keys.max(1)).map(|i| format!("k{i}")).collect(),
-        held: (0..args.keys.max(1))
-            .map(|_| AtomicBool::new(false))
-            .collect(),
+        inside: (0..args.keys.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        limit: args.primitive.limit(),
+        primitive: args.primitive,
         hold: Duration::from_micros(args.hold_us),
         total: AtomicU64::new(0),
     });
