@@ -541,8 +541,9 @@ end
 ///   (limits that disagree: each caller's applies to its own admission).
 ///   Then fence `max(TIME µs, last + 1)`, `ZADD holds (now + lease) token`,
 ///   `HSET facts token n:fence`, and the client leaves the queue, or, with
-///   `more`, moves to its back (keeping the larger need): a client with
-///   waiters stays queued, so clients take turns. Reply
+///   `more`, moves to its back at `want` (a client with waiters stays
+///   queued, so clients take turns) and the walk runs again: if that entry
+///   fits now, it is reserved at once. Reply
 ///   `{1, fence, left}`: `left` permits of the client's reservation are
 ///   still reserved for it (the caller wakes another local waiter for
 ///   them).
@@ -611,9 +612,15 @@ if (m or queue == '' or first == client) and avail + n <= limit then
   used = used + n
   if ARGV[10] == '1' and client ~= '' then
     -- Other local waiters of this client still want permits: it keeps a
-    -- place, at the back (round robin across clients), at their need.
+    -- place, at the back (round robin across clients), at their need, and
+    -- if that fits now (nobody ahead waits, permits are free) it is
+    -- reserved at once and counted in `left`: the caller wakes the next
+    -- local waiter, so a client's waiters fill free permits one after
+    -- another without waiting for a release.
     dequeue(client)
     if queue == '' then queue = entry else queue = queue .. ',' .. entry end
+    walk(client, grace)
+    left = tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '0') or 0
   elseif queued(client) then
     dequeue(client)
   end

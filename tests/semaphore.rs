@@ -691,3 +691,35 @@ async fn clients_with_equal_load_get_equal_shares() {
     println!("acquisitions per client {per:?}, Jain {jain:.3}");
     assert!(jain >= 0.97, "Jain {jain:.3} over clients {per:?}");
 }
+
+/// Waiters of one client that arrive together at an idle semaphore fill
+/// its free permits together (each admission reserves the next permit for
+/// the next local waiter), without waiting for a release or a re-check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_local_waiters_fills_the_free_permits_at_once() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(4));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (sem, barrier) = (c.semaphore("burst", 4), Arc::clone(&barrier));
+            tokio::spawn(async move {
+                let p = sem.acquire().await.unwrap();
+                // All four must be inside at once to pass.
+                barrier.wait().await;
+                p.release().await.unwrap();
+            })
+        })
+        .collect();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .expect("the permits were not filled together")
+            .unwrap();
+    }
+    println!(
+        "4 local waiters inside together after {:?}",
+        started.elapsed()
+    );
+}
