@@ -723,3 +723,190 @@ async fn a_burst_of_local_waiters_fills_the_free_permits_at_once() {
         started.elapsed()
     );
 }
+
+// Fault scenarios (as tests/faults.rs runs them for the lock): the
+// contending workers retry errors as a caller would; the counted ledger,
+// on a server of its own, sees every section.
+
+/// A client for the fault scenarios: 1 s lease renewed by the watchdog, 1 s
+/// command timeout.
+async fn fault_client(url: &str) -> LockClient {
+    support::preset(url)
+        .default_lease(Duration::from_secs(1))
+        .side_retention(Duration::from_secs(1))
+        .command_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// `tasks` workers over `clients` take permits of `key` (limit `limit`)
+/// for `run`, entering the counted ledger for 2 ms each, retrying errors.
+/// Returns (acquisitions, errors); panics if a worker is stuck.
+async fn contend_permits(
+    clients: &[LockClient],
+    ledger: &Arc<Ledger>,
+    key: &str,
+    limit: u32,
+    tasks: usize,
+    run: Duration,
+) -> (u64, u64) {
+    let until = Instant::now() + run;
+    let workers: Vec<_> = (0..tasks)
+        .map(|i| {
+            let sem = clients[i % clients.len()].semaphore(key, limit);
+            let (ledger, key) = (Arc::clone(ledger), key.to_owned());
+            tokio::spawn(async move {
+                let (mut n, mut errors) = (0u64, 0u64);
+                while Instant::now() < until {
+                    let p = match sem
+                        .acquire_with(SemaphoreOptions::default().wait(Duration::from_secs(10)))
+                        .await
+                    {
+                        Ok(p) => p,
+                        Err(Error::Timeout) => panic!("a worker waited 10 s"),
+                        Err(_) => {
+                            errors += 1;
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue;
+                        }
+                    };
+                    ledger.enter_counted(&key, 1, limit).await;
+                    tokio::select! {
+                        _ = p.lost() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(2)) => {}
+                    }
+                    ledger.leave_counted(&key, 1).await;
+                    if p.release().await.is_err() {
+                        errors += 1;
+                    }
+                    n += 1;
+                }
+                (n, errors)
+            })
+        })
+        .collect();
+    let (mut n, mut errors) = (0, 0);
+    for w in workers {
+        let (a, e) = tokio::time::timeout(run + Duration::from_secs(15), w)
+            .await
+            .expect("a worker is stuck")
+            .unwrap();
+        n += a;
+        errors += e;
+    }
+    (n, errors)
+}
+
+/// CLIENT KILL of the command and the subscriber connections, every
+/// 300 ms, during contention: never over the limit, nobody stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_kills_during_contention_break_nothing() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    let clients = [
+        fault_client(&server.url()).await,
+        fault_client(&server.url()).await,
+    ];
+    let run = Duration::from_secs(3);
+    let killer = tokio::spawn(async move {
+        let mut kills = 0;
+        let until = Instant::now() + run;
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let kind = if kills % 2 == 0 { "pubsub" } else { "normal" };
+            let _: fred::types::Value = admin
+                .custom(
+                    fred::types::CustomCommand::new_static("CLIENT", None, false),
+                    vec!["KILL", "TYPE", kind],
+                )
+                .await
+                .unwrap();
+            kills += 1;
+        }
+        kills
+    });
+    let (n, errors) = contend_permits(&clients, &ledger, "ck", 3, 12, run).await;
+    let kills = killer.await.unwrap();
+    let t = ledger.totals(&["ck"]).await;
+    println!("semaphore client kills: {kills} kills, {n} acquisitions, {errors} errors retried, most inside {}, over the limit {}", t.max_inside, t.over_limit);
+    assert_eq!(t.over_limit, 0);
+    assert!(n > 0);
+}
+
+/// The server frozen (SIGSTOP) for 300 ms, shorter than the 1 s lease,
+/// twice during contention: nothing is lost, never over the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_server_pause_loses_nothing() {
+    let server = Arc::new(RedisServer::start());
+    let ledger = Ledger::start().await;
+    let clients = [
+        fault_client(&server.url()).await,
+        fault_client(&server.url()).await,
+    ];
+    let pauser = {
+        let server = Arc::clone(&server);
+        tokio::spawn(async move {
+            for _ in 0..2 {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                server.pause();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                server.resume();
+            }
+        })
+    };
+    let (n, errors) = contend_permits(&clients, &ledger, "pz", 3, 12, Duration::from_secs(3)).await;
+    pauser.await.unwrap();
+    let t = ledger.totals(&["pz"]).await;
+    println!("semaphore pauses: {n} acquisitions, {errors} errors retried, most inside {}, over the limit {}", t.max_inside, t.over_limit);
+    assert_eq!(t.over_limit, 0);
+}
+
+/// A restart without persistence while two permits are held: the holders
+/// learn the loss (their renewal finds the holds gone), the waiters recover
+/// (no stuck waiter), the new holders never exceed the limit, and fencing
+/// tokens keep increasing across the restart (they come from the server
+/// clock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence() {
+    let mut server = RedisServer::start();
+    let ledger = Ledger::start().await;
+    let clients = [
+        fault_client(&server.url()).await,
+        fault_client(&server.url()).await,
+    ];
+    let sem = clients[0].semaphore("rs", 2);
+    let old = [sem.acquire().await.unwrap(), sem.acquire().await.unwrap()];
+    let before = old.iter().map(|p| p.fencing_token()).max().unwrap();
+    let waiting = {
+        let (clients, ledger) = (clients.clone(), Arc::clone(&ledger));
+        tokio::spawn(async move {
+            contend_permits(&clients, &ledger, "rs", 2, 8, Duration::from_millis(2500)).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart();
+    let restarted = Instant::now();
+    for p in &old {
+        tokio::time::timeout(Duration::from_secs(3), p.lost())
+            .await
+            .expect("a holder never learned its permit was lost");
+    }
+    let noticed = restarted.elapsed();
+    let (n, errors) = waiting.await.unwrap();
+    let after = sem.acquire().await.unwrap();
+    let t = ledger.totals(&["rs"]).await;
+    println!("semaphore restart: holders learned the loss within {noticed:?}; {n} acquisitions after, {errors} errors retried; most inside {}, over the limit {}", t.max_inside, t.over_limit);
+    assert!(n > 0);
+    assert_eq!(t.over_limit, 0);
+    assert!(
+        after.fencing_token() > before,
+        "fencing tokens went backwards"
+    );
+    for p in old {
+        assert!(matches!(p.release().await, Err(Error::LockLost)));
+    }
+    after.release().await.unwrap();
+}
