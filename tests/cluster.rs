@@ -506,3 +506,92 @@ async fn a_waiter_follows_its_slot_when_fred_saw_the_move_first() {
     g_twin.release().await.unwrap();
     twin_waiter.await.unwrap();
 }
+
+/// Semaphores on keys spread across all shards, in two clients with
+/// sharded pub/sub: every script of one semaphore touches one slot (its
+/// names share the hash tag), a waiting client is woken by its shard's
+/// SPUBLISH (not its lease), the watchdog renews semaphore holds next to
+/// locks in per-slot calls, and the limit holds on every key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_across_shards() {
+    let cluster = RedisCluster::start(3, 0);
+    let lease = Duration::from_millis(900);
+    let a = lock_client(&cluster, lease).await;
+    let b = lock_client(&cluster, lease).await;
+    // Watched holds on many slots, a lock among them: renewed across leases.
+    let mut held = Vec::new();
+    for i in 0..60 {
+        held.push(a.semaphore(format!("s:{i}"), 2).acquire().await.unwrap());
+    }
+    let lock = a.lock("s:lock").await.unwrap();
+    tokio::time::sleep(lease * 3).await;
+    for p in &held {
+        assert!(p.is_held(), "{} lost", p.key());
+    }
+    assert!(lock.is_held());
+    // Contention across the two clients on keys of different shards.
+    let inside: Arc<Vec<std::sync::atomic::AtomicU32>> = Arc::new(
+        (0..6)
+            .map(|_| std::sync::atomic::AtomicU32::new(0))
+            .collect(),
+    );
+    let over = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..24 {
+        let client = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let (inside, over) = (Arc::clone(&inside), Arc::clone(&over));
+        tasks.push(tokio::spawn(async move {
+            for r in 0..10 {
+                let k = (t + r) % 6;
+                let p = client
+                    .semaphore(format!("c:{k}"), 2)
+                    .acquire_with(
+                        relaylock::SemaphoreOptions::default().lease(Duration::from_secs(10)),
+                    )
+                    .await
+                    .unwrap();
+                use std::sync::atomic::Ordering::SeqCst;
+                if inside[k].fetch_add(1, SeqCst) >= 2 {
+                    over.fetch_add(1, SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside[k].fetch_sub(1, SeqCst);
+                p.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a semaphore waiter is stuck")
+            .unwrap();
+    }
+    assert_eq!(over.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // A waiter in the other client is woken by the release message.
+    let full = a.semaphore("s:0", 2).acquire().await.unwrap();
+    let waiter = {
+        let sem = b.semaphore("s:0", 2);
+        tokio::spawn(async move {
+            let p = sem.acquire().await.unwrap();
+            let at = Instant::now();
+            p.release().await.unwrap();
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    full.release().await.unwrap();
+    let took = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is stuck")
+        .unwrap()
+        - released;
+    println!(
+        "cluster semaphore: the other client's waiter got the permit {took:?} after the release"
+    );
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    for p in held {
+        p.release().await.unwrap();
+    }
+    lock.release().await.unwrap();
+}
