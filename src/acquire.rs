@@ -38,7 +38,7 @@ use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::{NotSubscribed, PollerRole, Waiter};
-use crate::scripts::{Names, HANDOFF_GRACE_MS};
+use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS, RW_WRITE};
 
 /// A probe claimed when a lease ran out (or none was known) has this long to
 /// record the next holder's lease before another local waiter may probe.
@@ -99,7 +99,13 @@ struct LockCall<'a> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Shape {
     Mutex,
-    Semaphore { n: u32, limit: u32 },
+    Semaphore {
+        n: u32,
+        limit: u32,
+    },
+    /// A read-write lock's read (1 of [`RW_WRITE`] permits) or write (all).
+    Read,
+    Write,
 }
 
 pub(crate) async fn lock(
@@ -242,6 +248,14 @@ impl<'a> LockCall<'a> {
                 }
                 (Names::semaphore(&inner.prefix, key), Some((n, limit)))
             }
+            Shape::Read => (
+                Names::rw(&inner.prefix, key, Kind::Read),
+                Some((1, RW_WRITE)),
+            ),
+            Shape::Write => (
+                Names::rw(&inner.prefix, key, Kind::Write),
+                Some((RW_WRITE, RW_WRITE)),
+            ),
         };
         let lease = options.lease.unwrap_or(inner.default_lease);
         let lease_ms = validate_lease(lease)?;
@@ -389,8 +403,9 @@ impl<'a> LockCall<'a> {
     /// is taken, and may take a reservation made for this client.
     async fn attempt(&self, queue: Option<&Waiter>) -> Result<Attempt> {
         m::attempt(self.name, self.names.kind);
-        let client = match queue {
-            Some(_) => self.inner.registry.client_id(),
+        let role = self.inner.registry.role_id(self.names.kind);
+        let client: &str = match queue {
+            Some(_) => &role,
             None => "",
         };
         // An acquire script whose outcome we never learn (future dropped,

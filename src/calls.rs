@@ -297,10 +297,10 @@ impl Calls {
         token: &str,
         lease_ms: u64,
     ) -> Result<Vec<i64>> {
-        if names.kind == Kind::Semaphore {
+        if names.kind.counted() {
             let item = RenewItem {
                 lock: &names.lock,
-                kind: Kind::Semaphore,
+                kind: names.kind,
                 token,
                 lease_ms,
             };
@@ -321,7 +321,7 @@ impl Calls {
     /// locks (all in one slot, in a cluster): one code per lock, in order.
     /// All items must be of one kind (the watchdog's chunks are).
     pub(crate) async fn renew(&self, batch: &[RenewItem<'_>]) -> Result<Vec<i64>> {
-        if batch.first().is_some_and(|r| r.kind == Kind::Semaphore) {
+        if batch.first().is_some_and(|r| r.kind.counted()) {
             return self.sem_renew(&self.redis, batch, true).await;
         }
         self.script(&self.redis, &self.scripts.renew, || {
@@ -381,6 +381,7 @@ impl Calls {
     ) -> Result<Vec<i64>> {
         let (holds, facts) = (names.holds(), names.facts());
         let (void, voids) = (names.void(token), names.voids());
+        let (channel, wchannel) = names.script_channels();
         self.script(&self.redis, &self.scripts.sem_acquire, || {
             let args: Vec<Value> = vec![
                 token.into(),
@@ -389,11 +390,12 @@ impl Calls {
                 (lease_ms as i64).into(),
                 client.into(),
                 (self.side_retention_ms as i64).into(),
-                names.channel.as_str().into(),
+                channel.as_str().into(),
                 self.publish.clone(),
                 (HANDOFF_GRACE_MS as i64).into(),
                 if more { "1" } else { "0" }.into(),
                 i64::from(want).into(),
+                wchannel.as_str().into(),
             ];
             let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids];
             (keys, args)
@@ -416,13 +418,14 @@ impl Calls {
     ) -> Result<(Released, u32, bool)> {
         let (holds, facts) = (names.holds(), names.facts());
         let (void, voids) = (names.void(token), names.voids());
+        let (channel, wchannel) = names.script_channels();
         let reply: Vec<i64> = self
             .script(&self.redis, &self.scripts.sem_release, || {
                 let (n, limit) = requeue.unwrap_or((1, 1));
                 let args: Vec<Value> = vec![
                     token.into(),
                     fence.map_or_else(|| "".into(), |f| Value::Integer(f as i64)),
-                    names.channel.as_str().into(),
+                    channel.as_str().into(),
                     (self.side_retention_ms as i64).into(),
                     (RING_CHARS as i64).into(),
                     client.into(),
@@ -431,6 +434,7 @@ impl Calls {
                     if requeue.is_some() { "1" } else { "0" }.into(),
                     i64::from(n).into(),
                     i64::from(limit).into(),
+                    wchannel.as_str().into(),
                 ];
                 let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids];
                 (keys, args)

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::inner::ClientInner;
 use crate::options::LockOptions;
+use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 
 /// A handle to relaylock on one Redis deployment.
@@ -256,6 +257,20 @@ impl LockClient {
     /// ```
     pub fn semaphore(&self, key: impl Into<String>, limit: u32) -> Semaphore {
         Semaphore::new(Arc::clone(&self.inner), key.into(), limit)
+    }
+
+    /// A read-write lock named `key` (see [`RwLock`]): many readers or one
+    /// writer, writer-preferring. Nothing is sent until it is used.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// let rw = client.rw_lock("cache:users");
+    /// let r = rw.read().await?;
+    /// r.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, key: impl Into<String>) -> RwLock {
+        RwLock::new(Arc::clone(&self.inner), key.into())
     }
 
     /// The Redis name of the lock on `key` (`<prefix>:2:{<key>}`, where `2`

@@ -466,7 +466,7 @@ pub(crate) async fn release(
     fence: Option<u64>,
     permits: u32,
 ) -> Result<Released> {
-    if names.kind == Kind::Semaphore {
+    if names.kind.counted() {
         return release_permits(inner, names, token, fence, permits).await;
     }
     let registry = &inner.registry;
@@ -558,12 +558,20 @@ async fn release_permits(
     let need = requeued.as_ref().map(|r| r.need());
     let outcome = inner
         .calls
-        .sem_release(names, token, fence, registry.client_id(), need.flatten())
+        .sem_release(
+            names,
+            token,
+            fence,
+            &registry.role_id(names.kind),
+            need.flatten(),
+        )
         .await;
     let wake = match &outcome {
         Ok((_, wake, _)) => (*wake).min(permits.max(1)),
         Err(_) => permits.max(1),
     };
+    // No more than wait here (a write frees a billion permits).
+    let wake = (wake as usize).min(registry.waiting(&names.channel));
     for _ in 0..wake {
         registry.wake_one_if_waiting(&names.channel);
     }
@@ -652,3 +660,82 @@ pub(crate) fn release_in_background(
         }
     });
 }
+
+/// The accessors every hold type that wraps a [`LockGuard`] (a semaphore's
+/// `Permit`, a read-write lock's `ReadGuard` and `WriteGuard`) shares, with
+/// their documentation: `$what` names what is held ("permits", "read
+/// lock"), `$hold` one hold of it. The type must have a `guard: LockGuard`
+/// field.
+macro_rules! delegate_hold {
+    ($what:literal, $hold:literal) => {
+        /// The key, as given.
+        pub fn key(&self) -> &str {
+            self.guard.key()
+        }
+
+        /// The token unique to this acquisition (a random UUID).
+        pub fn token(&self) -> &str {
+            self.guard.token()
+        }
+
+        #[doc = concat!("The fencing token of this ", $hold, ": greater than that of every")]
+        /// earlier hold of the same key, also across a Redis restart without
+        /// persistence (see [`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
+        pub fn fencing_token(&self) -> u64 {
+            self.guard.fencing_token()
+        }
+
+        #[doc = concat!("The lease the ", $what, " were acquired with.")]
+        pub fn lease(&self) -> std::time::Duration {
+            self.guard.lease()
+        }
+
+        /// When the successful acquire call was sent.
+        pub fn acquired_at(&self) -> std::time::Instant {
+            self.guard.acquired_at()
+        }
+
+        #[doc = concat!("Whether the ", $what, " are held as far as this process knows, without")]
+        /// a round trip (see [`LockGuard::is_held`](crate::LockGuard::is_held)).
+        pub fn is_held(&self) -> bool {
+            self.guard.is_held()
+        }
+
+        #[doc = concat!("Completes when the ", $what, " are known lost while held: a renewal or")]
+        #[doc = concat!("[`extend`](Self::extend) found the ", $hold, " expired or gone, or the lease")]
+        /// ran out by this process's clock before a renewal got through.
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel-safe: dropping the future loses nothing; call it again.
+        pub async fn lost(&self) {
+            self.guard.lost().await
+        }
+
+        #[doc = concat!("A token cancelled when the ", $what, " are known lost, or this ", $hold)]
+        /// is released or dropped (see [`LockGuard::lost_token`](crate::LockGuard::lost_token)).
+        pub fn lost_token(&self) -> tokio_util::sync::CancellationToken {
+            self.guard.lost_token()
+        }
+
+        #[doc = concat!("Set the ", $hold, "'s remaining lease to `lease` from now, by the server")]
+        /// clock. For a renewed hold, later renewals use `lease` too.
+        ///
+        /// # Errors
+        ///
+        #[doc = concat!("* [`Error::LockLost`](crate::Error::LockLost) (and [`lost`](Self::lost) fires) when the ", $hold)]
+        ///   had already expired: a renewal never takes it back;
+        /// * [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease out of range;
+        /// * [`Error::Redis`](crate::Error::Redis) for a connection error or a command timeout: the
+        ///   call may or may not have run. Safe to retry.
+        ///
+        /// # Cancel safety
+        ///
+        /// As [`LockGuard::extend`](crate::LockGuard::extend): a shorter lease counts from the
+        /// moment the call is sent, a longer one only once confirmed.
+        pub async fn extend(&self, lease: std::time::Duration) -> crate::Result<()> {
+            self.guard.extend(lease).await
+        }
+    };
+}
+pub(crate) use delegate_hold;

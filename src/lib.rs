@@ -61,6 +61,7 @@ mod options;
 mod presence;
 mod registry;
 mod replica_pool;
+mod rwlock;
 pub mod scripts;
 mod semaphore;
 mod subscriber;
@@ -75,6 +76,7 @@ pub use guard::LockGuard;
 pub use options::{
     LockOptions, SemaphoreOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN,
 };
+pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Permit, Semaphore};
 
 /// Entry points for the fuzz targets in `fuzz/` and their stable-toolchain

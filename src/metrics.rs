@@ -19,7 +19,8 @@
 //! | `relaylock_wakeups_total` | counter | times a waiter woke up to retry, or (`handover`) holding the lock a release of its own client gave it | `cause` = `message`, `ttl`, `reconnect`, `handover` |
 //! | `relaylock_waiters` | gauge | tasks currently waiting for a lock | |
 //!
-//! Every series carries `primitive` (`mutex`, `semaphore`), and `name` when
+//! Every series carries `primitive` (`mutex`, `semaphore`, `read`, `write`),
+//! and `name` when
 //! the caller set one.
 
 use std::time::Duration;
@@ -114,6 +115,8 @@ fn primitive(kind: Kind) -> &'static str {
     match kind {
         Kind::Mutex => "mutex",
         Kind::Semaphore => "semaphore",
+        Kind::Read => "read",
+        Kind::Write => "write",
     }
 }
 

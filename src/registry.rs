@@ -424,6 +424,16 @@ impl Registry {
         &self.client_id
     }
 
+    /// This client's id in the queue of a primitive of `kind`: a read-write
+    /// lock's writers queue as `<id>.w`, apart from its readers (`<id>`), so
+    /// each role keeps its own place and its own wake-ups.
+    pub(crate) fn role_id(&self, kind: Kind) -> std::borrow::Cow<'_, str> {
+        match kind {
+            Kind::Write => std::borrow::Cow::Owned(format!("{}.w", self.client_id)),
+            _ => std::borrow::Cow::Borrowed(&self.client_id),
+        }
+    }
+
     /// Whether any channel is subscribed or being subscribed (entries live
     /// while they have waiters, and for the linger after the last one left).
     pub(crate) fn has_channels(&self) -> bool {
@@ -489,10 +499,12 @@ impl Registry {
             return;
         };
         let generation = e.announcements.fetch_add(1, SeqCst) + 1;
-        let semaphore = Names::kind_of_channel(channel) == Kind::Semaphore;
+        let kind = Names::kind_of_channel(channel);
+        let semaphore = kind.counted();
+        let me = self.role_id(kind);
         match Announcement::parse(payload) {
             Announcement::Free => e.notify.notify_one(),
-            Announcement::ReservedFor(c) if c == self.client_id => {
+            Announcement::ReservedFor(c) if c == me => {
                 e.notify.notify_one();
                 if semaphore {
                     probe_after_grace(e.value(), generation);
@@ -500,7 +512,7 @@ impl Registry {
             }
             // Our own release woke the waiter that takes it (and armed the
             // timer).
-            Announcement::Kept(c) if c == self.client_id => {}
+            Announcement::Kept(c) if c == me => {}
             // A reservation for another client (also one its own release
             // made) that may lapse unused: probe after the grace.
             Announcement::ReservedFor(_) | Announcement::Kept(_) => {
@@ -526,6 +538,11 @@ impl Registry {
         let entry = self.map.get(channel)?;
         let claim = Inbox::claim(&entry.inbox)?;
         Some((claim, entry.presence.count() > 1))
+    }
+
+    /// How many local tasks are registered for `channel` now.
+    pub(crate) fn waiting(&self, channel: &str) -> usize {
+        self.map.get(channel).map_or(0, |e| e.presence.count())
     }
 
     /// Wake one local waiter of `channel` if any waits (a permit for nobody
@@ -695,16 +712,22 @@ impl Registry {
             return;
         };
         let registry = Arc::clone(self);
-        let lock = Names::lock_of_channel(channel).to_owned();
         let entry = Arc::clone(entry);
-        let semaphore = Names::kind_of_channel(channel) == Kind::Semaphore;
-        let channel = channel.to_owned();
+        let kind = Names::kind_of_channel(channel);
+        let semaphore = kind.counted();
+        // A read-write lock's leave names both of its channels.
+        let lock = Names::value_of_channel(channel).to_owned();
+        let (channel, wchannel) = match kind {
+            Kind::Read | Kind::Write => (format!("{lock}:ch"), format!("{lock}:w:ch")),
+            _ => (channel.to_owned(), String::new()),
+        };
         handle.spawn(async move {
             let (holds, facts, voids) = (
                 format!("{lock}:h"),
                 format!("{lock}:t"),
                 format!("{lock}:void"),
             );
+            let role = registry.role_id(kind).into_owned();
             let leave = evalsha_reloading::<i64, _>(
                 &registry.redis,
                 if semaphore {
@@ -713,7 +736,7 @@ impl Registry {
                     &registry.leave
                 },
                 || {
-                    let client = registry.client_id.as_str().into();
+                    let client = role.as_str().into();
                     if !semaphore {
                         return (vec![lock.as_str()], vec![client]);
                     }
@@ -727,6 +750,7 @@ impl Registry {
                             channel.as_str().into(),
                             publish.into(),
                             (HANDOFF_GRACE_MS as i64).into(),
+                            wchannel.as_str().into(),
                         ],
                     )
                 },

@@ -491,9 +491,18 @@ local function fits()
   if queue == '' and not own_added then return 2 end
   return 0
 end
-local function tell(publish, channel, own)
-  for _, c in ipairs(told) do redis.pcall(publish, channel, 'r:' .. c) end
-  if own and own_reserved and queue ~= '' then redis.pcall(publish, channel, 'o:' .. own) end
+-- A read-write lock's writer-role clients (ids ending '.w') hear on the
+-- writers' channel `wchannel`; everyone else on `channel`.
+local function tell(publish, channel, own, wchannel)
+  for _, c in ipairs(told) do
+    local ch = channel
+    if wchannel and wchannel ~= '' and string.sub(c, -2) == '.w' then ch = wchannel end
+    redis.pcall(publish, ch, 'r:' .. c)
+  end
+  if own and own_reserved and queue ~= '' then
+    redis.pcall(publish, channel, 'o:' .. own)
+    if wchannel and wchannel ~= '' then redis.pcall(publish, wchannel, 'o:' .. own) end
+  end
 end
 "#
     };
@@ -625,7 +634,7 @@ if (m or queue == '' or first == client) and avail + n <= limit then
     dequeue(client)
   end
   save(lease + retention)
-  tell(ARGV[8], ARGV[7], nil)
+  tell(ARGV[8], ARGV[7], nil, ARGV[12])
   return {1, fence, left}
 end
 if client ~= '' and not queued(client) then
@@ -639,7 +648,7 @@ elseif client ~= '' then
   queue = table.concat(es, ',')
 end
 save(retention)
-tell(ARGV[8], ARGV[7], client)
+tell(ARGV[8], ARGV[7], client, ARGV[12])
 -- The bound: the soonest expiry among the holds and this client's own
 -- reservation; other clients' reservations are covered by their messages'
 -- grace timers, and counting them would poll every 50 ms under load.
@@ -744,12 +753,12 @@ if fact and (ARGV[2] == '' or fs == ARGV[2]) then
   end
   walk(ARGV[6], grace)
   save(retention)
-  tell(ARGV[8], ARGV[3], ARGV[6])
+  tell(ARGV[8], ARGV[3], ARGV[6], ARGV[12])
   return {1, #told, fits()}
 end
 walk(ARGV[6], grace)
 if v or ARGV[2] == '' then save(retention) end
-tell(ARGV[8], ARGV[3], ARGV[6])
+tell(ARGV[8], ARGV[3], ARGV[6], ARGV[12])
 if ARGV[2] ~= '' and ring ~= '' and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
   return {2, fits()}
 end
@@ -849,7 +858,7 @@ local found = queued(ARGV[1])
 dequeue(ARGV[1])
 walk('', tonumber(ARGV[4]) or 50)
 store()
-tell(ARGV[3], ARGV[2], nil)
+tell(ARGV[3], ARGV[2], nil, ARGV[5])
 if found then return 1 end
 return 0
 "#
@@ -927,7 +936,26 @@ pub(crate) enum Kind {
     /// A counting semaphore: its value is `<prefix>:2:{<key>}:sem`, with
     /// the holds' expiry index `...:sem:h` and facts `...:sem:t`.
     Semaphore,
+    /// A read-write lock's readers: the value `<prefix>:2:{<key>}:rw` (a
+    /// semaphore's state, see [`RW_WRITE`]), channel `...:rw:ch`.
+    Read,
+    /// A read-write lock's writers: the same value, channel `...:rw:w:ch`.
+    Write,
 }
+
+impl Kind {
+    /// Whether the scripts are the semaphore's (everything but a lock).
+    pub(crate) fn counted(self) -> bool {
+        self != Kind::Mutex
+    }
+}
+
+/// The permits a write takes, and the limit every read-write lock call
+/// gives: a read-write lock is a semaphore of this many permits where a
+/// read takes 1 and a write takes all of them, so a write is admitted only
+/// when nothing is held, and a read only when no write is. The queue's FIFO
+/// gives writer preference: a queued writer stops the readers behind it.
+pub const RW_WRITE: u32 = 1_000_000_000;
 
 /// The Redis names of one lock or semaphore. Every name starts with
 /// `<prefix>:2:{<key>}` so they all hash to the same cluster slot.
@@ -949,12 +977,42 @@ impl Names {
     }
 
     /// The primitive whose release channel is `channel`: a lock's value
-    /// name always ends with `}`, a semaphore's with `}:sem`.
+    /// name always ends with `}`, a semaphore's with `}:sem`, a read-write
+    /// lock's readers' channel with `}:rw:ch` and its writers' with
+    /// `}:rw:w:ch`.
     pub(crate) fn kind_of_channel(channel: &str) -> Kind {
-        if Self::lock_of_channel(channel).ends_with("}:sem") {
+        let name = Self::lock_of_channel(channel);
+        if name.ends_with("}:sem") {
             Kind::Semaphore
+        } else if name.ends_with("}:rw") {
+            Kind::Read
+        } else if name.ends_with("}:rw:w") {
+            Kind::Write
         } else {
             Kind::Mutex
+        }
+    }
+
+    /// The value's name for the names whose channel is `channel` (a
+    /// writers' channel `...:rw:w:ch` belongs to the value `...:rw`).
+    pub(crate) fn value_of_channel(channel: &str) -> &str {
+        let name = Self::lock_of_channel(channel);
+        match Self::kind_of_channel(channel) {
+            Kind::Write => name.strip_suffix(":w").unwrap_or(name),
+            _ => name,
+        }
+    }
+
+    /// The channels the semaphore scripts publish on: the primitive's
+    /// channel, and for a read-write lock (whichever role calls) its
+    /// readers' channel and its writers' channel (`""` otherwise): a
+    /// writer-role client's messages go to the writers' channel.
+    pub(crate) fn script_channels(&self) -> (String, String) {
+        match self.kind {
+            Kind::Read | Kind::Write => {
+                (format!("{}:ch", self.lock), format!("{}:w:ch", self.lock))
+            }
+            _ => (self.channel.clone(), String::new()),
         }
     }
 
@@ -996,6 +1054,12 @@ impl Names {
         Self::build(prefix, key, Kind::Semaphore)
     }
 
+    /// The names of the read-write lock `key`, for a reader (`Kind::Read`)
+    /// or a writer (`Kind::Write`): one value, two channels.
+    pub(crate) fn rw(prefix: &str, key: &str, kind: Kind) -> Self {
+        Self::build(prefix, key, kind)
+    }
+
     fn build(prefix: &str, key: &str, kind: Kind) -> Self {
         // Built without `format!`: this runs once per lock call.
         let mut lock = String::with_capacity(prefix.len() + key.len() + 12);
@@ -1005,11 +1069,16 @@ impl Names {
         lock.push_str(":{");
         lock.push_str(key);
         lock.push('}');
-        if kind == Kind::Semaphore {
-            lock.push_str(":sem");
+        match kind {
+            Kind::Mutex => {}
+            Kind::Semaphore => lock.push_str(":sem"),
+            Kind::Read | Kind::Write => lock.push_str(":rw"),
         }
-        let mut channel = String::with_capacity(lock.len() + 3);
+        let mut channel = String::with_capacity(lock.len() + 5);
         channel.push_str(&lock);
+        if kind == Kind::Write {
+            channel.push_str(":w");
+        }
         channel.push_str(":ch");
         Names {
             lock,
@@ -1046,6 +1115,23 @@ mod tests {
         // A lock whose key ends like a semaphore's name is still a lock.
         let tricky = Names::new("p", "x}:sem");
         assert_eq!(Names::kind_of_channel(&tricky.channel), Kind::Mutex);
+        let r = Names::rw("p", "k", Kind::Read);
+        let w = Names::rw("p", "k", Kind::Write);
+        assert_eq!(r.lock, "p:2:{k}:rw");
+        assert_eq!(w.lock, r.lock);
+        assert_eq!(r.channel, "p:2:{k}:rw:ch");
+        assert_eq!(w.channel, "p:2:{k}:rw:w:ch");
+        assert_eq!(Names::kind_of_channel(&r.channel), Kind::Read);
+        assert_eq!(Names::kind_of_channel(&w.channel), Kind::Write);
+        assert_eq!(Names::value_of_channel(&w.channel), w.lock);
+        assert_eq!(Names::value_of_channel(&r.channel), r.lock);
+        assert_eq!(w.script_channels(), (r.channel.clone(), w.channel.clone()));
+        let s = Names::semaphore("p", "k");
+        assert_eq!(s.script_channels(), (s.channel.clone(), String::new()));
+        assert_eq!(
+            Names::kind_of_channel(&Names::new("p", "x}:rw").channel),
+            Kind::Mutex
+        );
     }
 
     #[test]

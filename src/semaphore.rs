@@ -26,18 +26,14 @@
 //!
 //! The protocol and its safety argument: `docs/design-semaphore-rwlock.md`.
 
-use std::fmt;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use tokio_util::sync::CancellationToken;
-
 use crate::acquire::{self, Shape};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::inner::ClientInner;
 use crate::options::SemaphoreOptions;
 use crate::scripts::Names;
+use std::fmt;
+use std::sync::Arc;
 
 /// A counting semaphore: at most `limit` permits held at once across every
 /// client of the deployment. Made by [`LockClient::semaphore`](crate::LockClient::semaphore);
@@ -313,79 +309,11 @@ impl fmt::Debug for Permit {
 }
 
 impl Permit {
-    /// The semaphore's key.
-    pub fn key(&self) -> &str {
-        self.guard.key()
-    }
+    crate::guard::delegate_hold!("permits", "hold");
 
     /// How many permits this hold has.
     pub fn permits(&self) -> u32 {
         self.guard.permits()
-    }
-
-    /// The token unique to this acquisition (a random UUID).
-    pub fn token(&self) -> &str {
-        self.guard.token()
-    }
-
-    /// The fencing token of this hold: greater than that of every earlier
-    /// hold of the same semaphore, also across a Redis restart without
-    /// persistence (see [`LockGuard::fencing_token`]).
-    pub fn fencing_token(&self) -> u64 {
-        self.guard.fencing_token()
-    }
-
-    /// The lease the permits were acquired with.
-    pub fn lease(&self) -> Duration {
-        self.guard.lease()
-    }
-
-    /// When the successful acquire call was sent.
-    pub fn acquired_at(&self) -> Instant {
-        self.guard.acquired_at()
-    }
-
-    /// Whether the permits are held as far as this process knows, without
-    /// a round trip (see [`LockGuard::is_held`]).
-    pub fn is_held(&self) -> bool {
-        self.guard.is_held()
-    }
-
-    /// Completes when the permits are known lost while held: a renewal or
-    /// [`extend`](Self::extend) found the hold expired or gone, or the lease
-    /// ran out by this process's clock before a renewal got through.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: dropping the future loses nothing; call it again.
-    pub async fn lost(&self) {
-        self.guard.lost().await
-    }
-
-    /// A token cancelled when the permits are known lost, or this permit
-    /// is released or dropped (see [`LockGuard::lost_token`]).
-    pub fn lost_token(&self) -> CancellationToken {
-        self.guard.lost_token()
-    }
-
-    /// Set the hold's remaining lease to `lease` from now, by the server
-    /// clock. For a renewed hold, later renewals use `lease` too.
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::LockLost`] (and [`lost`](Self::lost) fires) when the hold
-    ///   had already expired: its permits were free, and a renewal never
-    ///   takes them back;
-    /// * [`Error::InvalidArgument`] for a lease out of range;
-    /// * [`Error::Redis`] for a connection error or a command timeout: the
-    ///   call may or may not have run. Safe to retry.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`LockGuard::extend`]: a shorter lease counts from the moment the
-    /// call is sent, a longer one only once confirmed.
-    pub async fn extend(&self, lease: Duration) -> Result<()> {
-        self.guard.extend(lease).await
     }
 
     /// Release the permits and tell the waiters they fit.

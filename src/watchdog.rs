@@ -319,7 +319,7 @@ impl Watchdog {
     /// One round: every item, in calls of at most `RENEW_BATCH` holds, one
     /// kind per call (locks by `RENEW`, semaphore holds by `SEM_RENEW`).
     async fn renew(self: Arc<Self>, mut items: Vec<Item>) -> Vec<Outcome> {
-        let kind = |it: &Item| it.kind == Kind::Semaphore;
+        let kind = |it: &Item| it.kind.counted();
         if !self.calls.redis().is_clustered() {
             items.sort_by_key(kind);
             let mut out = Vec::with_capacity(items.len());

@@ -106,8 +106,25 @@ async fn metrics_are_recorded() {
         .await
         .unwrap();
     permit.release().await.unwrap();
+    // A read-write lock's: `read` and `write`.
+    let rw = lock.rw_lock("doc");
+    let r = rw
+        .read_with(LockOptions::default().name("doc"))
+        .await
+        .unwrap();
+    r.release().await.unwrap();
+    let w = rw
+        .write_with(LockOptions::default().name("doc"))
+        .await
+        .unwrap();
+    w.release().await.unwrap();
 
     let m = read(&snapshotter);
+    for primitive in ["read", "write"] {
+        let labels = [("name", "doc"), ("primitive", primitive)];
+        assert_eq!(get(&m, names::ACQUIRED_TOTAL, &labels), 1.0, "{primitive}");
+        assert_eq!(get(&m, names::RELEASED_TOTAL, &labels), 1.0, "{primitive}");
+    }
     let payments = [("name", "payments"), ("primitive", "semaphore")];
     assert_eq!(get(&m, names::ACQUIRED_TOTAL, &payments), 1.0);
     assert_eq!(get(&m, names::RELEASED_TOTAL, &payments), 1.0);
