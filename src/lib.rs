@@ -22,7 +22,8 @@
 //! * **A semaphore on the same machinery**: [`LockClient::semaphore`] gives
 //!   a counting [`Semaphore`] (at most N holders across every process),
 //!   whose permits expire by the Redis clock, are handed to waiting
-//!   processes in FIFO order, and wake one waiter per freed permit.
+//!   processes in FIFO order, and wake one waiter per freed permit; and
+//!   [`LockClient::rw_lock`] a writer-preferring [`RwLock`] built on it.
 //! * **Observable**: wait time, attempts, timeouts, lost locks through the
 //!   [`metrics`](https://docs.rs/metrics) facade; see [`metrics`](mod@crate::metrics) for the names.
 //!

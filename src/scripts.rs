@@ -518,7 +518,9 @@ end
 /// a reservation of m permits), this token's void marker and the
 /// semaphore's void index (as for [`ACQUIRE`]). ARGV: `[token, n, limit,
 /// lease_ms, client, retention_ms, channel, publish, grace_ms, more,
-/// want]`; `client` is `''` for a caller that will not wait; `more` is
+/// want, wchannel]`; `client` is `''` for a caller that will not wait;
+/// `wchannel` is a read-write lock's writers' channel, where the messages
+/// of writer-role clients (ids ending `.w`) go (`''` otherwise); `more` is
 /// `'1'` when other local waiters of the caller's client still want
 /// permits; `want` is the largest need among the client's waiters (at
 /// least `n`, at most `limit`; `n` when absent): the client's queue entry
@@ -669,7 +671,8 @@ return {0, bound}
 /// Semaphore release (issue 13, see [`SEM_ACQUIRE`] for the names).
 ///
 /// KEYS: as for [`SEM_ACQUIRE`]. ARGV: `[token, fence, channel,
-/// retention_ms, ring_chars, client, grace_ms, publish, requeue, n, limit]`;
+/// retention_ms, ring_chars, client, grace_ms, publish, requeue, n, limit,
+/// wchannel]` (`wchannel` as for [`SEM_ACQUIRE`]);
 /// `fence` is `''` for an acquisition abandoned in flight; `n` and `limit`
 /// are what the releasing client's next local waiter needs, used when
 /// `requeue` is `'1'`.
@@ -841,7 +844,8 @@ return {used, queued}
 /// Semaphore: leave the queue, for a client whose last local waiter left.
 ///
 /// KEYS: `[meta, holds, facts, voids, voids]` (as for [`SEM_ACQUIRE`]; no
-/// token). ARGV: `[client, channel, publish, grace_ms]`. Cuts expired holds,
+/// token). ARGV: `[client, channel, publish, grace_ms, wchannel]`
+/// (`wchannel` as for [`SEM_ACQUIRE`]). Cuts expired holds,
 /// removes the client's entry from the queue, then walks the queue as a
 /// release does: a client that was blocked behind the leaver (it needed
 /// more than was free) may fit now, and gets its reservation and message

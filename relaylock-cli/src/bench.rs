@@ -32,9 +32,11 @@ pub struct BenchArgs {
     /// `pubsub` or `poll:<ms>`; repeat to compare strategies side by side.
     #[arg(long = "strategy", default_values = ["pubsub", "poll:10"])]
     pub strategies: Vec<Strategy>,
-    /// What the workers take per key: `mutex`, or `semaphore:<limit>` (one
+    /// What the workers take per key: `mutex`, `semaphore:<limit>` (one
     /// permit per acquisition; violations then count more holders inside
-    /// than the limit).
+    /// than the limit), or `rwlock:<read share>` (each acquisition a read
+    /// with that probability, else a write; violations count a write inside
+    /// with anyone, or a read with a write).
     #[arg(long, default_value = "mutex")]
     pub primitive: Primitive,
     /// Lock-taking tasks per process.
@@ -404,6 +406,10 @@ async fn run_one(
             handoff_ms: Vec::new(),
             violations: over_limit(&records, limit),
         },
+        Primitive::RwLock(_) => crate::stats::Handoffs {
+            handoff_ms: Vec::new(),
+            violations: crate::stats::rw_violations(&records),
+        },
     };
     let mut handoff = h.handoff_ms;
     handoff.sort_by(f64::total_cmp);
@@ -664,6 +670,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             "{} violated: see the violations column",
             match args.primitive {
                 Primitive::Mutex => "mutual exclusion".to_owned(),
+                Primitive::RwLock(_) => "the read-write lock's exclusion".to_owned(),
                 p => format!("the {p} limit"),
             }
         ));

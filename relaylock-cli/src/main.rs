@@ -93,21 +93,23 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// What the bench's workers take: `mutex` (a lock per key) or
+/// What the bench's workers take: `mutex` (a lock per key),
 /// `semaphore:<limit>` (a semaphore of that many permits per key, one permit
-/// per acquisition).
+/// per acquisition) or `rwlock:<read share>` (a read-write lock per key; each
+/// acquisition is a read with that probability, else a write).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum Primitive {
     #[default]
     Mutex,
     Semaphore(u32),
+    RwLock(f64),
 }
 
 impl Primitive {
     /// How many holders may be inside one key's critical section at once.
     pub fn limit(self) -> u32 {
         match self {
-            Primitive::Mutex => 1,
+            Primitive::Mutex | Primitive::RwLock(_) => 1,
             Primitive::Semaphore(n) => n,
         }
     }
@@ -122,7 +124,13 @@ impl FromStr for Primitive {
                 Ok(n) if n >= 1 => Ok(Primitive::Semaphore(n)),
                 _ => Err(format!("{s:?}: the limit is a whole number of at least 1")),
             },
-            _ => Err(format!("{s:?}: expected mutex or semaphore:<limit>")),
+            Some(("rwlock", share)) => match share.parse::<f64>() {
+                Ok(x) if (0.0..=1.0).contains(&x) => Ok(Primitive::RwLock(x)),
+                _ => Err(format!("{s:?}: the read share is between 0 and 1")),
+            },
+            _ => Err(format!(
+                "{s:?}: expected mutex, semaphore:<limit> or rwlock:<read share>"
+            )),
         }
     }
 }
@@ -132,6 +140,7 @@ impl fmt::Display for Primitive {
         match self {
             Primitive::Mutex => f.write_str("mutex"),
             Primitive::Semaphore(n) => write!(f, "semaphore:{n}"),
+            Primitive::RwLock(x) => write!(f, "rwlock:{x}"),
         }
     }
 }
@@ -223,7 +232,19 @@ mod tests {
             Primitive::Semaphore(8)
         );
         assert_eq!(Primitive::Semaphore(8).to_string(), "semaphore:8");
-        for bad in ["semaphore:0", "semaphore:", "semaphore:x", "rwlock:0.9", ""] {
+        assert_eq!(
+            "rwlock:0.9".parse::<Primitive>().unwrap(),
+            Primitive::RwLock(0.9)
+        );
+        assert_eq!(Primitive::RwLock(0.9).to_string(), "rwlock:0.9");
+        for bad in [
+            "semaphore:0",
+            "semaphore:",
+            "semaphore:x",
+            "rwlock:1.5",
+            "rwlock:",
+            "",
+        ] {
             assert!(bad.parse::<Primitive>().is_err(), "{bad}");
         }
     }

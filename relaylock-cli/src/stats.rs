@@ -58,6 +58,39 @@ pub fn handoffs(records: &mut [Record]) -> Handoffs {
     out
 }
 
+/// A read-write lock's records mark a write by this bit of the key index.
+pub const WRITE_BIT: u32 = 1 << 31;
+
+/// Entries of a read-write lock's records that broke it: a write entering
+/// while anyone is inside the key, or a read while a write is. By the
+/// recorded spans, each inside the real one, so every one counted is real.
+pub fn rw_violations(records: &[Record]) -> u64 {
+    // (key, time, step, is write); at equal times a leave comes first.
+    let mut events: Vec<(u32, u64, i8, bool)> = records
+        .iter()
+        .flat_map(|r| {
+            let (key, write) = (r.0 & !WRITE_BIT, r.0 & WRITE_BIT != 0);
+            [(key, r.3, 1, write), (key, r.4, -1, write)]
+        })
+        .collect();
+    events.sort_unstable_by_key(|e| (e.0, e.1, e.2));
+    let (mut key, mut readers, mut writers, mut bad) = (u32::MAX, 0i64, 0i64, 0);
+    for (k, _, step, write) in events {
+        if k != key {
+            (key, readers, writers) = (k, 0, 0);
+        }
+        if step > 0 && (writers > 0 || (write && readers > 0)) {
+            bad += 1;
+        }
+        if write {
+            writers += i64::from(step);
+        } else {
+            readers += i64::from(step);
+        }
+    }
+    bad
+}
+
 /// Entries that brought more than `limit` holders inside one key's
 /// critical section at once, by the recorded spans. A recorded span lies
 /// inside the real one, so every excess counted here is real.
@@ -84,6 +117,21 @@ pub fn over_limit(records: &[Record], limit: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_write_violations() {
+        let w = WRITE_BIT;
+        let ok = [
+            (0, 1, 0, 10, 20),
+            (0, 2, 0, 12, 30),
+            (w, 3, 0, 30, 40),
+            (0, 4, 0, 40, 50),
+        ];
+        assert_eq!(rw_violations(&ok), 0);
+        // A write inside two reads, and a read inside a write.
+        let bad = [(0, 1, 0, 10, 50), (w, 2, 0, 20, 30), (0, 3, 0, 25, 26)];
+        assert_eq!(rw_violations(&bad), 2);
+    }
 
     #[test]
     fn over_the_limit() {

@@ -161,8 +161,11 @@ struct Shared {
     /// `Some` for `bare:<ms>`: the baseline lock, on the client's connection.
     bare: Option<BareLock>,
     keys: Vec<String>,
-    /// Tasks inside each key's critical section now.
+    /// Tasks inside each key's critical section now (a read-write lock's
+    /// readers).
     inside: Vec<AtomicU64>,
+    /// A read-write lock's writers inside each key now.
+    writers: Vec<AtomicU64>,
     /// How many may be (1 for a lock).
     limit: u32,
     primitive: Primitive,
@@ -183,10 +186,14 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
             }
             continue;
         }
+        let read = match shared.primitive {
+            Primitive::RwLock(share) => (rng.next() % 1_000_000) as f64 / 1e6 < share,
+            _ => false,
+        };
         let result = tokio::select! {
             biased;
             _ = stop.changed() => break,
-            r = take(&shared, k) => r,
+            r = take(&shared, k, read) => r,
         };
         let held = match result {
             Ok(h) => h,
@@ -196,8 +203,18 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
                 continue;
             }
         };
-        let (t_acq, t_rel) = hold(&shared, k, &mut out).await;
+        let write = held.is_write();
+        let (t_acq, t_rel) = if matches!(shared.primitive, Primitive::RwLock(_)) {
+            hold_rw(&shared, k, write, &mut out).await
+        } else {
+            hold(&shared, k, &mut out).await
+        };
         let fence = held.fencing_token();
+        let k = if write {
+            k as u32 | crate::stats::WRITE_BIT
+        } else {
+            k as u32
+        };
         match held.release().await {
             Ok(()) => {}
             Err(Error::LockLost) => out.lost += 1,
@@ -205,15 +222,38 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
                 out.error(e);
             }
         }
-        out.acquired(&shared, (k as u32, fence, t_call, t_acq, t_rel));
+        out.acquired(&shared, (k, fence, t_call, t_acq, t_rel));
     }
     out
 }
 
-/// A lock's guard or a semaphore's permit.
+/// A read-write lock's critical section of key `k`: a write inside with
+/// anyone, or a read inside with a write, is a violation. `inside` counts
+/// readers, `writers` writers.
+async fn hold_rw(shared: &Shared, k: usize, write: bool, out: &mut TaskResult) -> (u64, u64) {
+    let t_acq = now_ns();
+    let (mine, other) = if write {
+        (&shared.writers[k], &shared.inside[k])
+    } else {
+        (&shared.inside[k], &shared.writers[k])
+    };
+    let before = mine.fetch_add(1, Ordering::SeqCst);
+    if other.load(Ordering::SeqCst) > 0 || (write && before > 0) {
+        out.violations += 1;
+    }
+    if !shared.hold.is_zero() {
+        tokio::time::sleep(shared.hold).await;
+    }
+    mine.fetch_sub(1, Ordering::SeqCst);
+    (t_acq, now_ns())
+}
+
+/// A lock's guard, a semaphore's permit, or a read-write lock's guard.
 enum Held {
     Lock(relaylock::LockGuard),
     Permit(relaylock::Permit),
+    Read(relaylock::ReadGuard),
+    Write(relaylock::WriteGuard),
 }
 
 impl Held {
@@ -221,6 +261,8 @@ impl Held {
         match self {
             Held::Lock(g) => g.fencing_token(),
             Held::Permit(p) => p.fencing_token(),
+            Held::Read(g) => g.fencing_token(),
+            Held::Write(g) => g.fencing_token(),
         }
     }
 
@@ -228,13 +270,28 @@ impl Held {
         match self {
             Held::Lock(g) => g.release().await,
             Held::Permit(p) => p.release().await,
+            Held::Read(g) => g.release().await,
+            Held::Write(g) => g.release().await,
         }
+    }
+
+    fn is_write(&self) -> bool {
+        matches!(self, Held::Write(_))
     }
 }
 
-/// Take key `k`'s lock, or one permit of its semaphore.
-async fn take(shared: &Shared, k: usize) -> Result<Held, Error> {
+/// Take key `k`'s lock, one permit of its semaphore, or its read-write
+/// lock for reading (`read`) or writing.
+async fn take(shared: &Shared, k: usize, read: bool) -> Result<Held, Error> {
     match shared.primitive {
+        Primitive::RwLock(_) => {
+            let rw = shared.client.rw_lock(shared.keys[k].as_str());
+            if read {
+                rw.read().await.map(Held::Read)
+            } else {
+                rw.write().await.map(Held::Write)
+            }
+        }
         Primitive::Mutex => shared.client.lock(&shared.keys[k]).await.map(Held::Lock),
         Primitive::Semaphore(limit) => shared
             .client
@@ -320,6 +377,7 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         client,
         keys: (0..args.keys.max(1)).map(|i| format!("k{i}")).collect(),
         inside: (0..args.keys.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        writers: (0..args.keys.max(1)).map(|_| AtomicU64::new(0)).collect(),
         limit: args.primitive.limit(),
         primitive: args.primitive,
         hold: Duration::from_micros(args.hold_us),
