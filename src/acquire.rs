@@ -602,7 +602,13 @@ impl<'a> LockCall<'a> {
         if let Some((n, limit)) = self.permits {
             waiter.need(n, limit);
         }
-        if !queued {
+        // A read-write lock's reader tries even behind other local waiters:
+        // readers share, so waiting behind its neighbours would only delay
+        // it, and a refused try sets its client's queue entry to the number
+        // of readers waiting now, so the write ahead reserves for all of
+        // them at once (found in review: readers that joined silently were
+        // counted only at the next refusal, and got in one per write).
+        if !queued || self.names.kind == Kind::Read {
             if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
                 return Ok((fence, sent));
             }

@@ -570,8 +570,13 @@ async fn release_permits(
         Ok((_, wake, _)) => (*wake).min(permits.max(1)),
         Err(_) => permits.max(1),
     };
-    // No more than wait here (a write frees a billion permits).
-    let wake = (wake as usize).min(registry.waiting(&names.channel));
+    // No more than wait here (a write frees a billion permits), and one
+    // writer: a write reservation serves one (found in review: every local
+    // writer woke for it).
+    let mut wake = (wake as usize).min(registry.waiting(&names.channel));
+    if names.kind == Kind::Write {
+        wake = wake.min(1);
+    }
     for _ in 0..wake {
         registry.wake_one_if_waiting(&names.channel);
     }

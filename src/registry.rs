@@ -152,10 +152,21 @@ impl KeyWaiters {
         self.needs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The largest need among the semaphore waiters registered now, with
-    /// its limit; `None` when none said.
-    fn max_need(&self) -> Option<(u32, u32)> {
-        self.needs().iter().copied().max()
+    /// What this client's queue entry asks for, with its limit: the largest
+    /// need among the semaphore waiters registered now, or for a
+    /// read-write lock's readers (`kind` Read, all needing 1) their number,
+    /// so a write's release reserves for all of them at once, ahead of a
+    /// writer that queued after them (found in review: with the largest
+    /// need, one reader per client got in per write). `None` when none said.
+    fn want(&self, kind: Kind) -> Option<(u32, u32)> {
+        let needs = self.needs();
+        let largest = needs.iter().copied().max()?;
+        if kind == Kind::Read {
+            let total = needs.iter().map(|(n, _)| u64::from(*n)).sum::<u64>();
+            let limit = largest.1;
+            return Some((u32::try_from(total).unwrap_or(limit).min(limit), limit));
+        }
+        Some(largest)
     }
 
     fn linger_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
@@ -906,7 +917,7 @@ impl Requeue {
     /// release then does not queue the client again, and that waiter's own
     /// try does).
     pub(crate) fn need(&self) -> Option<(u32, u32)> {
-        self.entry.max_need()
+        self.entry.want(Names::kind_of_channel(&self.channel))
     }
 }
 
@@ -977,9 +988,9 @@ impl Waiter {
         }
     }
 
-    /// The largest need among this key's semaphore waiters now.
+    /// What this client's queue entry asks for now (see `KeyWaiters::want`).
     pub(crate) fn max_need(&self) -> Option<(u32, u32)> {
-        self.entry.max_need()
+        self.entry.want(Names::kind_of_channel(&self.channel))
     }
 
     /// Make sure the key's channel is subscribed and Redis confirmed it.

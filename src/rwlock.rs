@@ -8,12 +8,18 @@
 //!
 //! * **Writer-preferring, by FIFO.** Clients queue in Redis in arrival
 //!   order, and nobody is admitted past a queued client that does not fit:
-//!   once a writer is queued, new readers queue behind it, and the readers
-//!   that hold finish (or their leases end), so a writer's wait is bounded
-//!   by the longest current read lease.
-//! * **Readers that queued behind a write get in together when it ends**: the
-//!   write's release reserves for every reader client at the queue's head,
-//!   up to the next queued writer, with one message per client.
+//!   once a writer is queued, new readers queue behind it, so a writer waits
+//!   only for the reads that hold when it queues: until they are released,
+//!   or, for a reader that died, until its lease ends (a live reader renewed
+//!   by the watchdog holds as long as it keeps its guard).
+//! * **Readers that queued behind a write get in when it ends, before any
+//!   writer that queued after them**: a client's readers queue as one entry
+//!   asking for as many permits as it has waiting readers, and the write's
+//!   release reserves for every reader client at the queue's head, up to
+//!   the next queued writer, with one message per client. Within a client
+//!   they then enter one after another (each admission wakes the next), a
+//!   round trip each: not one batched call. (A reader that arrives while its
+//!   client's entry is queued rides on that entry's place.)
 //! * **A read hold's cost does not grow with the other readers**: each hold
 //!   is a member of a sorted set scored by its expiry (`ZADD`/`ZREM`,
 //!   O(log n)); no release scans the others.
@@ -114,7 +120,9 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// Cancel-safe, as [`Semaphore::acquire_with`](crate::Semaphore::acquire_with):
-    /// dropping the future leaves no hold and no waiter behind.
+    /// dropping the future leaves no hold and no waiter behind. A
+    /// reservation a release made for it that it never took is freed when
+    /// its client leaves the queue, or lapses after 50 ms.
     pub async fn read_with(&self, options: LockOptions) -> Result<ReadGuard> {
         let guard = Box::pin(acquire::lock(&self.inner, &self.key, &options, Shape::Read)).await?;
         Ok(ReadGuard { guard })

@@ -491,13 +491,14 @@ local function fits()
   if queue == '' and not own_added then return 2 end
   return 0
 end
--- A read-write lock's writer-role clients (ids ending '.w') hear on the
--- writers' channel `wchannel`; everyone else on `channel`.
+-- A read-write lock (`wchannel` given) tells on both of its channels: the
+-- role reserved for wakes, and the other role's waiters arm a grace timer,
+-- should the reservation lapse unused (found in review: a writer queued
+-- behind a readers' reservation that lapsed slept on a lease).
 local function tell(publish, channel, own, wchannel)
   for _, c in ipairs(told) do
-    local ch = channel
-    if wchannel and wchannel ~= '' and string.sub(c, -2) == '.w' then ch = wchannel end
-    redis.pcall(publish, ch, 'r:' .. c)
+    redis.pcall(publish, channel, 'r:' .. c)
+    if wchannel and wchannel ~= '' then redis.pcall(publish, wchannel, 'r:' .. c) end
   end
   if own and own_reserved and queue ~= '' then
     redis.pcall(publish, channel, 'o:' .. own)
@@ -622,16 +623,19 @@ if (m or queue == '' or first == client) and avail + n <= limit then
   redis.call('HSET', KEYS[3], token, string.format('%d', n) .. ':' .. fs)
   used = used + n
   if ARGV[10] == '1' and client ~= '' then
-    -- Other local waiters of this client still want permits: it keeps a
-    -- place, at the back (round robin across clients), at their need, and
-    -- if that fits now (nobody ahead waits, permits are free) it is
-    -- reserved at once and counted in `left`: the caller wakes the next
-    -- local waiter, so a client's waiters fill free permits one after
-    -- another without waiting for a release.
-    dequeue(client)
-    if queue == '' then queue = entry else queue = queue .. ',' .. entry end
-    walk(client, grace)
-    left = tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '0') or 0
+    -- Other local waiters of this client still want permits. While some of
+    -- its reservation is left, they take that (the caller wakes the next),
+    -- and its queue entry, if any, stays. Once it is used up, the client
+    -- keeps a place at the back (round robin across clients) at their
+    -- need, and if that fits now (nobody ahead waits, permits are free) it
+    -- is reserved at once and counted in `left`: so a client's waiters fill
+    -- free permits one after another without waiting for a release.
+    if left == 0 then
+      dequeue(client)
+      if queue == '' then queue = entry else queue = queue .. ',' .. entry end
+      walk(client, grace)
+      left = tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '0') or 0
+    end
   elseif queued(client) then
     dequeue(client)
   end
@@ -860,6 +864,15 @@ if foreign or not v then return 0 end
 cut()
 local found = queued(ARGV[1])
 dequeue(ARGV[1])
+-- A reservation made for the leaver is nobody's now: free it at once
+-- rather than at the end of its grace (found in review).
+local mine = tonumber(redis.call('HGET', KEYS[3], '~' .. ARGV[1]) or '')
+if mine then
+  redis.call('ZREM', KEYS[2], '~' .. ARGV[1])
+  redis.call('HDEL', KEYS[3], '~' .. ARGV[1])
+  used = used - mine
+  if used < 0 then used = 0 end
+end
 walk('', tonumber(ARGV[4]) or 50)
 store()
 tell(ARGV[3], ARGV[2], nil, ARGV[5])

@@ -297,3 +297,116 @@ async fn a_killed_readers_hold_ends_with_its_lease() {
     println!("the writer got in {took:?} after the reader's SIGKILL (lease {lease:?})");
     assert!(took <= lease + Duration::from_secs(1), "{took:?}");
 }
+
+/// Found in review: readers of one client that queued before a writer all
+/// get in before it when the write ahead of them ends (with a queue entry
+/// asking for one permit, one reader per client got in per write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_queued_before_a_writer_all_go_first() {
+    let server = RedisServer::start();
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let w = a.rw_lock("order").write().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let (rw, order) = (b.rw_lock("order"), Arc::clone(&order));
+        tasks.push(tokio::spawn(async move {
+            let g = rw.read().await.unwrap();
+            order.lock().unwrap().push(format!("reader{i}"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.release().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    {
+        let (rw, order) = (c.rw_lock("order"), Arc::clone(&order));
+        tasks.push(tokio::spawn(async move {
+            let g = rw.write().await.unwrap();
+            order.lock().unwrap().push("writer".to_owned());
+            g.release().await.unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    w.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .expect("stuck")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    println!("order after the write: {order:?}");
+    assert_eq!(
+        order.last().map(String::as_str),
+        Some("writer"),
+        "{order:?}"
+    );
+}
+
+/// Found in review: a readers' reservation that is never taken (its client
+/// queued and went away) must not strand the writer queued behind it: the
+/// other role hears the reservation too and re-checks after the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_reservation_of_the_other_role_strands_nobody() {
+    use fred::prelude::*;
+    use support::Admin;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let (a, c) = (client(&server).await, client(&server).await);
+    let rw = a.rw_lock("ghost");
+    let w = rw.write().await.unwrap();
+    // A reader client that queues and never comes back: its entry, made
+    // by the script itself.
+    let name = rw.redis_key();
+    let keys = vec![
+        name.clone(),
+        format!("{name}:h"),
+        format!("{name}:t"),
+        format!("{name}:void:ghost"),
+        format!("{name}:void"),
+    ];
+    let args: Vec<String> = vec![
+        "ghost-token".into(),
+        "1".into(),
+        relaylock::scripts::RW_WRITE.to_string(),
+        "30000".into(),
+        "deadbeefdeadbeef".into(),
+        relaylock::scripts::SIDE_RETENTION_MS.to_string(),
+        format!("{name}:ch"),
+        "PUBLISH".into(),
+        relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
+    ];
+    let refused: Vec<i64> = admin
+        .eval(relaylock::scripts::SEM_ACQUIRE, keys, args)
+        .await
+        .unwrap();
+    assert_eq!(refused[0], 0);
+    let writer = {
+        let rw = c.rw_lock("ghost");
+        tokio::spawn(async move {
+            rw.write_with(LockOptions::default().wait(Duration::from_secs(4)))
+                .await
+                .map(|g| {
+                    let at = Instant::now();
+                    drop(g);
+                    at
+                })
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    w.release().await.unwrap();
+    let at = writer
+        .await
+        .unwrap()
+        .expect("the writer slept through a lapsed readers' reservation");
+    println!(
+        "the writer got in {:?} after the release, behind a reservation nobody took",
+        at - released
+    );
+}
