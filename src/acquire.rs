@@ -118,11 +118,13 @@ pub(crate) async fn lock(
     let deadline = options.wait.map(|w| call.started.checked_add(w));
     let outcome = match (deadline, inner.strategy) {
         // wait(0): exactly one try
-        (Some(Some(d)), _) if d <= call.started => match Box::pin(call.attempt(None)).await {
-            Ok(Attempt::Acquired(fence, sent)) => Ok((fence, sent)),
-            Ok(Attempt::Held) => Err(Error::Timeout),
-            Err(e) => Err(e),
-        },
+        (Some(Some(d)), _) if d <= call.started => {
+            match Box::pin(call.attempt(None, false)).await {
+                Ok(Attempt::Acquired(fence, sent)) => Ok((fence, sent)),
+                Ok(Attempt::Held) => Err(Error::Timeout),
+                Err(e) => Err(e),
+            }
+        }
         (deadline, WaitStrategy::PubSub) => call.wait_pubsub(deadline.flatten()).await,
         (deadline, WaitStrategy::Poll(every)) => call.wait_poll(every, deadline.flatten()).await,
     };
@@ -148,7 +150,7 @@ pub(crate) async fn try_lock(
     shape: Shape,
 ) -> Result<Option<LockGuard>> {
     let call = LockCall::new(inner, key, options, shape)?;
-    match call.attempt(None).await? {
+    match call.attempt(None, false).await? {
         Attempt::Acquired(fence, sent) => {
             if let Err(e) = call.replicated(fence).await {
                 m::finished(
@@ -401,7 +403,7 @@ impl<'a> LockCall<'a> {
     /// One acquire script call. A caller that will wait (with its `queue`
     /// registration) registers this client in the key's queue when the lock
     /// is taken, and may take a reservation made for this client.
-    async fn attempt(&self, queue: Option<&Waiter>) -> Result<Attempt> {
+    async fn attempt(&self, queue: Option<&Waiter>, fresh: bool) -> Result<Attempt> {
         m::attempt(self.name, self.names.kind);
         let role = self.inner.registry.role_id(self.names.kind);
         let client: &str = match queue {
@@ -444,7 +446,7 @@ impl<'a> LockCall<'a> {
                         &self.token,
                         shape,
                         self.lease_ms,
-                        (client, more, want),
+                        (client, more, want, fresh),
                     )
                     .await?
             }
@@ -535,7 +537,7 @@ impl<'a> LockCall<'a> {
         deadline: Option<Instant>,
     ) -> Result<(u64, Instant)> {
         loop {
-            if let Attempt::Acquired(fence, sent) = Box::pin(self.attempt(None)).await? {
+            if let Attempt::Acquired(fence, sent) = Box::pin(self.attempt(None, false)).await? {
                 return Ok((fence, sent));
             }
             if expired(deadline) {
@@ -572,13 +574,13 @@ impl<'a> LockCall<'a> {
     /// One try by a registered waiter. If it fails or is dropped before its
     /// outcome is known, the duty to re-check passes to the next local waiter
     /// (it may hold a wake-up, or be the one whose try the others rely on).
-    async fn try_passing_on(&self, waiter: &Waiter) -> Result<Attempt> {
+    async fn try_passing_on(&self, waiter: &Waiter, fresh: bool) -> Result<Attempt> {
         let baton = OnDrop(Some(|| waiter.pass_on()));
         // Boxed: a try holds fred's command futures (kilobytes in a debug
         // build); a waiter that sleeps, which is most of them, does not
         // carry that space (the storm test's 5,000 waiters peaked at 235 MiB
         // with it inline). One allocation per try, next to a round trip.
-        let attempt = Box::pin(self.attempt(Some(waiter))).await;
+        let attempt = Box::pin(self.attempt(Some(waiter), fresh)).await;
         if attempt.is_ok() {
             baton.disarm();
         }
@@ -609,7 +611,12 @@ impl<'a> LockCall<'a> {
         // them at once (found in review: readers that joined silently were
         // counted only at the next refusal, and got in one per write).
         if !queued || self.names.kind == Kind::Read {
-            if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter).await? {
+            // `fresh`: a reader arriving behind local waiters does not take
+            // their client's reservation (found in the bench: arriving
+            // readers took the batch reserved for those that queued before
+            // a writer, and pushed them behind it).
+            let fresh = queued;
+            if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter, fresh).await? {
                 return Ok((fence, sent));
             }
             if expired(deadline) {
@@ -663,7 +670,7 @@ impl<'a> LockCall<'a> {
             if must_try {
                 match offer.map_or(Gate::Go, Offer::begin_try) {
                     Gate::Go => {
-                        let attempt = self.try_passing_on(&waiter).await;
+                        let attempt = self.try_passing_on(&waiter, false).await;
                         if let Some(o) = offer {
                             o.end_try();
                         }

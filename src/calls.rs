@@ -377,7 +377,7 @@ impl Calls {
         token: &str,
         (n, limit): (u32, u32),
         lease_ms: u64,
-        (client, more, want): (&str, bool, u32),
+        (client, more, want, fresh): (&str, bool, u32, bool),
     ) -> Result<Vec<i64>> {
         let (holds, facts) = (names.holds(), names.facts());
         let (void, voids) = (names.void(token), names.voids());
@@ -396,6 +396,7 @@ impl Calls {
                 if more { "1" } else { "0" }.into(),
                 i64::from(want).into(),
                 wchannel.as_str().into(),
+                if fresh { "1" } else { "0" }.into(),
             ];
             let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids];
             (keys, args)

@@ -519,7 +519,10 @@ end
 /// a reservation of m permits), this token's void marker and the
 /// semaphore's void index (as for [`ACQUIRE`]). ARGV: `[token, n, limit,
 /// lease_ms, client, retention_ms, channel, publish, grace_ms, more,
-/// want, wchannel]`; `client` is `''` for a caller that will not wait;
+/// want, wchannel, fresh]`; `client` is `''` for a caller that will not wait;
+/// `fresh` is `'1'` for a caller that must not take its client's
+/// reservation (a reader arriving behind its client's waiters, for whom the
+/// reservation was made);
 /// `wchannel` is a read-write lock's writers' channel, where the messages
 /// of writer-role clients (ids ending `.w`) go (`''` otherwise); `more` is
 /// `'1'` when other local waiters of the caller's client still want
@@ -598,7 +601,7 @@ if void ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then
   return {0, -2}
 end
 walk(client, grace)
-local m = client ~= '' and tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '')
+local m = client ~= '' and ARGV[13] ~= '1' and tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '')
 if m and m < n then m = nil end
 local first = string.match(queue, '^([^:,]+)')
 local avail = used
