@@ -595,3 +595,87 @@ async fn semaphores_across_shards() {
     }
     lock.release().await.unwrap();
 }
+
+/// Read-write locks on keys spread across the shards, in two clients with
+/// sharded pub/sub: both of a lock's channels share its hash tag, a writer
+/// is never inside with anyone, and a writer waiting in the other client is
+/// woken by its shard's message when the last read ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_locks_across_shards() {
+    let cluster = RedisCluster::start(3, 0);
+    let a = lock_client(&cluster, Duration::from_secs(30)).await;
+    let b = lock_client(&cluster, Duration::from_secs(30)).await;
+    let state: Arc<Vec<Mutex<(u32, u32)>>> = Arc::new((0..4).map(|_| Mutex::new((0, 0))).collect());
+    let bad = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let client = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let (state, bad) = (Arc::clone(&state), Arc::clone(&bad));
+        tasks.push(tokio::spawn(async move {
+            for r in 0..8 {
+                let k = (t + r) % 4;
+                let rw = client.rw_lock(format!("rw:{k}"));
+                let write = (t + r) % 5 == 0;
+                let enter = |write: bool| {
+                    let mut s = state[k].lock().unwrap();
+                    if s.1 > 0 || (write && s.0 > 0) {
+                        bad.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if write {
+                        s.1 += 1
+                    } else {
+                        s.0 += 1
+                    }
+                };
+                let leave = |write: bool| {
+                    let mut s = state[k].lock().unwrap();
+                    if write {
+                        s.1 -= 1
+                    } else {
+                        s.0 -= 1
+                    }
+                };
+                if write {
+                    let w = rw.write().await.unwrap();
+                    enter(true);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    leave(true);
+                    w.release().await.unwrap();
+                } else {
+                    let g = rw.read().await.unwrap();
+                    enter(false);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    leave(false);
+                    g.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a read-write lock waiter is stuck")
+            .unwrap();
+    }
+    assert_eq!(bad.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let r = a.rw_lock("rw:0").read().await.unwrap();
+    let writer = {
+        let rw = b.rw_lock("rw:0");
+        tokio::spawn(async move {
+            let w = rw.write().await.unwrap();
+            let at = Instant::now();
+            w.release().await.unwrap();
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    r.release().await.unwrap();
+    let took = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the writer is stuck")
+        .unwrap()
+        - released;
+    println!("cluster rwlock: the other client's writer got in {took:?} after the last read");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+}

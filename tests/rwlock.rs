@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fred::interfaces::ClientLike;
+use futures::future::Either;
 use relaylock::{Error, LockClient, LockOptions};
 use support::ledger::Ledger;
-use support::RedisServer;
+use support::{Admin, RedisServer};
 
 async fn client(server: &RedisServer) -> LockClient {
     support::client(&server.url()).await
@@ -44,10 +46,10 @@ async fn a_writer_is_never_inside_with_anyone() {
                 let write = (i * 8 + r) % 10 == 0;
                 let (fence, weight, release) = if write {
                     let w = rw.write().await.unwrap();
-                    (w.fencing_token(), WRITER, futures::future::Either::Left(w))
+                    (w.fencing_token(), WRITER, Either::Left(w))
                 } else {
                     let g = rw.read().await.unwrap();
-                    (g.fencing_token(), 1, futures::future::Either::Right(g))
+                    (g.fencing_token(), 1, Either::Right(g))
                 };
                 fences.push(fence);
                 ledger.enter_counted("doc", weight, WRITER).await;
@@ -61,8 +63,8 @@ async fn a_writer_is_never_inside_with_anyone() {
                 }
                 ledger.leave_counted("doc", weight).await;
                 match release {
-                    futures::future::Either::Left(w) => w.release().await.unwrap(),
-                    futures::future::Either::Right(g) => g.release().await.unwrap(),
+                    Either::Left(w) => w.release().await.unwrap(),
+                    Either::Right(g) => g.release().await.unwrap(),
                 }
             }
             fences
@@ -354,7 +356,6 @@ async fn readers_queued_before_a_writer_all_go_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lapsed_reservation_of_the_other_role_strands_nobody() {
     use fred::prelude::*;
-    use support::Admin;
     let server = RedisServer::start();
     let admin = server.admin().await;
     let (a, c) = (client(&server).await, client(&server).await);
@@ -409,4 +410,234 @@ async fn a_lapsed_reservation_of_the_other_role_strands_nobody() {
         "the writer got in {:?} after the release, behind a reservation nobody took",
         at - released
     );
+}
+
+/// A client for the fault scenarios: 1 s lease renewed by the watchdog, 1 s
+/// command timeout.
+async fn fault_client(url: &str) -> LockClient {
+    support::preset(url)
+        .default_lease(Duration::from_secs(1))
+        .side_retention(Duration::from_secs(1))
+        .command_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// `tasks` workers over `clients` read (nine in ten) or write `key` for
+/// `run`, entering the ledger (a write weighs [`WRITER`]) for 2 ms each,
+/// retrying errors as a caller would. Returns (acquisitions, errors);
+/// panics if a worker is stuck.
+async fn contend_rw(
+    clients: &[LockClient],
+    ledger: &Arc<Ledger>,
+    key: &str,
+    tasks: usize,
+    run: Duration,
+) -> (u64, u64) {
+    let until = Instant::now() + run;
+    let workers: Vec<_> = (0..tasks)
+        .map(|i| {
+            let rw = clients[i % clients.len()].rw_lock(key);
+            let (ledger, key) = (Arc::clone(ledger), key.to_owned());
+            tokio::spawn(async move {
+                let (mut n, mut errors) = (0u64, 0u64);
+                let mut r = i as u64;
+                while Instant::now() < until {
+                    r = r
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let write = (r >> 33) % 10 == 0;
+                    let opts = LockOptions::default().wait(Duration::from_secs(10));
+                    let held = if write {
+                        rw.write_with(opts).await.map(Either::Left)
+                    } else {
+                        rw.read_with(opts).await.map(Either::Right)
+                    };
+                    let held = match held {
+                        Ok(h) => h,
+                        Err(Error::Timeout) => panic!("a worker waited 10 s"),
+                        Err(_) => {
+                            errors += 1;
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue;
+                        }
+                    };
+                    let weight = if write { WRITER } else { 1 };
+                    ledger.enter_counted(&key, weight, WRITER).await;
+                    let lost = async {
+                        match &held {
+                            Either::Left(w) => w.lost().await,
+                            Either::Right(g) => g.lost().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = lost => {}
+                        _ = tokio::time::sleep(Duration::from_millis(2)) => {}
+                    }
+                    ledger.leave_counted(&key, weight).await;
+                    let released = match held {
+                        Either::Left(w) => w.release().await,
+                        Either::Right(g) => g.release().await,
+                    };
+                    if released.is_err() {
+                        errors += 1;
+                    }
+                    n += 1;
+                }
+                (n, errors)
+            })
+        })
+        .collect();
+    let (mut n, mut errors) = (0, 0);
+    for w in workers {
+        let (a, e) = tokio::time::timeout(run + Duration::from_secs(15), w)
+            .await
+            .expect("a worker is stuck")
+            .unwrap();
+        n += a;
+        errors += e;
+    }
+    (n, errors)
+}
+
+/// CLIENT KILL of both connections every 300 ms, then two 300 ms SIGSTOPs
+/// of the server (shorter than the 1 s lease), during read/write
+/// contention: a writer is never inside with anyone, nobody is stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_kills_and_server_pauses_break_nothing() {
+    let server = Arc::new(RedisServer::start());
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    let clients = [
+        fault_client(&server.url()).await,
+        fault_client(&server.url()).await,
+    ];
+    let run = Duration::from_secs(3);
+    let faults = {
+        let server = Arc::clone(&server);
+        tokio::spawn(async move {
+            for i in 0..5 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let kind = if i % 2 == 0 { "pubsub" } else { "normal" };
+                let _: fred::types::Value = admin
+                    .custom(
+                        fred::types::CustomCommand::new_static("CLIENT", None, false),
+                        vec!["KILL", "TYPE", kind],
+                    )
+                    .await
+                    .unwrap();
+            }
+            for _ in 0..2 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                server.pause();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                server.resume();
+            }
+        })
+    };
+    let (n, errors) = contend_rw(&clients, &ledger, "faults", 12, run).await;
+    faults.await.unwrap();
+    let t = ledger.totals(&["faults"]).await;
+    println!(
+        "rwlock faults: {n} acquisitions, {errors} errors retried, a writer with someone {} times",
+        t.over_limit
+    );
+    assert_eq!(t.over_limit, 0);
+    assert!(n > 0);
+}
+
+/// A restart without persistence while a write is held: the writer learns
+/// the loss, the readers and writers behind it recover, no writer is inside
+/// with anyone after it, and fencing tokens keep increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence() {
+    let mut server = RedisServer::start();
+    let ledger = Ledger::start().await;
+    let clients = [
+        fault_client(&server.url()).await,
+        fault_client(&server.url()).await,
+    ];
+    let old = clients[0].rw_lock("rs").write().await.unwrap();
+    let before = old.fencing_token();
+    let waiting = {
+        let (clients, ledger) = (clients.clone(), Arc::clone(&ledger));
+        tokio::spawn(async move {
+            contend_rw(&clients, &ledger, "rs", 8, Duration::from_millis(2500)).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart();
+    tokio::time::timeout(Duration::from_secs(3), old.lost())
+        .await
+        .expect("the writer never learned its lock was lost");
+    let (n, errors) = waiting.await.unwrap();
+    let after = clients[1].rw_lock("rs").write().await.unwrap();
+    let t = ledger.totals(&["rs"]).await;
+    println!("rwlock restart: {n} acquisitions after, {errors} errors retried, a writer with someone {} times", t.over_limit);
+    assert!(n > 0);
+    assert_eq!(t.over_limit, 0);
+    assert!(
+        after.fencing_token() > before,
+        "fencing tokens went backwards"
+    );
+    assert!(matches!(old.release().await, Err(Error::LockLost)));
+    after.release().await.unwrap();
+}
+
+/// Reads and writes cancelled at random points (waiting, in flight,
+/// holding), in two clients: once everything settled, a write gets in at
+/// once (nothing is held or reserved, nobody queued).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_at_random_points_leaves_nothing_held() {
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let mut r = 0x5eedu64;
+    let mut next = move |n: u64| {
+        r = r
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (r >> 33) % n
+    };
+    let mut tasks = Vec::new();
+    for i in 0..120 {
+        let rw = clients[i % 2].rw_lock("cancel");
+        let write = next(5) == 0;
+        let give_up = Duration::from_micros(next(20_000));
+        let hold = Duration::from_micros(next(5_000));
+        tasks.push(tokio::spawn(async move {
+            let _ = tokio::time::timeout(give_up, async {
+                if write {
+                    let w = rw.write().await.unwrap();
+                    tokio::time::sleep(hold).await;
+                    drop(w);
+                } else {
+                    let g = rw.read().await.unwrap();
+                    tokio::time::sleep(hold).await;
+                    drop(g);
+                }
+            })
+            .await;
+        }));
+        if i % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // Background releases and lapsing reservations settle within a grace.
+    let rw = clients[0].rw_lock("cancel");
+    let settled = support::eventually(Duration::from_secs(3), || async {
+        match rw.try_write().await.unwrap() {
+            Some(w) => {
+                w.release().await.unwrap();
+                true
+            }
+            None => false,
+        }
+    })
+    .await;
+    assert!(settled, "something stayed held, reserved or queued");
 }
