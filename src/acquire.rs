@@ -30,10 +30,12 @@ use fred::util::redis_keyslot;
 use metrics::SharedString;
 use tokio::sync::Notify;
 
-use crate::calls::{acquire_reply, sem_acquire_reply, sem_reservation_left, AcquireReply};
+use crate::calls::{
+    acquire_reply, sem_acquire_reply, sem_batch_fences, sem_reservation_left, AcquireReply,
+};
 use crate::error::{Error, Result};
 use crate::guard::{release, release_in_background, release_orphan, Acquired, LockGuard};
-use crate::handoff::{Gate, Offer, Orphan, Outcome as Handed};
+use crate::handoff::{Claim, Gate, Offer, Orphan, Outcome as Handed};
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
@@ -187,6 +189,43 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
     fn drop(&mut self) {
         if let Some(action) = self.0.take() {
             action();
+        }
+    }
+}
+
+/// Most other local readers one reader's acquire takes permits for.
+const READ_BATCH: usize = 256;
+
+/// The other local readers' offers a reader's acquire claimed (see
+/// `crate::handoff`): each gets its fence from the reply, or stays waiting
+/// when it was not admitted; the rest, if the call failed or was dropped,
+/// re-check (an admitted token finds its hold), and one whose reader left
+/// is released in the background.
+struct ReadBatch<'c, 'a> {
+    claims: Vec<Claim<Notify>>,
+    call: &'c LockCall<'a>,
+}
+
+impl ReadBatch<'_, '_> {
+    fn resolve(&mut self, reply: &[i64], sent: Instant) {
+        let fences = sem_batch_fences(reply);
+        for (i, claim) in self.claims.drain(..).enumerate() {
+            let token = claim.token().to_owned();
+            let orphan = match fences.get(i) {
+                Some(&f) if f > 0 => claim.granted(f as u64, sent),
+                _ => claim.not_granted(false),
+            };
+            release_orphan(self.call.inner, &self.call.names, token, orphan);
+        }
+    }
+}
+
+impl Drop for ReadBatch<'_, '_> {
+    fn drop(&mut self) {
+        for claim in self.claims.drain(..) {
+            let token = claim.token().to_owned();
+            let orphan = claim.unknown();
+            release_orphan(self.call.inner, &self.call.names, token, orphan);
         }
     }
 }
@@ -427,6 +466,12 @@ impl<'a> LockCall<'a> {
         }
         let sent = Instant::now();
         let calls = &self.inner.calls;
+        // Claims on other local readers' offers, resolved by the reply, or
+        // as unknown if this call fails or is dropped before it.
+        let mut batch = ReadBatch {
+            claims: Vec::new(),
+            call: self,
+        };
         // A semaphore's client keeps its place in the queue when admitted
         // while other local waiters want permits too.
         let more = self.permits.is_some() && queue.is_some_and(Waiter::has_company);
@@ -440,6 +485,19 @@ impl<'a> LockCall<'a> {
                 // The client's queue entry asks for the largest need among
                 // its waiters now, so a reservation fits whichever is woken.
                 let want = queue.and_then(Waiter::max_need).map_or(shape.0, |(n, _)| n);
+                // A reader takes permits for the other local readers that
+                // offer in the same call: one call per local batch.
+                if queue.is_some() && !fresh && self.names.kind == Kind::Read {
+                    batch.claims = self
+                        .inner
+                        .registry
+                        .claim_many(&self.names.channel, READ_BATCH);
+                }
+                let tokens: Vec<(&str, u64)> = batch
+                    .claims
+                    .iter()
+                    .map(|c| (c.token(), c.lease_ms()))
+                    .collect();
                 calls
                     .sem_acquire(
                         &self.names,
@@ -447,11 +505,13 @@ impl<'a> LockCall<'a> {
                         shape,
                         self.lease_ms,
                         (client, more, want, fresh),
+                        &tokens,
                     )
                     .await?
             }
         };
         orphan.disarm();
+        batch.resolve(&reply, sent);
         if let Some(w) = queue {
             w.queued_try_in_flight(false);
         }
@@ -512,7 +572,9 @@ impl<'a> LockCall<'a> {
     /// counted from `sent` (when the release was sent).
     fn granted(&self, waiter: &Waiter, fence: u64, sent: Instant) -> (u64, Instant) {
         tracing::trace!(target: "relaylock::hop", hop = "handed_over");
-        waiter.note_acquired(sent, self.lease);
+        if self.permits.is_none() {
+            waiter.note_acquired(sent, self.lease);
+        }
         m::wakeup(self.name, self.names.kind, WakeCause::Handover);
         (fence, sent)
     }
@@ -640,9 +702,11 @@ impl<'a> LockCall<'a> {
         // call's token directly (see `crate::handoff`). Not before: a grant
         // during the subscription would sit unused until it returned (found
         // in review: up to the command timeout on a degraded key). A release
-        // meanwhile wakes a local waiter instead. (Locks only: a semaphore's
-        // release wakes a local waiter, which retries.)
-        let offer = self.permits.is_none().then(|| Offered {
+        // meanwhile wakes a local waiter instead. (Locks, and read-write
+        // locks' readers, whose acquire takes permits for the other local
+        // readers in the same call; a semaphore's release wakes a local
+        // waiter, which retries.)
+        let offer = (self.permits.is_none() || self.names.kind == Kind::Read).then(|| Offered {
             offer: waiter.offer(&self.token, self.lease_ms),
             call: self,
         });

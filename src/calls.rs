@@ -58,13 +58,24 @@ pub(crate) fn sem_acquire_reply(reply: &[i64], default_lease: Duration) -> Resul
         [0, -1] => Err(Error::UnexpectedReply(
             "the semaphore's value was not written by relaylock".into(),
         )),
-        [1, fence] | [1, fence, _] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64, None)),
+        [1, fence] | [1, fence, ..] if *fence > 0 => {
+            Ok(AcquireReply::Acquired(*fence as u64, None))
+        }
         [0, bound] => Ok(AcquireReply::Held(
             u64::try_from(*bound).map_or(default_lease, Duration::from_millis),
         )),
         other => Err(Error::UnexpectedReply(format!(
             "semaphore acquire replied {other:?}"
         ))),
+    }
+}
+
+/// The fences a batched semaphore acquire gave the batch's tokens, in
+/// order (`0`: not admitted); empty when the caller was not admitted.
+pub(crate) fn sem_batch_fences(reply: &[i64]) -> &[i64] {
+    match reply {
+        [1, _, _, rest @ ..] => rest,
+        _ => &[],
     }
 }
 
@@ -378,6 +389,7 @@ impl Calls {
         (n, limit): (u32, u32),
         lease_ms: u64,
         (client, more, want, fresh): (&str, bool, u32, bool),
+        batch: &[(&str, u64)],
     ) -> Result<Vec<i64>> {
         let (holds, facts) = (names.holds(), names.facts());
         let (void, voids) = (names.void(token), names.voids());
@@ -398,6 +410,11 @@ impl Calls {
                 wchannel.as_str().into(),
                 if fresh { "1" } else { "0" }.into(),
             ];
+            let mut args = args;
+            for (token, lease_ms) in batch {
+                args.push((*token).into());
+                args.push((*lease_ms as i64).into());
+            }
             let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids];
             (keys, args)
         })

@@ -551,6 +551,23 @@ impl Registry {
         Some((claim, entry.presence.count() > 1))
     }
 
+    /// Claim up to `max` open offers of `channel`'s local waiters (a
+    /// read-write lock's readers that one reader's acquire takes permits
+    /// for, see `crate::handoff`).
+    pub(crate) fn claim_many(&self, channel: &str, max: usize) -> Vec<Claim<Notify>> {
+        let Some(entry) = self.map.get(channel) else {
+            return Vec::new();
+        };
+        let mut claims = Vec::new();
+        while claims.len() < max {
+            match Inbox::claim(&entry.inbox) {
+                Some(c) => claims.push(c),
+                None => break,
+            }
+        }
+        claims
+    }
+
     /// How many local tasks are registered for `channel` now.
     pub(crate) fn waiting(&self, channel: &str) -> usize {
         self.map.get(channel).map_or(0, |e| e.presence.count())

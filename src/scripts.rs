@@ -522,7 +522,12 @@ end
 /// want, wchannel, fresh]`; `client` is `''` for a caller that will not wait;
 /// `fresh` is `'1'` for a caller that must not take its client's
 /// reservation (a reader arriving behind its client's waiters, for whom the
-/// reservation was made);
+/// reservation was made); then `token, lease_ms` pairs of a batch: other
+/// local waiters of the caller's client that an admitted caller takes
+/// permits for in the same call (a read-write lock's readers), from what is
+/// left of the reservation, or from free permits when the caller needed
+/// none; their fences follow the reply (`{1, fence, left, f2, ...}`, 0 for
+/// a token that did not fit or was voided, its fence again for a replay);
 /// `wchannel` is a read-write lock's writers' channel, where the messages
 /// of writer-role clients (ids ending `.w`) go (`''` otherwise); `more` is
 /// `'1'` when other local waiters of the caller's client still want
@@ -593,7 +598,12 @@ cut()
 local fact = redis.call('HGET', KEYS[3], token)
 if fact then
   save(retention)
-  return {1, tonumber(string.match(fact, ':(%d+)$')), 0}
+  local reply = {1, tonumber(string.match(fact, ':(%d+)$')), 0}
+  for i = 14, #ARGV - 1, 2 do
+    local held = redis.call('HGET', KEYS[3], ARGV[i])
+    reply[#reply + 1] = held and (tonumber(string.match(held, ':(%d+)$')) or 0) or 0
+  end
+  return reply
 end
 if void ~= '' and (tonumber(void) or 0) < now then void = '' end
 if void ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then
@@ -625,6 +635,47 @@ if (m or queue == '' or first == client) and avail + n <= limit then
   redis.call('ZADD', KEYS[2], now + lease, token)
   redis.call('HSET', KEYS[3], token, string.format('%d', n) .. ':' .. fs)
   used = used + n
+  -- A batch (a read-write lock's readers): ARGV[14..] are `token, lease_ms`
+  -- pairs of other local waiters of the caller's client, each taking `n`
+  -- more permits: from what is left of the client's reservation, or, when
+  -- the caller was admitted without one (its client first, or nobody
+  -- queued), from the free permits. A token that already holds (a replay)
+  -- gets its fence again; a voided one, or one that does not fit, gets 0.
+  local batch = {}
+  for i = 14, #ARGV - 1, 2 do
+    local t, l = ARGV[i], tonumber(ARGV[i + 1])
+    local f = 0
+    local held = redis.call('HGET', KEYS[3], t)
+    if held then
+      f = tonumber(string.match(held, ':(%d+)$')) or 0
+    elseif l and l > 0 and not (void ~= '' and redis.call('EXISTS', KEYS[1] .. ':void:' .. t) == 1) then
+      local take = false
+      if left >= n then
+        left = left - n
+        take = true
+      elseif not m and used + n <= limit then
+        used = used + n
+        take = true
+      end
+      if take then
+        f = now_us
+        if last >= f then f = last + 1 end
+        last = f
+        redis.call('ZADD', KEYS[2], now + l, t)
+        redis.call('HSET', KEYS[3], t, string.format('%d', n) .. ':' .. string.format('%d', f))
+        if l > lease then lease = l end
+      end
+    end
+    batch[#batch + 1] = f
+  end
+  if m and #batch > 0 then
+    if left > 0 then
+      redis.call('HSET', KEYS[3], '~' .. client, string.format('%d', left))
+    else
+      redis.call('ZREM', KEYS[2], '~' .. client)
+      redis.call('HDEL', KEYS[3], '~' .. client)
+    end
+  end
   if ARGV[10] == '1' and client ~= '' then
     -- Other local waiters of this client still want permits. While some of
     -- its reservation is left, they take that (the caller wakes the next),
@@ -633,18 +684,30 @@ if (m or queue == '' or first == client) and avail + n <= limit then
     -- need, and if that fits now (nobody ahead waits, permits are free) it
     -- is reserved at once and counted in `left`: so a client's waiters fill
     -- free permits one after another without waiting for a release.
-    if left == 0 then
+    -- After a batch, `want` (all the client's waiters) less those this call
+    -- admitted is what the rest still want.
+    local rest = want
+    if #batch > 0 then
+      rest = want - n
+      for _, f in ipairs(batch) do if f > 0 then rest = rest - n end end
+    end
+    if left == 0 and rest > 0 then
       dequeue(client)
-      if queue == '' then queue = entry else queue = queue .. ',' .. entry end
+      local e = client .. ':' .. string.format('%d', rest) .. ':' .. string.format('%d', limit)
+      if queue == '' then queue = e else queue = queue .. ',' .. e end
       walk(client, grace)
       left = tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '0') or 0
+    elseif left == 0 then
+      dequeue(client)
     end
   elseif queued(client) then
     dequeue(client)
   end
   save(lease + retention)
   tell(ARGV[8], ARGV[7], nil, ARGV[12])
-  return {1, fence, left}
+  local reply = {1, fence, left}
+  for _, f in ipairs(batch) do reply[#reply + 1] = f end
+  return reply
 end
 if client ~= '' and not queued(client) then
   if queue == '' then queue = entry else queue = queue .. ',' .. entry end

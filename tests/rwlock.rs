@@ -641,3 +641,48 @@ async fn cancellation_at_random_points_leaves_nothing_held() {
     .await;
     assert!(settled, "something stayed held, reserved or queued");
 }
+
+/// One retry per local reader batch: when a write ends, the ten readers
+/// waiting in each of two clients get in with one acquire call per client
+/// (the woken reader takes permits for the others in the same call),
+/// counted by the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_release_costs_one_call_per_reader_client() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let w = a.rw_lock("cost").write().await.unwrap();
+    let barrier = Arc::new(tokio::sync::Barrier::new(21));
+    let readers: Vec<_> = (0..20)
+        .map(|i| {
+            let rw = if i % 2 == 0 { &b } else { &c }.rw_lock("cost");
+            let barrier = Arc::clone(&barrier);
+            tokio::spawn(async move {
+                let g = rw.read().await.unwrap();
+                barrier.wait().await;
+                g
+            })
+        })
+        .collect();
+    // Every reader has made its arrival try and sleeps.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = support::command_calls(&admin).await;
+    w.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), barrier.wait())
+        .await
+        .expect("the readers did not all get in");
+    let after = support::command_calls(&admin).await;
+    let scripts = support::delta(&before, &after, "evalsha");
+    println!("a write's release and 20 readers of two clients getting in: {scripts} script calls");
+    // The release, one acquire per reader client (the batch), and each
+    // client's queue LEAVE when its readers have returned: 5, and 6 to
+    // allow a re-check; one try per reader would be over 20.
+    assert!(scripts <= 6, "{scripts} script calls");
+    for r in readers {
+        r.await.unwrap().release().await.unwrap();
+    }
+}
