@@ -439,3 +439,65 @@ async fn a_refusal_is_bounded_by_the_holds_not_by_others_reservations() {
     assert_eq!(q[0], 0, "q needs 2 of which 1 is reserved");
     assert!(q[1] <= 50, "bound {} ms", q[1]);
 }
+
+/// A batch: an admitted caller takes permits for other tokens of its client
+/// in the same call, from what is left of its reservation (or, admitted
+/// without one, from free permits); a replay returns the same fences; a
+/// voided token gets none.
+#[tokio::test]
+async fn a_batch_takes_permits_for_other_tokens_in_one_call() {
+    let (_server, s) = sem().await;
+    let call = |token: &'static str, extra: Vec<&'static str>| {
+        let admin = s.admin.clone();
+        async move {
+            let mut args: Vec<String> = vec![
+                token.into(),
+                "1".into(),
+                "4".into(),
+                "10000".into(),
+                "c".into(),
+                SIDE_RETENTION_MS.to_string(),
+                format!("{META}:ch"),
+                "PUBLISH".into(),
+                HANDOFF_GRACE_MS.to_string(),
+                "0".into(),
+                "1".into(),
+                "".into(),
+                "0".into(),
+            ];
+            for t in extra {
+                args.push(t.into());
+                args.push("10000".into());
+            }
+            admin
+                .eval::<Vec<i64>, _, _, _>(SEM_ACQUIRE, keys(token), args)
+                .await
+                .unwrap()
+        }
+    };
+    // Free permits, nobody queued: the caller and two more, three fences.
+    let r = call("a", vec!["b", "d"]).await;
+    assert_eq!(r.len(), 5, "{r:?}");
+    assert_eq!(r[0], 1);
+    assert!(
+        r[3] > r[1] && r[4] > r[3],
+        "fresh, increasing fences: {r:?}"
+    );
+    assert_eq!(s.state().await.0, 3);
+    // A replay of the same call: the same fences, nothing taken twice.
+    assert_eq!(call("a", vec!["b", "d"]).await, r);
+    assert_eq!(s.state().await.0, 3);
+    // Only one permit left: the caller takes it, the extra gets 0.
+    let r = call("e", vec!["f"]).await;
+    assert_eq!((r[0], r[3]), (1, 0), "{r:?}");
+    assert_eq!(s.state().await.0, 4);
+    // A voided token never gets a permit through a batch either.
+    assert_eq!(s.release("a", Some(4242), "c").await[0], 0);
+    let ra = call("a", vec![]).await;
+    assert_eq!(ra[0], 1, "a replay still");
+    assert_eq!(s.release("ghost", None, "c").await[0], 0);
+    let fence_a = call("a", vec![]).await[1];
+    assert_eq!(s.release("a", Some(fence_a), "c").await[0], 1);
+    let r = call("g", vec!["ghost"]).await;
+    assert_eq!((r[0], r[3]), (1, 0), "a voided token took a permit: {r:?}");
+}
