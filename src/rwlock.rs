@@ -16,10 +16,12 @@
 //!   writer that queued after them**: a client's readers queue as one entry
 //!   asking for as many permits as it has waiting readers, and the write's
 //!   release reserves for every reader client at the queue's head, up to
-//!   the next queued writer, with one message per client. Within a client
-//!   they then enter one after another (each admission wakes the next), a
-//!   round trip each: not one batched call. (A reader that arrives while its
-//!   client's entry is queued rides on that entry's place.)
+//!   the next queued writer, with one message per client, and one acquire
+//!   call per client's batch: the reader the message wakes takes permits
+//!   for its client's other waiting readers in the same call (their offers,
+//!   as a lock's waiters offer for a direct hand-over). (A reader that
+//!   arrives while its client's entry is queued rides on that entry's
+//!   place.)
 //! * **A read hold's cost does not grow with the other readers**: each hold
 //!   is a member of a sorted set scored by its expiry (`ZADD`/`ZREM`,
 //!   O(log n)); no release scans the others.
