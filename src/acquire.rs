@@ -212,7 +212,14 @@ impl ReadBatch<'_, '_> {
         for (i, claim) in self.claims.drain(..).enumerate() {
             let token = claim.token().to_owned();
             let orphan = match fences.get(i) {
-                Some(&f) if f > 0 => claim.granted(f as u64, sent),
+                Some(&(f, remaining)) if f > 0 => {
+                    // A hold the token already had started before this
+                    // call: count its lease from when it ends, backwards.
+                    let lease = Duration::from_millis(claim.lease_ms());
+                    let left = Duration::from_millis(u64::try_from(remaining).unwrap_or(0));
+                    let sent = sent.checked_sub(lease.saturating_sub(left)).unwrap_or(sent);
+                    claim.granted(f as u64, sent)
+                }
                 _ => claim.not_granted(false),
             };
             release_orphan(self.call.inner, &self.call.names, token, orphan);
@@ -525,7 +532,16 @@ impl<'a> LockCall<'a> {
             // the others come back (only a refusal's bound does). What is
             // left of this client's reservation goes to the next local
             // waiter (only a NEW reservation wakes one: see `SEM_RELEASE`).
-            AcquireReply::Acquired(fence, _) if self.permits.is_some() => {
+            AcquireReply::Acquired(fence, remaining) if self.permits.is_some() => {
+                // A hold this token already had (a replay, or one another
+                // reader's batch took for it) ends `remaining` after Redis
+                // answered: count it from then, as for a lock.
+                let sent = match remaining {
+                    Some(left) if left < self.lease => {
+                        sent.checked_sub(self.lease - left).unwrap_or(sent)
+                    }
+                    _ => sent,
+                };
                 if let Some(w) = queue {
                     w.note_taken();
                     if more {
@@ -735,15 +751,20 @@ impl<'a> LockCall<'a> {
                 match offer.map_or(Gate::Go, Offer::begin_try) {
                     Gate::Go => {
                         let attempt = self.try_passing_on(&waiter, false).await;
-                        if let Some(o) = offer {
-                            o.end_try();
-                        }
-                        if let Attempt::Acquired(fence, sent) = attempt? {
+                        // Taken: withdraw the offer straight from Trying, so
+                        // no other reader's batch can claim this token in
+                        // between (found in review: it could take a second
+                        // hold for it, leaked for a lease).
+                        if let Ok(Attempt::Acquired(fence, sent)) = attempt {
                             if let Some(o) = offer {
                                 o.acquired();
                             }
                             return Ok((fence, sent));
                         }
+                        if let Some(o) = offer {
+                            o.end_try();
+                        }
+                        attempt?;
                     }
                     Gate::Granted(fence, sent) => return Ok(self.granted(&waiter, fence, sent)),
                     // A release of this client is handing the lock to this

@@ -58,9 +58,11 @@ pub(crate) fn sem_acquire_reply(reply: &[i64], default_lease: Duration) -> Resul
         [0, -1] => Err(Error::UnexpectedReply(
             "the semaphore's value was not written by relaylock".into(),
         )),
-        [1, fence] | [1, fence, ..] if *fence > 0 => {
-            Ok(AcquireReply::Acquired(*fence as u64, None))
-        }
+        [1, fence, _, remaining, ..] if *fence > 0 => Ok(AcquireReply::Acquired(
+            *fence as u64,
+            u64::try_from(*remaining).ok().map(Duration::from_millis),
+        )),
+        [1, fence] | [1, fence, _] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64, None)),
         [0, bound] => Ok(AcquireReply::Held(
             u64::try_from(*bound).map_or(default_lease, Duration::from_millis),
         )),
@@ -70,12 +72,14 @@ pub(crate) fn sem_acquire_reply(reply: &[i64], default_lease: Duration) -> Resul
     }
 }
 
-/// The fences a batched semaphore acquire gave the batch's tokens, in
-/// order (`0`: not admitted); empty when the caller was not admitted.
-pub(crate) fn sem_batch_fences(reply: &[i64]) -> &[i64] {
+/// What a batched semaphore acquire gave each of the batch's tokens, in
+/// order: its fence (`0`: not admitted) and the hold's remaining ms (a
+/// hold the token already had may have started earlier); empty when the
+/// caller was not admitted.
+pub(crate) fn sem_batch_fences(reply: &[i64]) -> Vec<(i64, i64)> {
     match reply {
-        [1, _, _, rest @ ..] => rest,
-        _ => &[],
+        [1, _, _, _, rest @ ..] => rest.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -83,7 +87,7 @@ pub(crate) fn sem_batch_fences(reply: &[i64]) -> &[i64] {
 /// reservation reserved (`{1, fence, left}` with `left > 0`): another local
 /// waiter may take it.
 pub(crate) fn sem_reservation_left(reply: &[i64]) -> bool {
-    matches!(reply, [1, _, left] if *left > 0)
+    matches!(reply, [1, _, left, ..] if *left > 0)
 }
 
 /// What the release script found.
@@ -524,6 +528,29 @@ mod tests {
         for bad in [&[][..], &[1], &[1, 0], &[1, 7, 2], &[2, 1], &[0, 1, 2]] {
             assert!(acquire_reply(bad, lease).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn semaphore_acquire_replies_are_read_with_a_batch() {
+        let lease = Duration::from_secs(30);
+        // Admitted, 1 of the reservation left, a 10 s hold, two batch tokens.
+        let reply = [1, 7, 1, 10_000, 8, 10_000, 0, 0];
+        assert_eq!(
+            sem_acquire_reply(&reply, lease).unwrap(),
+            AcquireReply::Acquired(7, Some(Duration::from_secs(10)))
+        );
+        assert!(
+            sem_reservation_left(&reply),
+            "found in review: missed with a batch"
+        );
+        assert_eq!(sem_batch_fences(&reply), vec![(8, 10_000), (0, 0)]);
+        assert!(!sem_reservation_left(&[1, 7, 0, 10_000, 8, 10_000]));
+        assert!(sem_batch_fences(&[0, 50]).is_empty());
+        assert_eq!(
+            sem_acquire_reply(&[0, 50], lease).unwrap(),
+            AcquireReply::Held(Duration::from_millis(50))
+        );
+        assert!(sem_acquire_reply(&[0, -1], lease).is_err());
     }
 
     #[test]

@@ -526,8 +526,10 @@ end
 /// local waiters of the caller's client that an admitted caller takes
 /// permits for in the same call (a read-write lock's readers), from what is
 /// left of the reservation, or from free permits when the caller needed
-/// none; their fences follow the reply (`{1, fence, left, f2, ...}`, 0 for
-/// a token that did not fit or was voided, its fence again for a replay);
+/// none; the reply is `{1, fence, left, remaining_ms, f2, remaining2, ...}`:
+/// each token's fence (0 for one that did not fit or was voided, its fence
+/// again for a replay) and its hold's remaining ms (a hold the token
+/// already had started earlier: its holder counts the lease from then);
 /// `wchannel` is a read-write lock's writers' channel, where the messages
 /// of writer-role clients (ids ending `.w`) go (`''` otherwise); `more` is
 /// `'1'` when other local waiters of the caller's client still want
@@ -543,8 +545,8 @@ end
 /// * Expired holds and lapsed reservations are cut first, by score
 ///   (`ZRANGEBYSCORE`, their permits subtracted from `used`): a crashed
 ///   holder's permits come back by the server clock alone.
-/// * `token` already holds (a replay): `{1, fence, 0}`, nothing taken
-///   twice.
+/// * `token` already holds (a replay): `{1, fence, 0, remaining_ms}`,
+///   nothing taken twice.
 /// * a token whose void marker exists while the `void` field is live:
 ///   `{0, -2}` (the cut is still saved).
 /// * Then the walk (as in [`SEM_RELEASE`]): in queue order, each queued
@@ -564,7 +566,7 @@ end
 ///   `more`, moves to its back at `want` (a client with waiters stays
 ///   queued, so clients take turns) and the walk runs again: if that entry
 ///   fits now, it is reserved at once. Reply
-///   `{1, fence, left}`: `left` permits of the client's reservation are
+///   `{1, fence, left, lease_ms}`: `left` permits of the client's reservation are
 ///   still reserved for it (the caller wakes another local waiter for
 ///   them).
 /// * Otherwise the client (if it waits and is not queued) joins the queue's
@@ -596,12 +598,18 @@ local entry = client .. ':' .. string.format('%d', want) .. ':' .. string.format
 if foreign then return {0, -1} end
 cut()
 local fact = redis.call('HGET', KEYS[3], token)
+local function remaining(t)
+  local score = tonumber(redis.call('ZSCORE', KEYS[2], t) or '')
+  if not score or score <= now then return 0 end
+  return score - now
+end
 if fact then
   save(retention)
-  local reply = {1, tonumber(string.match(fact, ':(%d+)$')), 0}
+  local reply = {1, tonumber(string.match(fact, ':(%d+)$')), 0, remaining(token)}
   for i = 14, #ARGV - 1, 2 do
     local held = redis.call('HGET', KEYS[3], ARGV[i])
     reply[#reply + 1] = held and (tonumber(string.match(held, ':(%d+)$')) or 0) or 0
+    reply[#reply + 1] = held and remaining(ARGV[i]) or 0
   end
   return reply
 end
@@ -635,6 +643,7 @@ if (m or queue == '' or first == client) and avail + n <= limit then
   redis.call('ZADD', KEYS[2], now + lease, token)
   redis.call('HSET', KEYS[3], token, string.format('%d', n) .. ':' .. fs)
   used = used + n
+  local lease0 = lease
   -- A batch (a read-write lock's readers): ARGV[14..] are `token, lease_ms`
   -- pairs of other local waiters of the caller's client, each taking `n`
   -- more permits: from what is left of the client's reservation, or, when
@@ -644,10 +653,11 @@ if (m or queue == '' or first == client) and avail + n <= limit then
   local batch = {}
   for i = 14, #ARGV - 1, 2 do
     local t, l = ARGV[i], tonumber(ARGV[i + 1])
-    local f = 0
+    local f, rem = 0, 0
     local held = redis.call('HGET', KEYS[3], t)
     if held then
       f = tonumber(string.match(held, ':(%d+)$')) or 0
+      rem = remaining(t)
     elseif l and l > 0 and not (void ~= '' and redis.call('EXISTS', KEYS[1] .. ':void:' .. t) == 1) then
       local take = false
       if left >= n then
@@ -663,10 +673,12 @@ if (m or queue == '' or first == client) and avail + n <= limit then
         last = f
         redis.call('ZADD', KEYS[2], now + l, t)
         redis.call('HSET', KEYS[3], t, string.format('%d', n) .. ':' .. string.format('%d', f))
+        rem = l
         if l > lease then lease = l end
       end
     end
     batch[#batch + 1] = f
+    batch[#batch + 1] = rem
   end
   if m and #batch > 0 then
     if left > 0 then
@@ -689,7 +701,7 @@ if (m or queue == '' or first == client) and avail + n <= limit then
     local rest = want
     if #batch > 0 then
       rest = want - n
-      for _, f in ipairs(batch) do if f > 0 then rest = rest - n end end
+      for i = 1, #batch, 2 do if batch[i] > 0 then rest = rest - n end end
     end
     if left == 0 and rest > 0 then
       dequeue(client)
@@ -705,8 +717,8 @@ if (m or queue == '' or first == client) and avail + n <= limit then
   end
   save(lease + retention)
   tell(ARGV[8], ARGV[7], nil, ARGV[12])
-  local reply = {1, fence, left}
-  for _, f in ipairs(batch) do reply[#reply + 1] = f end
+  local reply = {1, fence, left, lease0}
+  for _, x in ipairs(batch) do reply[#reply + 1] = x end
   return reply
 end
 if client ~= '' and not queued(client) then

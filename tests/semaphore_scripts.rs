@@ -204,7 +204,7 @@ async fn replays_and_disagreeing_limits() {
     let (_server, s) = sem().await;
     let a = s.acquire("a", 6, 8, 10_000, "a").await;
     // fred replaying the same call: the same fence, nothing taken twice.
-    assert_eq!(s.acquire("a", 6, 8, 10_000, "a").await, a);
+    assert_eq!(s.acquire("a", 6, 8, 10_000, "a").await[..2], a[..2]);
     assert_eq!(s.state().await.0, 6);
     // Each caller's limit applies to its own admission: under limit 4 the
     // 6 held leave nothing; under limit 8 there are 2.
@@ -476,20 +476,25 @@ async fn a_batch_takes_permits_for_other_tokens_in_one_call() {
         }
     };
     // Free permits, nobody queued: the caller and two more, three fences.
+    // Reply: {1, fence, left, remaining, f2, remaining2, f3, remaining3}.
     let r = call("a", vec!["b", "d"]).await;
-    assert_eq!(r.len(), 5, "{r:?}");
+    assert_eq!(r.len(), 8, "{r:?}");
     assert_eq!(r[0], 1);
     assert!(
-        r[3] > r[1] && r[4] > r[3],
+        r[4] > r[1] && r[6] > r[4],
         "fresh, increasing fences: {r:?}"
     );
+    assert_eq!((r[3], r[5], r[7]), (10_000, 10_000, 10_000));
     assert_eq!(s.state().await.0, 3);
-    // A replay of the same call: the same fences, nothing taken twice.
-    assert_eq!(call("a", vec!["b", "d"]).await, r);
+    // A replay of the same call: the same fences, nothing taken twice, and
+    // the holds' remaining time (no more than their lease).
+    let again = call("a", vec!["b", "d"]).await;
+    assert_eq!((again[1], again[4], again[6]), (r[1], r[4], r[6]));
+    assert!(again[3] <= 10_000 && again[5] <= 10_000 && again[3] > 9_000);
     assert_eq!(s.state().await.0, 3);
     // Only one permit left: the caller takes it, the extra gets 0.
     let r = call("e", vec!["f"]).await;
-    assert_eq!((r[0], r[3]), (1, 0), "{r:?}");
+    assert_eq!((r[0], r[4], r[5]), (1, 0, 0), "{r:?}");
     assert_eq!(s.state().await.0, 4);
     // A voided token never gets a permit through a batch either.
     assert_eq!(s.release("a", Some(4242), "c").await[0], 0);
@@ -499,5 +504,5 @@ async fn a_batch_takes_permits_for_other_tokens_in_one_call() {
     let fence_a = call("a", vec![]).await[1];
     assert_eq!(s.release("a", Some(fence_a), "c").await[0], 1);
     let r = call("g", vec!["ghost"]).await;
-    assert_eq!((r[0], r[3]), (1, 0), "a voided token took a permit: {r:?}");
+    assert_eq!((r[0], r[4]), (1, 0), "a voided token took a permit: {r:?}");
 }
