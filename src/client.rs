@@ -8,8 +8,10 @@ use std::sync::Arc;
 use fred::clients::Client;
 
 use crate::acquire::{self, Shape};
-use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
+use crate::guard::{run_holding, LockGuard};
 use crate::inner::ClientInner;
 use crate::options::LockOptions;
 use crate::rwlock::RwLock;
@@ -171,20 +173,7 @@ impl LockClient {
         F: AsyncFnOnce(&LockGuard) -> T,
     {
         let guard = self.lock_with(key, options).await?;
-        let outcome = {
-            let work = work(&guard);
-            tokio::select! {
-                biased;
-                _ = guard.lost() => None,
-                value = work => Some(value),
-            }
-        };
-        match outcome {
-            Some(value) => guard.release().await.map(|()| value),
-            // Dropping the guard releases in the background, in case the
-            // key is still ours (lost by the local clock alone).
-            None => Err(Error::LockLost),
-        }
+        run_holding(guard, work).await
     }
 
     /// One attempt, never waits: `Ok(None)` when another owner holds the lock.

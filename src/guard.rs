@@ -666,6 +666,47 @@ pub(crate) fn release_in_background(
     });
 }
 
+/// A hold that is a [`LockGuard`] underneath: the lock's own guard, a
+/// semaphore's `Permit`, a read-write lock's `ReadGuard` and `WriteGuard`.
+pub(crate) trait Held {
+    fn lock_guard(&self) -> &LockGuard;
+    fn into_lock_guard(self) -> LockGuard;
+}
+
+impl Held for LockGuard {
+    fn lock_guard(&self) -> &LockGuard {
+        self
+    }
+
+    fn into_lock_guard(self) -> LockGuard {
+        self
+    }
+}
+
+/// Run `work` holding `held`, then release it, for every `with_*` call:
+/// if the hold is found lost first, the closure's future is dropped at its
+/// next await point and the call fails with [`Error::LockLost`]; dropping
+/// `held` then releases in the background, in case the key is still ours
+/// (lost by the local clock alone).
+pub(crate) async fn run_holding<H, F, T>(held: H, work: F) -> Result<T>
+where
+    H: Held,
+    F: AsyncFnOnce(&H) -> T,
+{
+    let outcome = {
+        let work = work(&held);
+        tokio::select! {
+            biased;
+            _ = held.lock_guard().lost() => None,
+            value = work => Some(value),
+        }
+    };
+    match outcome {
+        Some(value) => held.into_lock_guard().release().await.map(|()| value),
+        None => Err(Error::LockLost),
+    }
+}
+
 /// The accessors every hold type that wraps a [`LockGuard`] (a semaphore's
 /// `Permit`, a read-write lock's `ReadGuard` and `WriteGuard`) shares, with
 /// their documentation: `$what` names what is held ("permits", "read

@@ -41,8 +41,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::acquire::{self, Shape};
-use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
+use crate::guard::{run_holding, Held, LockGuard};
 use crate::inner::ClientInner;
 use crate::options::LockOptions;
 use crate::scripts::{Kind, Names};
@@ -224,19 +226,7 @@ impl RwLock {
     where
         F: AsyncFnOnce(&ReadGuard) -> T,
     {
-        let guard = self.read_with(options).await?;
-        let outcome = {
-            let work = work(&guard);
-            tokio::select! {
-                biased;
-                _ = guard.lost() => None,
-                value = work => Some(value),
-            }
-        };
-        match outcome {
-            Some(value) => guard.release().await.map(|()| value),
-            None => Err(Error::LockLost),
-        }
+        run_holding(self.read_with(options).await?, work).await
     }
 
     /// Run `work` under the write lock, as [`with_read`](Self::with_read).
@@ -253,19 +243,7 @@ impl RwLock {
     where
         F: AsyncFnOnce(&WriteGuard) -> T,
     {
-        let guard = self.write_with(options).await?;
-        let outcome = {
-            let work = work(&guard);
-            tokio::select! {
-                biased;
-                _ = guard.lost() => None,
-                value = work => Some(value),
-            }
-        };
-        match outcome {
-            Some(value) => guard.release().await.map(|()| value),
-            None => Err(Error::LockLost),
-        }
+        run_holding(self.write_with(options).await?, work).await
     }
 }
 
@@ -301,6 +279,16 @@ impl fmt::Debug for WriteGuard {
     }
 }
 
+impl Held for ReadGuard {
+    fn lock_guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
+    fn into_lock_guard(self) -> LockGuard {
+        self.guard
+    }
+}
+
 impl ReadGuard {
     crate::guard::delegate_hold!("read lock's permits", "read hold");
 
@@ -318,6 +306,16 @@ impl ReadGuard {
     /// Dropping the future before it completes releases in the background.
     pub async fn release(self) -> Result<()> {
         self.guard.release().await
+    }
+}
+
+impl Held for WriteGuard {
+    fn lock_guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
+    fn into_lock_guard(self) -> LockGuard {
+        self.guard
     }
 }
 

@@ -27,8 +27,10 @@
 //! The protocol and its safety argument: `docs/design-semaphore-rwlock.md`.
 
 use crate::acquire::{self, Shape};
-use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
+use crate::guard::{run_holding, Held, LockGuard};
 use crate::inner::ClientInner;
 use crate::options::SemaphoreOptions;
 use crate::scripts::Names;
@@ -221,19 +223,7 @@ impl Semaphore {
     where
         F: AsyncFnOnce(&Permit) -> T,
     {
-        let permit = self.acquire_with(options).await?;
-        let outcome = {
-            let work = work(&permit);
-            tokio::select! {
-                biased;
-                _ = permit.lost() => None,
-                value = work => Some(value),
-            }
-        };
-        match outcome {
-            Some(value) => permit.release().await.map(|()| value),
-            None => Err(Error::LockLost),
-        }
+        run_holding(self.acquire_with(options).await?, work).await
     }
 
     /// Permits free right now by this handle's limit: the limit less the
@@ -305,6 +295,16 @@ impl fmt::Debug for Permit {
             .field("permits", &self.guard.permits())
             .field("fencing_token", &self.guard.fencing_token())
             .finish_non_exhaustive()
+    }
+}
+
+impl Held for Permit {
+    fn lock_guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
+    fn into_lock_guard(self) -> LockGuard {
+        self.guard
     }
 }
 
