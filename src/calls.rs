@@ -362,10 +362,7 @@ impl Calls {
         batch: &[RenewItem<'_>],
         grow_only: bool,
     ) -> Result<Vec<i64>> {
-        let side: Vec<(String, String)> = batch
-            .iter()
-            .map(|r| (format!("{}:h", r.lock), format!("{}:t", r.lock)))
-            .collect();
+        let side: Vec<(String, String)> = batch.iter().map(|r| Names::side_of(r.lock)).collect();
         self.script(conn, &self.scripts.sem_renew, || {
             let mut keys: Vec<&str> = Vec::with_capacity(batch.len() * 3);
             let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2 + 2);
@@ -395,7 +392,7 @@ impl Calls {
         (client, more, want, fresh): (&str, bool, u32, bool),
         batch: &[(&str, u64)],
     ) -> Result<Vec<i64>> {
-        let (holds, facts) = (names.holds(), names.facts());
+        let (holds, facts) = names.side();
         let (void, voids) = (names.void(token), names.voids());
         let (channel, wchannel) = names.script_channels();
         self.script(&self.redis, &self.scripts.sem_acquire, || {
@@ -438,7 +435,7 @@ impl Calls {
         client: &str,
         requeue: Option<(u32, u32)>,
     ) -> Result<(Released, u32, bool)> {
-        let (holds, facts) = (names.holds(), names.facts());
+        let (holds, facts) = names.side();
         let (void, voids) = (names.void(token), names.voids());
         let (channel, wchannel) = names.script_channels();
         let reply: Vec<i64> = self
@@ -467,7 +464,7 @@ impl Calls {
 
     /// The semaphore's usage ([`SEM_PEEK`](crate::scripts::SEM_PEEK)).
     pub(crate) async fn sem_peek(&self, names: &Names) -> Result<SemUsage> {
-        let (holds, facts) = (names.holds(), names.facts());
+        let (holds, facts) = names.side();
         let reply: Vec<i64> = self
             .script(&self.redis, &self.scripts.sem_peek, || {
                 (vec![names.lock.as_str(), &holds, &facts], Vec::new())

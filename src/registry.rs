@@ -741,21 +741,14 @@ impl Registry {
         };
         let registry = Arc::clone(self);
         let entry = Arc::clone(entry);
-        let kind = Names::kind_of_channel(channel);
-        let semaphore = kind.counted();
-        // A read-write lock's leave names both of its channels.
-        let lock = Names::value_of_channel(channel).to_owned();
-        let (channel, wchannel) = match kind {
-            Kind::Read | Kind::Write => (format!("{lock}:ch"), format!("{lock}:w:ch")),
-            _ => (channel.to_owned(), String::new()),
-        };
+        let names = Names::of_channel(channel);
+        let semaphore = names.kind.counted();
         handle.spawn(async move {
-            let (holds, facts, voids) = (
-                format!("{lock}:h"),
-                format!("{lock}:t"),
-                format!("{lock}:void"),
-            );
-            let role = registry.role_id(kind).into_owned();
+            // A read-write lock's leave names both of its channels.
+            let (channel, wchannel) = names.script_channels();
+            let (holds, facts) = names.side();
+            let (lock, voids) = (names.lock.as_str(), names.voids());
+            let role = registry.role_id(names.kind).into_owned();
             let leave = evalsha_reloading::<i64, _>(
                 &registry.redis,
                 if semaphore {
@@ -766,13 +759,13 @@ impl Registry {
                 || {
                     let client = role.as_str().into();
                     if !semaphore {
-                        return (vec![lock.as_str()], vec![client]);
+                        return (vec![lock], vec![client]);
                     }
                     // A semaphore's leave walks the queue and may tell the
                     // clients it reserves for.
                     let publish = if registry.sharded { "SPUBLISH" } else { "PUBLISH" };
                     (
-                        vec![lock.as_str(), &holds, &facts, &voids, &voids],
+                        vec![lock, &holds, &facts, &voids, &voids],
                         vec![
                             client,
                             channel.as_str().into(),

@@ -1129,14 +1129,25 @@ impl Names {
         name
     }
 
-    /// A semaphore's expiry index, `<value>:h`.
-    pub(crate) fn holds(&self) -> String {
-        format!("{}:h", self.lock)
+    /// A semaphore's (or read-write lock's) expiry index and facts,
+    /// `(<value>:h, <value>:t)`.
+    pub(crate) fn side(&self) -> (String, String) {
+        Self::side_of(&self.lock)
     }
 
-    /// A semaphore's facts, `<value>:t`.
-    pub(crate) fn facts(&self) -> String {
-        format!("{}:t", self.lock)
+    /// [`side`](Self::side) for the value named `value`.
+    pub(crate) fn side_of(value: &str) -> (String, String) {
+        (format!("{value}:h"), format!("{value}:t"))
+    }
+
+    /// The names whose channel is `channel` (for the paths that have only
+    /// the channel at hand).
+    pub(crate) fn of_channel(channel: &str) -> Self {
+        Names {
+            lock: Self::value_of_channel(channel).to_owned(),
+            channel: channel.to_owned(),
+            kind: Self::kind_of_channel(channel),
+        }
     }
 
     /// The names of the lock on `key`.
@@ -1204,7 +1215,8 @@ mod tests {
         let s = Names::semaphore("relaylock", "payments");
         assert_eq!(s.lock, "relaylock:2:{payments}:sem");
         assert_eq!(s.channel, "relaylock:2:{payments}:sem:ch");
-        assert_eq!(s.holds(), "relaylock:2:{payments}:sem:h");
+        assert_eq!(s.side().0, "relaylock:2:{payments}:sem:h");
+        assert_eq!(Names::of_channel(&s.channel), s);
         assert_eq!(Names::kind_of_channel(&s.channel), Kind::Semaphore);
         assert_eq!(Names::kind_of_channel(&n.channel), Kind::Mutex);
         // A lock whose key ends like a semaphore's name is still a lock.
@@ -1220,6 +1232,8 @@ mod tests {
         assert_eq!(Names::kind_of_channel(&w.channel), Kind::Write);
         assert_eq!(Names::value_of_channel(&w.channel), w.lock);
         assert_eq!(Names::value_of_channel(&r.channel), r.lock);
+        assert_eq!(Names::of_channel(&w.channel), w);
+        assert_eq!(Names::of_channel(&n.channel), n);
         assert_eq!(w.script_channels(), (r.channel.clone(), w.channel.clone()));
         let s = Names::semaphore("p", "k");
         assert_eq!(s.script_channels(), (s.channel.clone(), String::new()));
