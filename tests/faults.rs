@@ -31,18 +31,15 @@ use support::ledger::{Ledger, Totals};
 use support::proxy::{Mode, Proxy};
 use support::{channels, eventually, keys, Admin, RedisServer};
 
+/// The lease and bookkeeping retention `support::fault_preset` sets.
 const LEASE: Duration = Duration::from_secs(1);
 const RETENTION: Duration = Duration::from_secs(1);
 
-/// A client as the scenarios use it: a 1 s lease renewed by the watchdog,
-/// bookkeeping kept 1 s, 1 s command timeout.
+/// A client as the scenarios use it (`support::fault_preset`): a 1 s lease
+/// renewed by the watchdog, bookkeeping kept 1 s, 1 s command timeout.
 async fn lock_client(url: &str, prefix: &str) -> LockClient {
-    support::preset(url)
+    support::fault_preset(url)
         .prefix(prefix)
-        .default_lease(LEASE)
-        .side_retention(RETENTION)
-        .command_timeout(Duration::from_secs(1))
-        .connect_timeout(Duration::from_secs(2))
         .build()
         .await
         .expect("connect")

@@ -415,14 +415,7 @@ async fn a_lapsed_reservation_of_the_other_role_strands_nobody() {
 /// A client for the fault scenarios: 1 s lease renewed by the watchdog, 1 s
 /// command timeout.
 async fn fault_client(url: &str) -> LockClient {
-    support::preset(url)
-        .default_lease(Duration::from_secs(1))
-        .side_retention(Duration::from_secs(1))
-        .command_timeout(Duration::from_secs(1))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("connect")
+    support::fault_preset(url).build().await.expect("connect")
 }
 
 /// `tasks` workers over `clients` read (nine in ten) or write `key` for
@@ -443,12 +436,9 @@ async fn contend_rw(
             let (ledger, key) = (Arc::clone(ledger), key.to_owned());
             tokio::spawn(async move {
                 let (mut n, mut errors) = (0u64, 0u64);
-                let mut r = i as u64;
+                let mut rng = support::Lcg(i as u64);
                 while Instant::now() < until {
-                    r = r
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    let write = (r >> 33) % 10 == 0;
+                    let write = rng.below(10) == 0;
                     let opts = LockOptions::default().wait(Duration::from_secs(10));
                     let held = if write {
                         rw.write_with(opts).await.map(Either::Left)
@@ -593,19 +583,13 @@ async fn a_restart_without_persistence() {
 async fn cancellation_at_random_points_leaves_nothing_held() {
     let server = RedisServer::start();
     let clients = [client(&server).await, client(&server).await];
-    let mut r = 0x5eedu64;
-    let mut next = move |n: u64| {
-        r = r
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (r >> 33) % n
-    };
+    let mut rng = support::Lcg(0x5eed);
     let mut tasks = Vec::new();
     for i in 0..120 {
         let rw = clients[i % 2].rw_lock("cancel");
-        let write = next(5) == 0;
-        let give_up = Duration::from_micros(next(20_000));
-        let hold = Duration::from_micros(next(5_000));
+        let write = rng.below(5) == 0;
+        let give_up = Duration::from_micros(rng.below(20_000));
+        let hold = Duration::from_micros(rng.below(5_000));
         tasks.push(tokio::spawn(async move {
             let _ = tokio::time::timeout(give_up, async {
                 if write {

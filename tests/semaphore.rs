@@ -326,19 +326,6 @@ async fn a_killed_holders_permits_come_back_within_the_lease() {
     assert!(worst <= CHILD_LEASE + Duration::from_secs(1), "{worst:?}");
 }
 
-/// A tiny deterministic generator (no dependency for it).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 /// Acquisitions cancelled at random points (while waiting, in flight, while
 /// holding), across two clients: once everything has settled, every permit
 /// is free and no client is queued.
@@ -347,7 +334,7 @@ async fn cancellation_at_random_points_leaves_no_permit_taken() {
     const LIMIT: u32 = 4;
     let server = RedisServer::start();
     let clients = [client(&server).await, client(&server).await];
-    let mut rng = Lcg(0x5eed);
+    let mut rng = support::Lcg(0x5eed);
     let mut tasks = Vec::new();
     for i in 0..120 {
         let sem = clients[i % 2].semaphore("cancel", LIMIT);
@@ -731,14 +718,7 @@ async fn a_burst_of_local_waiters_fills_the_free_permits_at_once() {
 /// A client for the fault scenarios: 1 s lease renewed by the watchdog, 1 s
 /// command timeout.
 async fn fault_client(url: &str) -> LockClient {
-    support::preset(url)
-        .default_lease(Duration::from_secs(1))
-        .side_retention(Duration::from_secs(1))
-        .command_timeout(Duration::from_secs(1))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .expect("connect")
+    support::fault_preset(url).build().await.expect("connect")
 }
 
 /// `tasks` workers over `clients` take permits of `key` (limit `limit`)

@@ -27,6 +27,32 @@ pub fn preset(url: &str) -> relaylock::LockClientBuilder {
         .unsubscribe_linger(Duration::from_millis(50))
 }
 
+/// [`preset`] for the fault scenarios (tests/faults.rs, and the
+/// semaphore's and read-write lock's): a 1 s lease renewed by the watchdog,
+/// bookkeeping kept 1 s, 1 s command timeout, 2 s connect timeout.
+pub fn fault_preset(url: &str) -> relaylock::LockClientBuilder {
+    preset(url)
+        .default_lease(Duration::from_secs(1))
+        .side_retention(Duration::from_secs(1))
+        .command_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(2))
+}
+
+/// A tiny deterministic generator for the tests' random points (no
+/// dependency for it): `Lcg(seed).below(n)` is uniform enough in `0..n`.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next value in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
 /// [`preset`], connected.
 pub async fn client(url: &str) -> relaylock::LockClient {
     preset(url).build().await.expect("connect")
