@@ -451,9 +451,8 @@ impl<'a> LockCall<'a> {
     /// is taken, and may take a reservation made for this client.
     async fn attempt(&self, queue: Option<&Waiter>, fresh: bool) -> Result<Attempt> {
         m::attempt(self.name, self.names.kind);
-        let role = self.inner.registry.role_id(self.names.kind);
-        let client: &str = match queue {
-            Some(_) => &role,
+        let client = match queue {
+            Some(_) => self.inner.registry.role_id(self.names.kind),
             None => "",
         };
         // An acquire script whose outcome we never learn (future dropped,

@@ -562,7 +562,7 @@ async fn release_permits(
             names,
             token,
             fence,
-            &registry.role_id(names.kind),
+            registry.role_id(names.kind),
             need.flatten(),
         )
         .await;
@@ -573,13 +573,11 @@ async fn release_permits(
     // No more than wait here (a write frees a billion permits), and one
     // writer: a write reservation serves one (found in review: every local
     // writer woke for it).
-    let mut wake = (wake as usize).min(registry.waiting(&names.channel));
+    let mut wake = wake as usize;
     if names.kind == Kind::Write {
         wake = wake.min(1);
     }
-    for _ in 0..wake {
-        registry.wake_one_if_waiting(&names.channel);
-    }
+    registry.wake_up_to(&names.channel, wake);
     if matches!(outcome, Ok((_, _, true))) {
         // Reserved for this client: should no woken waiter take it, it
         // lapses, and a probe after the grace hands it on.

@@ -200,6 +200,9 @@ pub(crate) struct Registry {
     sem_leave: Script,
     /// This client's id in the locks' queues.
     client_id: String,
+    /// Its id as a read-write lock's writer, `<client_id>.w` (made once:
+    /// every try and message of a writer compares with it).
+    writer_id: String,
     linger: Duration,
     /// Bound of every command relaylock sends on the subscriber connection,
     /// whatever the fred client's own settings.
@@ -238,6 +241,7 @@ impl Registry {
             redis,
             leave: scripts.leave.clone(),
             sem_leave: scripts.sem_leave.clone(),
+            writer_id: format!("{client_id}.w"),
             client_id,
             linger,
             command_timeout,
@@ -438,10 +442,10 @@ impl Registry {
     /// This client's id in the queue of a primitive of `kind`: a read-write
     /// lock's writers queue as `<id>.w`, apart from its readers (`<id>`), so
     /// each role keeps its own place and its own wake-ups.
-    pub(crate) fn role_id(&self, kind: Kind) -> std::borrow::Cow<'_, str> {
+    pub(crate) fn role_id(&self, kind: Kind) -> &str {
         match kind {
-            Kind::Write => std::borrow::Cow::Owned(format!("{}.w", self.client_id)),
-            _ => std::borrow::Cow::Borrowed(&self.client_id),
+            Kind::Write => &self.writer_id,
+            _ => &self.client_id,
         }
     }
 
@@ -568,9 +572,14 @@ impl Registry {
         claims
     }
 
-    /// How many local tasks are registered for `channel` now.
-    pub(crate) fn waiting(&self, channel: &str) -> usize {
-        self.map.get(channel).map_or(0, |e| e.presence.count())
+    /// Wake up to `n` local waiters of `channel`, no more than are
+    /// registered (one lookup; a semaphore's release may free many permits).
+    pub(crate) fn wake_up_to(&self, channel: &str, n: usize) {
+        if let Some(e) = self.map.get(channel) {
+            for _ in 0..n.min(e.presence.count()) {
+                e.notify.notify_one();
+            }
+        }
     }
 
     /// Wake one local waiter of `channel` if any waits (a permit for nobody
@@ -748,7 +757,7 @@ impl Registry {
             let (channel, wchannel) = names.script_channels();
             let (holds, facts) = names.side();
             let (lock, voids) = (names.lock.as_str(), names.voids());
-            let role = registry.role_id(names.kind).into_owned();
+            let role = registry.role_id(names.kind);
             let leave = evalsha_reloading::<i64, _>(
                 &registry.redis,
                 if semaphore {
@@ -757,7 +766,7 @@ impl Registry {
                     &registry.leave
                 },
                 || {
-                    let client = role.as_str().into();
+                    let client = role.into();
                     if !semaphore {
                         return (vec![lock], vec![client]);
                     }
