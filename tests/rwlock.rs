@@ -654,17 +654,21 @@ async fn a_write_release_costs_one_call_per_reader_client() {
         .collect();
     // Every reader has made its arrival try and sleeps.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = support::command_calls(&admin).await;
+    // Script runs, not calls: on this fresh server the release's and the
+    // LEAVE's first EVALSHA answers NOSCRIPT before the script is loaded
+    // and sent again.
+    let before = support::command_runs(&admin).await;
     w.release().await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), barrier.wait())
         .await
         .expect("the readers did not all get in");
-    let after = support::command_calls(&admin).await;
+    let after = support::command_runs(&admin).await;
     let scripts = support::delta(&before, &after, "evalsha");
     println!("a write's release and 20 readers of two clients getting in: {scripts} script calls");
     // The release, one acquire per reader client (the batch), and each
-    // client's queue LEAVE when its readers have returned: 5, and 6 to
-    // allow a re-check; one try per reader would be over 20.
+    // client's queue LEAVE when its readers have returned (if it lands
+    // before the count): 3 to 5, and 6 to allow a re-check; one try per
+    // reader is over 20 (21-23 measured with the batch size set to 0).
     assert!(scripts <= 6, "{scripts} script calls");
     for r in readers {
         r.await.unwrap().release().await.unwrap();

@@ -139,6 +139,32 @@ pub async fn command_calls(admin: &Client) -> HashMap<String, u64> {
     calls
 }
 
+/// `INFO commandstats` as command name -> calls that did not fail: a
+/// script's first `EVALSHA` on a fresh server answers NOSCRIPT (a failed
+/// call) before fred loads it and sends it again, which a count of the
+/// script's runs leaves out.
+pub async fn command_runs(admin: &Client) -> HashMap<String, u64> {
+    let info: String = admin.info(Some(InfoKind::CommandStats)).await.unwrap();
+    let mut runs = HashMap::new();
+    for line in info.lines() {
+        let Some(rest) = line.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let Some((name, fields)) = rest.split_once(':') else {
+            continue;
+        };
+        let field = |key: &str| -> u64 {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(key))
+                .map_or(0, |n| n.parse().unwrap())
+        };
+        let total = field("calls=");
+        runs.insert(name.to_owned(), total - field("failed_calls=").min(total));
+    }
+    runs
+}
+
 /// Calls of `cmd` between two snapshots of [`command_calls`].
 pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>, cmd: &str) -> u64 {
     after.get(cmd).copied().unwrap_or(0) - before.get(cmd).copied().unwrap_or(0)
