@@ -14,6 +14,7 @@ use relaylock::WaitStrategy;
 mod bare;
 mod bench;
 mod plot;
+mod run;
 mod stats;
 mod worker;
 
@@ -34,6 +35,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Print saved `bench --json` results again (as a table or markdown).
     Report(bench::ReportArgs),
+    /// Run a command while holding a lock: a distributed flock(1).
+    Run(run::RunArgs),
     /// One load-generating process of `bench` (spawned by it).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -181,13 +184,15 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Bench(args) => bench::run(args).await,
-            Command::Report(args) => bench::report(args),
-            Command::Worker(args) => worker::run(args).await,
+            Command::Bench(args) => bench::run(args).await.map(|()| 0),
+            Command::Report(args) => bench::report(args).map(|()| 0),
+            Command::Worker(args) => worker::run(args).await.map(|()| 0),
+            // Exit statuses of its own, documented in `relaylock run --help`.
+            Command::Run(args) => Ok(run::run(args).await),
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

@@ -1,0 +1,327 @@
+//! `relaylock run` with real processes against a real redis-server: runs on
+//! one key never overlap, exit statuses, a SIGKILLed `run`, a lock taken away
+//! mid-run, signals passed on.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use relaylock_testkit::RedisServer;
+
+fn relaylock() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_relaylock"))
+}
+
+/// `relaylock run --url <server> <extra...> KEY -- sh -c SCRIPT`.
+fn run(server: &RedisServer, extra: &[&str], key: &str, script: &str) -> Command {
+    let mut c = relaylock();
+    c.args(["run", "--url", &server.url()])
+        .args(extra)
+        .args([key, "--", "sh", "-c", script]);
+    c
+}
+
+fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &server.port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (installed with redis-server)");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn lock_key(key: &str) -> String {
+    format!("relaylock:2:{{{key}}}")
+}
+
+/// Held: the lock's value has a token head (not a tombstone `-`, not absent).
+fn held(server: &RedisServer, key: &str) -> bool {
+    let v = redis_cli(server, &["GET", &lock_key(key)]);
+    !v.is_empty() && !v.starts_with('-') && !v.starts_with('~')
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+fn wait_child(child: &mut Child, limit: Duration) -> ExitStatus {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("the process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn kill(pid: u32, signal: i32) {
+    // SAFETY: kill(2) on a pid this test started.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // /proc/<pid>/stat's state: gone, or a zombie, is not alive.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn temp_file(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("relaylock-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+fn read_pid(path: &Path) -> u32 {
+    assert!(
+        wait_until(Duration::from_secs(10), || std::fs::read_to_string(path)
+            .is_ok_and(|s| s.ends_with('\n'))),
+        "the command never wrote its pid"
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Three processes each run the command five times on one key; every child
+/// appends `start <fence>` and `end <fence>` around a short sleep. The marks
+/// never interleave and the fences increase.
+#[test]
+fn runs_on_one_key_never_overlap() {
+    let server = RedisServer::start();
+    let marks = temp_file("marks");
+    let script = format!(
+        "echo \"start $RELAYLOCK_FENCE\" >> {m}; sleep 0.05; echo \"end $RELAYLOCK_FENCE\" >> {m}",
+        m = marks.display()
+    );
+    let started = Instant::now();
+    let loops: Vec<_> = (0..3)
+        .map(|_| {
+            let url = server.url();
+            let script = script.clone();
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    let status = relaylock()
+                        .args(["run", "--url", &url, "--wait", "30s", "job", "--"])
+                        .args(["sh", "-c", &script])
+                        .status()
+                        .unwrap();
+                    assert!(status.success(), "run failed: {status}");
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.join().unwrap();
+    }
+    let text = std::fs::read_to_string(&marks).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 30, "{text}");
+    let mut last = 0u64;
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").expect(&text);
+        let end = pair[1].strip_prefix("end ").expect(&text);
+        assert_eq!(start, end, "marks interleave:\n{text}");
+        let fence: u64 = start.parse().unwrap();
+        assert!(fence > last, "fences do not increase:\n{text}");
+        last = fence;
+    }
+    println!(
+        "15 runs of 3 processes on one key: no overlap, fences increasing, {:?} in all",
+        started.elapsed()
+    );
+    assert!(!held(&server, "job"), "the lock stayed held");
+}
+
+/// The command's status is `run`'s; a signal's death is 128 + N; a missing
+/// command is 127.
+#[test]
+fn exit_statuses() {
+    let server = RedisServer::start();
+    let status = run(&server, &[], "s", "exit 3").status().unwrap();
+    assert_eq!(status.code(), Some(3));
+    let status = run(&server, &[], "s", "kill -KILL $$").status().unwrap();
+    assert_eq!(status.code(), Some(137));
+    let status = relaylock()
+        .args([
+            "run",
+            "--url",
+            &server.url(),
+            "s",
+            "--",
+            "no-such-command-here",
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(127));
+    assert!(!held(&server, "s"), "a run that ended left the lock held");
+    // Redis unreachable: 69, at once.
+    let status = relaylock()
+        .args(["run", "--url", "redis://127.0.0.1:1", "s", "--", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(69));
+}
+
+/// `--wait 0` fails at once when the key is held; a timed-out wait exits
+/// 75, or the `-E` status; neither runs the command.
+#[test]
+fn a_held_key_times_out_with_its_own_status() {
+    let server = RedisServer::start();
+    let ran = temp_file("ran");
+    let pid = temp_file("holder-pid");
+    let mut holder = run(
+        &server,
+        &[],
+        "busy",
+        &format!("echo $$ > {}; sleep 30", pid.display()),
+    )
+    .spawn()
+    .unwrap();
+    read_pid(&pid);
+    let touch = format!("touch {}", ran.display());
+    let t = Instant::now();
+    let status = run(&server, &["--wait", "0"], "busy", &touch)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    let at_once = t.elapsed();
+    assert_eq!(status.code(), Some(75));
+    let t = Instant::now();
+    let status = run(&server, &["--wait", "300ms", "-E", "9"], "busy", &touch)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    let waited = t.elapsed();
+    assert_eq!(status.code(), Some(9));
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(!ran.exists(), "the command ran without the lock");
+    println!("--wait 0 on a held key: exit 75 in {at_once:?}; --wait 300ms -E 9: exit 9 after {waited:?}");
+    kill(holder.id(), libc::SIGTERM);
+    wait_child(&mut holder, Duration::from_secs(10));
+}
+
+/// A SIGKILLed `run` cannot release: the key frees when its lease ends, and
+/// its command is killed with it (PR_SET_PDEATHSIG), not left running
+/// unlocked.
+#[test]
+fn a_killed_run_frees_the_key_within_its_lease() {
+    let server = RedisServer::start();
+    let pid_file = temp_file("killed-pid");
+    let mut victim = run(
+        &server,
+        &["--lease", "2s"],
+        "crash",
+        &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
+    )
+    .spawn()
+    .unwrap();
+    let command = read_pid(&pid_file);
+    assert!(held(&server, "crash"));
+    kill(victim.id(), libc::SIGKILL);
+    wait_child(&mut victim, Duration::from_secs(5));
+    let killed = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(2), || !alive(command)),
+        "the command outlived its run"
+    );
+    let status = run(&server, &["--wait", "10s"], "crash", "true")
+        .status()
+        .unwrap();
+    let freed = killed.elapsed();
+    assert!(status.success());
+    println!(
+        "SIGKILLed run (lease 2 s): its command gone, the key taken again {freed:?} after the kill"
+    );
+    assert!(freed <= Duration::from_secs(3), "{freed:?}");
+}
+
+/// The lock taken away while the command runs (its key deleted, then taken
+/// by someone else): `run` notices at its next renewal, sends the command
+/// SIGTERM, SIGKILL after `--kill-after`, and exits 76.
+#[test]
+fn a_lock_taken_away_stops_the_command() {
+    let server = RedisServer::start();
+    let pid_file = temp_file("lost-pid");
+    let term = temp_file("lost-term");
+    // The command ignores SIGTERM once (it notes it), so SIGKILL must follow.
+    let script = format!(
+        "trap 'echo term >> {t}' TERM; echo $$ > {p}; while true; do sleep 0.05; done",
+        t = term.display(),
+        p = pid_file.display()
+    );
+    let mut victim = run(
+        &server,
+        &["--lease", "1500ms", "--kill-after", "500ms"],
+        "taken",
+        &script,
+    )
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let command = read_pid(&pid_file);
+    let key = lock_key("taken");
+    assert_eq!(redis_cli(&server, &["DEL", &key]), "1");
+    assert_eq!(redis_cli(&server, &["SET", &key, "someone-else"]), "OK");
+    let taken = Instant::now();
+    let status = wait_child(&mut victim, Duration::from_secs(10));
+    let stopped = taken.elapsed();
+    assert_eq!(status.code(), Some(76));
+    assert!(!alive(command), "the command outlived the lost lock");
+    assert!(
+        std::fs::read_to_string(&term).is_ok_and(|t| t.contains("term")),
+        "the command never got SIGTERM"
+    );
+    assert_eq!(
+        redis_cli(&server, &["GET", &key]),
+        "someone-else",
+        "run touched the new owner's value"
+    );
+    println!("lock taken away (lease 1.5 s, kill-after 0.5 s): command stopped, run exited 76 after {stopped:?}");
+    assert!(
+        stopped <= Duration::from_millis(1500 + 500 + 1000),
+        "{stopped:?}"
+    );
+}
+
+/// SIGTERM and SIGINT to `run` reach the command; `run` exits with the
+/// command's status and releases the lock.
+#[test]
+fn signals_are_passed_to_the_command() {
+    let server = RedisServer::start();
+    for (signal, name) in [(libc::SIGTERM, "TERM"), (libc::SIGINT, "INT")] {
+        let pid_file = temp_file(&format!("sig-{name}"));
+        let script = format!(
+            "trap 'exit 7' {name}; echo $$ > {p}; while true; do sleep 0.05; done",
+            p = pid_file.display()
+        );
+        let mut r = run(&server, &[], "sig", &script).spawn().unwrap();
+        read_pid(&pid_file);
+        kill(r.id(), signal);
+        let status = wait_child(&mut r, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(7), "SIG{name}");
+        assert!(!held(&server, "sig"), "SIG{name}: the lock stayed held");
+    }
+}
