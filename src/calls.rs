@@ -246,6 +246,7 @@ impl Calls {
         client: &str,
     ) -> Result<Vec<i64>> {
         let (void, voids) = (names.void(token), names.voids());
+        let since = crate::inspect::queue_times(&names.lock);
         self.script(&self.redis, &self.scripts.acquire, || {
             let args: Vec<Value> = vec![
                 token.into(),
@@ -254,7 +255,9 @@ impl Calls {
                 names.channel.as_str().into(),
                 self.publish.clone(),
             ];
-            (lock_keys(names, &void, &voids), args)
+            let mut keys = lock_keys(names, &void, &voids);
+            keys.push(&since);
+            (keys, args)
         })
         .await
     }
@@ -394,6 +397,7 @@ impl Calls {
     ) -> Result<Vec<i64>> {
         let (holds, facts) = names.side();
         let (void, voids) = (names.void(token), names.voids());
+        let since = crate::inspect::queue_times(&names.lock);
         let (channel, wchannel) = names.script_channels();
         self.script(&self.redis, &self.scripts.sem_acquire, || {
             let args: Vec<Value> = vec![
@@ -416,7 +420,7 @@ impl Calls {
                 args.push((*token).into());
                 args.push((*lease_ms as i64).into());
             }
-            let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids];
+            let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids, &since];
             (keys, args)
         })
         .await

@@ -269,6 +269,40 @@ impl LockClient {
         self.inner.names(key).lock
     }
 
+    /// What relaylock keeps in Redis under `key`, for operators: the lock,
+    /// semaphore and read-write lock of that name that exist, each with its
+    /// holders and their remaining leases, reservations, the queue of waiting
+    /// clients (with how long each has waited) and its channels'
+    /// subscribers. Plain read commands only (no script); see
+    /// [`inspect`](crate::inspect).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// for state in client.inspect("orders:42").await?.states {
+    ///     for h in &state.holders {
+    ///         println!("{} held by {} (fence {}), {:?} left", state.primitive, h.token, h.fencing_token, h.remaining);
+    ///     }
+    ///     println!("{} clients queued", state.queue.len());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a key the
+    /// lock calls would refuse; [`Error::Redis`](crate::Error::Redis) when a
+    /// read fails (for example an ACL that lacks one of the commands);
+    /// [`Error::UnexpectedReply`](crate::Error::UnexpectedReply) for a `TIME`
+    /// reply that is not one.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    pub async fn inspect(&self, key: &str) -> Result<crate::inspect::Inspection> {
+        crate::inspect::with_client(&self.inner, key).await
+    }
+
     /// This client's id: how it appears in the queue of clients waiting for
     /// a lock (the queue field of the lock's value, see
     /// [`scripts`](crate::scripts)) and in hand-over messages.

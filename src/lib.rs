@@ -55,6 +55,7 @@ mod estimate;
 mod guard;
 mod handoff;
 mod inner;
+pub mod inspect;
 mod lease;
 mod limits;
 pub mod metrics;

@@ -79,6 +79,21 @@ pub const SIDE_RETENTION_MS: u64 = 60_000;
 /// next, in ms. Bounds the idle time when that client no longer has waiters.
 pub const HANDOFF_GRACE_MS: u64 = 50;
 
+/// Since when each queued client waits, for operators (`relaylock status`,
+/// [`LockClient::inspect`](crate::LockClient::inspect)), not for the lock
+/// paths: `<value>:q`, a hash of client id → the server time (ms) it joined
+/// the queue through a refused try ([`ACQUIRE`], [`SEM_ACQUIRE`]). Written
+/// only when a client joins (`TIME`, `HSET`, `PEXPIRE`: three commands on
+/// the contended path, once per client per wait, not per waiter), never on
+/// a release: a client the release queues again at the back keeps its
+/// time, as it had waiters throughout. It lives one hour after the last
+/// join; past 32 fields, a join drops those of clients no longer queued.
+/// Scripts never read it; clients of an earlier release, which do not
+/// write it, interoperate (their queue entries show no time). Written with
+/// `redis.pcall`: an ACL user without `HLEN`/`HKEYS` (README's before this
+/// record) still locks, and its queue entries show no time.
+pub const QUEUE_TIMES: &str = ":q";
+
 /// How many released fencing tokens a lock's value remembers (see [`RELEASE`]).
 ///
 /// A replayed release is recognised as long as fewer than this many other
@@ -89,9 +104,10 @@ pub const RELEASE_RING: usize = 32;
 
 /// Acquire.
 ///
-/// KEYS: `[lock, void, voids]` (`void` is this token's marker
+/// KEYS: `[lock, void, voids, since]` (`void` is this token's marker
 /// `p:2:{k}:void:<token>`, `voids` the lock's `p:2:{k}:void`: until when
-/// any marker may exist, for when the value is gone);
+/// any marker may exist, for when the value is gone; `since` is
+/// `p:2:{k}:q`, see [`QUEUE_TIMES`]; optional);
 /// ARGV: `[token, lease_ms, client, channel, publish]`.
 /// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
 /// the message stays within the lock's shard).
@@ -109,7 +125,8 @@ pub const RELEASE_RING: usize = 32;
 /// * head holds another token, or a reservation for another client that has
 ///   not lapsed: append `client` to the queue if it waits and is not queued
 ///   yet (`SET ... KEEPTTL`: the lease is untouched; not for a token whose
-///   void marker exists, `{0, -2}`), and reply `{0, pttl}`: the key's `PTTL`,
+///   void marker exists, `{0, -2}`; a client that joins is also noted in
+///   `since`, see [`QUEUE_TIMES`]), and reply `{0, pttl}`: the key's `PTTL`,
 ///   or the reservation's remaining grace.
 /// * otherwise the lock is free: absent, a tombstone, a lapsed reservation,
 ///   or a reservation for `client`. The `void` field is the value's, or for
@@ -169,6 +186,17 @@ if pttl then
     if void ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then return {0, -2} end
     if queue == '' then queue = client else queue = queue .. ',' .. client end
     redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
+    if KEYS[4] then
+      local t = redis.call('TIME')
+      redis.pcall('HSET', KEYS[4], client, string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+      local n = redis.pcall('HLEN', KEYS[4])
+      if type(n) == 'number' and n > 32 then
+        for _, c in ipairs(redis.pcall('HKEYS', KEYS[4])) do
+          if not string.find(',' .. queue .. ',', ',' .. c .. ',', 1, true) then redis.pcall('HDEL', KEYS[4], c) end
+        end
+      end
+      redis.pcall('PEXPIRE', KEYS[4], 3600000)
+    end
   end
   return {0, pttl}
 end
@@ -512,12 +540,13 @@ end
 /// Semaphore acquire (issue 13; the client API is being built on it, see
 /// docs/design-semaphore-rwlock.md).
 ///
-/// KEYS: `[meta, holds, facts, void, voids]`: the semaphore's value
+/// KEYS: `[meta, holds, facts, void, voids, since]`: the semaphore's value
 /// `p:2:{k}:sem` = `used|fence|queue|ring|void`, its expiry index
 /// `p:2:{k}:sem:h` (sorted set, member → expiry in server ms), its facts
 /// `p:2:{k}:sem:t` (hash: `<token>` → `<n>:<fence>`, `~<client>` → `<m>` for
 /// a reservation of m permits), this token's void marker and the
-/// semaphore's void index (as for [`ACQUIRE`]). ARGV: `[token, n, limit,
+/// semaphore's void index (as for [`ACQUIRE`]), and `p:2:{k}:sem:q` (see
+/// [`QUEUE_TIMES`]; optional). ARGV: `[token, n, limit,
 /// lease_ms, client, retention_ms, channel, publish, grace_ms, more,
 /// want, wchannel, fresh]`; `client` is `''` for a caller that will not wait;
 /// `fresh` is `'1'` for a caller that must not take its client's
@@ -570,8 +599,8 @@ end
 ///   still reserved for it (the caller wakes another local waiter for
 ///   them).
 /// * Otherwise the client (if it waits and is not queued) joins the queue's
-///   back as `client:want:limit` (a queued client's entry is set to `want`
-///   in place), and the reply is `{0, bound}`: ms until the soonest expiry
+///   back as `client:want:limit` (noted in `since`, see [`QUEUE_TIMES`]; a
+///   queued client's entry is set to `want` in place), and the reply is `{0, bound}`: ms until the soonest expiry
 ///   among the holds and the client's own reservation (other clients'
 ///   reservations are left out: their messages arm grace timers), at least
 ///   1, `50` when none.
@@ -723,6 +752,16 @@ if (m or queue == '' or first == client) and avail + n <= limit then
 end
 if client ~= '' and not queued(client) then
   if queue == '' then queue = entry else queue = queue .. ',' .. entry end
+  if KEYS[6] then
+    redis.pcall('HSET', KEYS[6], client, string.format('%d', now))
+    local nq = redis.pcall('HLEN', KEYS[6])
+    if type(nq) == 'number' and nq > 32 then
+      for _, c in ipairs(redis.pcall('HKEYS', KEYS[6])) do
+        if not queued(c) then redis.pcall('HDEL', KEYS[6], c) end
+      end
+    end
+    redis.pcall('PEXPIRE', KEYS[6], 3600000)
+  end
 elseif client ~= '' then
   local es = {}
   for e in string.gmatch(queue, '[^,]+') do

@@ -38,6 +38,11 @@ const ACL: &[&str] = &[
     "+pttl",
     "+publish",
     "+spublish",
+    // The queue times (`relaylock status`).
+    "+hset",
+    "+hlen",
+    "+hkeys",
+    "+hdel",
     // The semaphore's scripts.
     "+zadd",
     "+zrange",
@@ -46,8 +51,6 @@ const ACL: &[&str] = &[
     "+zrem",
     "+zscore",
     "+hget",
-    "+hset",
-    "+hdel",
     "+hmget",
 ];
 

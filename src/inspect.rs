@@ -1,0 +1,504 @@
+//! Read-only inspection of what relaylock keeps in Redis for one name: who
+//! holds it, for how long, who is queued and since when, who listens
+//! ([`LockClient::inspect`](crate::LockClient::inspect); the CLI's
+//! `relaylock status`).
+//!
+//! It runs plain read commands only (`GET`, `PTTL`, `ZRANGE`, `HGETALL`,
+//! `TIME`, `PUBSUB NUMSUB` or, in Redis Cluster, `PUBSUB SHARDNUMSUB`), never
+//! a script, so an operator's ACL user can be read-only (README, "Security").
+//! The reads are not one atomic snapshot: a state that changes while they
+//! run may show half old, half new. Nothing here is used by the lock paths.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fred::interfaces::SortedSetsInterface;
+use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, PubsubInterface};
+use fred::types::{CustomCommand, Value};
+
+use crate::error::{Error, Result};
+use crate::inner::ClientInner;
+use crate::scripts::{Kind, Names, RW_WRITE};
+
+/// Which primitive a [`State`] describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Primitive {
+    /// A lock ([`LockClient::lock`](crate::LockClient::lock)).
+    Mutex,
+    /// A semaphore ([`LockClient::semaphore`](crate::LockClient::semaphore)).
+    Semaphore,
+    /// A read-write lock ([`LockClient::rw_lock`](crate::LockClient::rw_lock)).
+    RwLock,
+}
+
+impl std::fmt::Display for Primitive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Primitive::Mutex => "mutex",
+            Primitive::Semaphore => "semaphore",
+            Primitive::RwLock => "rwlock",
+        })
+    }
+}
+
+/// One hold: a lock's holder, a semaphore permit hold, a read or a write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The acquisition's token ([`LockGuard::token`](crate::LockGuard::token)).
+    pub token: String,
+    /// Its fencing token.
+    pub fencing_token: u64,
+    /// What is left of its lease, by the server's clock.
+    pub remaining: Duration,
+    /// Permits it holds: 1 for a lock or a read, `n` for a semaphore's
+    /// `permits(n)`, every permit for a write (see [`writer`](Self::writer)).
+    pub permits: u32,
+    /// A read-write lock's write.
+    pub writer: bool,
+}
+
+/// A client's reservation: a release handed the lock (or permits) to it,
+/// and one of its waiters is about to take it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reservation {
+    /// The client's id ([`LockClient::client_id`](crate::LockClient::client_id)).
+    pub client: String,
+    /// Permits reserved (1 for a lock).
+    pub permits: u32,
+    /// Until the reservation lapses unused.
+    pub remaining: Duration,
+    /// Reserved for the client's writers (a read-write lock).
+    pub writer: bool,
+}
+
+/// A client in the queue of waiting clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Queued {
+    /// The client's id.
+    pub client: String,
+    /// Permits its queue entry asks for (1 for a lock; a read-write lock's
+    /// readers ask for as many as are waiting).
+    pub permits: u32,
+    /// The limit its callers gave (semaphores), `None` for a lock.
+    pub limit: Option<u32>,
+    /// The client's writers (a read-write lock), not its readers.
+    pub writer: bool,
+    /// How long since the client joined the queue by a refused try, by the
+    /// server's clock: it has had waiters ever since. `None` when not
+    /// recorded (a client of an older relaylock, or the record expired).
+    pub waiting: Option<Duration>,
+}
+
+/// What relaylock keeps for one primitive under one name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct State {
+    /// Which primitive.
+    pub primitive: Primitive,
+    /// Its value's Redis name.
+    pub redis_key: String,
+    /// The value exists but was not written by relaylock (protocol 2):
+    /// relaylock treats the name as held by another owner.
+    pub foreign: bool,
+    /// The holds, in no particular order.
+    pub holders: Vec<Holder>,
+    /// Reservations for clients about to take over.
+    pub reservations: Vec<Reservation>,
+    /// The waiting clients, first to be served first.
+    pub queue: Vec<Queued>,
+    /// The last fencing token issued (0 when unknown).
+    pub last_fence: u64,
+    /// Permits held or reserved, by the semaphore's own count (`None` for a
+    /// lock).
+    pub used: Option<u64>,
+    /// Subscribers of each of its release channels (`PUBSUB NUMSUB`, or
+    /// `SHARDNUMSUB` in a cluster): one per client with waiters, usually.
+    pub subscribers: Vec<(String, u64)>,
+}
+
+/// What [`LockClient::inspect`](crate::LockClient::inspect) found for a name:
+/// each primitive that has a value in Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Inspection {
+    /// The name, as given.
+    pub key: String,
+    /// The lock, semaphore and read-write lock of that name that exist.
+    pub states: Vec<State>,
+}
+
+/// The wait-time record of a primitive's queue, `<value>:q`
+/// ([`QUEUE_TIMES`](crate::scripts::QUEUE_TIMES)).
+pub(crate) fn queue_times(value: &str) -> String {
+    let mut name = String::with_capacity(value.len() + 2);
+    name.push_str(value);
+    name.push_str(crate::scripts::QUEUE_TIMES);
+    name
+}
+
+/// [`LockClient::inspect`](crate::LockClient::inspect) without a
+/// `LockClient`: on any connected fred client, for the names under
+/// `prefix`. A `LockClient` loads its scripts and subscribes; this needs
+/// nothing but the read commands above, so an operator's read-only ACL user
+/// is enough (`relaylock status` uses it). Each command is bounded by the
+/// fred client's own command timeout.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use fred::prelude::*;
+/// let redis = Builder::from_config(Config::from_url("redis://127.0.0.1:6379")?).build()?;
+/// redis.init().await?;
+/// let found = relaylock::inspect::inspect(&redis, "relaylock", "orders:42").await?;
+/// println!("{} primitives under that name", found.states.len());
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// As for [`LockClient::inspect`](crate::LockClient::inspect).
+///
+/// # Cancel safety
+///
+/// Cancel-safe: it only reads.
+pub async fn inspect(redis: &fred::clients::Client, prefix: &str, key: &str) -> Result<Inspection> {
+    crate::options::validate_key(key)?;
+    read(redis, prefix, key, None).await
+}
+
+/// For a `LockClient`: each command bounded by its command timeout.
+pub(crate) async fn with_client(inner: &ClientInner, key: &str) -> Result<Inspection> {
+    inner.check_key(key)?;
+    read(
+        inner.calls.redis(),
+        &inner.prefix,
+        key,
+        Some(inner.command_timeout),
+    )
+    .await
+}
+
+/// One read, bounded by `limit` when given.
+async fn run<T>(
+    limit: Option<Duration>,
+    command: impl std::future::Future<Output = std::result::Result<T, fred::error::Error>>,
+) -> Result<T> {
+    Ok(match limit {
+        None => command.await?,
+        Some(limit) => crate::error::with_timeout(limit, command).await?,
+    })
+}
+
+async fn read(
+    redis: &fred::clients::Client,
+    prefix: &str,
+    key: &str,
+    limit: Option<Duration>,
+) -> Result<Inspection> {
+    let cluster = redis.is_clustered();
+    let time: Vec<String> = run(
+        limit,
+        redis.custom(
+            CustomCommand::new_static("TIME", None, false),
+            Vec::<Value>::new(),
+        ),
+    )
+    .await?;
+    let now_ms = server_ms(&time)?;
+    let mut states = Vec::new();
+    for names in [
+        Names::new(prefix, key),
+        Names::semaphore(prefix, key),
+        Names::rw(prefix, key, Kind::Read),
+    ] {
+        let value: Option<String> = run(limit, redis.get(&names.lock)).await?;
+        let Some(value) = value else { continue };
+        let times: HashMap<String, i64> =
+            run(limit, redis.hgetall(queue_times(&names.lock))).await?;
+        let mut state = if names.kind == Kind::Mutex {
+            let pttl: i64 = run(limit, redis.pttl(&names.lock)).await?;
+            parse_lock(&value, pttl)
+        } else {
+            let (h, t) = names.side();
+            let holds: Vec<(String, f64)> =
+                run(limit, redis.zrange(&h, 0, -1, None, false, None, true)).await?;
+            let facts: HashMap<String, String> = run(limit, redis.hgetall(&t)).await?;
+            let primitive = if names.kind == Kind::Semaphore {
+                Primitive::Semaphore
+            } else {
+                Primitive::RwLock
+            };
+            parse_counted(primitive, &value, &holds, &facts, now_ms)
+        };
+        state.redis_key = names.lock.clone();
+        for q in &mut state.queue {
+            let id = if q.writer {
+                format!("{}.w", q.client)
+            } else {
+                q.client.clone()
+            };
+            q.waiting = times
+                .get(&id)
+                .map(|since| Duration::from_millis(now_ms.saturating_sub(*since).max(0) as u64));
+        }
+        let channels = match names.kind {
+            Kind::Read | Kind::Write => {
+                let (r, w) = names.script_channels();
+                vec![r, w]
+            }
+            _ => vec![names.channel.clone()],
+        };
+        for channel in channels {
+            let reply: Vec<Value> = if cluster {
+                run(limit, redis.pubsub_shardnumsub(channel.clone())).await?
+            } else {
+                run(limit, redis.pubsub_numsub(channel.clone())).await?
+            };
+            let n = reply.get(1).and_then(Value::as_i64).unwrap_or(0).max(0) as u64;
+            state.subscribers.push((channel, n));
+        }
+        states.push(state);
+    }
+    Ok(Inspection {
+        key: key.to_owned(),
+        states,
+    })
+}
+
+fn server_ms(time: &[String]) -> Result<i64> {
+    let parse = |i: usize| time.get(i).and_then(|s| s.parse::<i64>().ok());
+    match (parse(0), parse(1)) {
+        (Some(s), Some(us)) => Ok(s * 1000 + us / 1000),
+        _ => Err(Error::UnexpectedReply(format!("TIME: {time:?}"))),
+    }
+}
+
+fn empty(primitive: Primitive) -> State {
+    State {
+        primitive,
+        redis_key: String::new(),
+        foreign: false,
+        holders: Vec::new(),
+        reservations: Vec::new(),
+        queue: Vec::new(),
+        last_fence: 0,
+        used: None,
+        subscribers: Vec::new(),
+    }
+}
+
+/// A lock's value (`head|queue|ring|void`, see [`crate::scripts`]) and its
+/// `PTTL`.
+fn parse_lock(value: &str, pttl: i64) -> State {
+    let mut state = empty(Primitive::Mutex);
+    let fields: Vec<&str> = value.split('|').collect();
+    if fields.len() != 4 || !fields[3].bytes().all(|b| b.is_ascii_digit()) {
+        state.foreign = true;
+        return state;
+    }
+    let (head, queue) = (fields[0], fields[1]);
+    let left = |ms: i64| Duration::from_millis(ms.max(0) as u64);
+    if let Some(fence) = head.strip_prefix('-') {
+        state.last_fence = fence.parse().unwrap_or(0);
+    } else if let Some(reserved) = head.strip_prefix('~') {
+        let parts: Vec<&str> = reserved.split(':').collect();
+        if let [client, fence, keep] = parts[..] {
+            state.last_fence = fence.parse().unwrap_or(0);
+            let remaining = pttl - keep.parse::<i64>().unwrap_or(0);
+            if remaining > 0 {
+                state.reservations.push(Reservation {
+                    client: client.to_owned(),
+                    permits: 1,
+                    remaining: left(remaining),
+                    writer: false,
+                });
+            }
+        }
+    } else if let Some((token, fence)) = head.rsplit_once(':') {
+        let fencing_token = fence.parse().unwrap_or(0);
+        state.last_fence = fencing_token;
+        state.holders.push(Holder {
+            token: token.to_owned(),
+            fencing_token,
+            remaining: left(pttl),
+            permits: 1,
+            writer: false,
+        });
+    }
+    state.queue = queue
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .map(|c| Queued {
+            client: c.to_owned(),
+            permits: 1,
+            limit: None,
+            writer: false,
+            waiting: None,
+        })
+        .collect();
+    state
+}
+
+/// A semaphore's or read-write lock's value (`used|fence|queue|ring|void`),
+/// its expiry index (member, expiry ms) and facts, at server time `now_ms`.
+fn parse_counted(
+    primitive: Primitive,
+    value: &str,
+    holds: &[(String, f64)],
+    facts: &HashMap<String, String>,
+    now_ms: i64,
+) -> State {
+    let mut state = empty(primitive);
+    let fields: Vec<&str> = value.split('|').collect();
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if fields.len() != 5
+        || !number(fields[0])
+        || !number(fields[1])
+        || !fields[4].bytes().all(|b| b.is_ascii_digit())
+    {
+        state.foreign = true;
+        return state;
+    }
+    state.used = fields[0].parse().ok();
+    state.last_fence = fields[1].parse().unwrap_or(0);
+    let rw = primitive == Primitive::RwLock;
+    for (member, expiry) in holds {
+        let left = *expiry as i64 - now_ms;
+        if left <= 0 {
+            continue; // expired: the next script call cuts it
+        }
+        let remaining = Duration::from_millis(left as u64);
+        let fact = facts.get(member).map(String::as_str).unwrap_or("");
+        if let Some(client) = member.strip_prefix('~') {
+            let permits = fact.parse().unwrap_or(0);
+            let (client, writer) = role(client, rw);
+            state.reservations.push(Reservation {
+                client,
+                permits,
+                remaining,
+                writer,
+            });
+        } else {
+            let (n, fence) = fact.split_once(':').unwrap_or(("0", "0"));
+            let permits: u32 = n.parse().unwrap_or(0);
+            state.holders.push(Holder {
+                token: member.clone(),
+                fencing_token: fence.parse().unwrap_or(0),
+                remaining,
+                permits,
+                writer: rw && permits == RW_WRITE,
+            });
+        }
+    }
+    for entry in fields[2].split(',').filter(|e| !e.is_empty()) {
+        let parts: Vec<&str> = entry.split(':').collect();
+        if let [client, want, limit] = parts[..] {
+            let (client, writer) = role(client, rw);
+            state.queue.push(Queued {
+                client,
+                permits: want.parse().unwrap_or(0),
+                limit: (!rw).then(|| limit.parse().unwrap_or(0)),
+                writer,
+                waiting: None,
+            });
+        }
+    }
+    state
+}
+
+/// A queue or reservation id: a read-write lock's writers queue as
+/// `<client>.w`.
+fn role(id: &str, rw: bool) -> (String, bool) {
+    match id.strip_suffix(".w") {
+        Some(client) if rw => (client.to_owned(), true),
+        _ => (id.to_owned(), false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_held_queued_reserved_free_or_foreign() {
+        let s = parse_lock("tok:17|a,b|16 15|", 900);
+        assert_eq!(s.holders.len(), 1);
+        assert_eq!(s.holders[0].token, "tok");
+        assert_eq!(s.holders[0].fencing_token, 17);
+        assert_eq!(s.holders[0].remaining, Duration::from_millis(900));
+        assert_eq!(
+            s.queue
+                .iter()
+                .map(|q| q.client.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(s.last_fence, 17);
+        let s = parse_lock("~c:17:60000|b||", 60_030);
+        assert!(s.holders.is_empty());
+        assert_eq!(s.reservations[0].client, "c");
+        assert_eq!(s.reservations[0].remaining, Duration::from_millis(30));
+        // A lapsed reservation stands for a free lock.
+        assert!(parse_lock("~c:17:60000|||", 59_000).reservations.is_empty());
+        let s = parse_lock("-17|||", 5000);
+        assert!(s.holders.is_empty() && s.queue.is_empty() && !s.foreign);
+        assert_eq!(s.last_fence, 17);
+        assert!(parse_lock("someone-else", 5000).foreign);
+        assert!(parse_lock("a|b|c|d|e", 5000).foreign);
+        assert!(parse_lock("a:1|||x", 5000).foreign);
+    }
+
+    #[test]
+    fn a_semaphore_and_a_read_write_lock() {
+        let facts: HashMap<String, String> = [
+            ("t1", "2:100"),
+            ("t2", "1:101"),
+            ("~c", "3"),
+            ("gone", "1:99"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .collect();
+        let holds = vec![
+            ("gone".to_owned(), 999.0),
+            ("t1".to_owned(), 1500.0),
+            ("t2".to_owned(), 3000.0),
+            ("~c".to_owned(), 1050.0),
+        ];
+        let s = parse_counted(
+            Primitive::Semaphore,
+            "6|101|d:1:8,e:2:8||",
+            &holds,
+            &facts,
+            1000,
+        );
+        assert_eq!(s.used, Some(6));
+        assert_eq!(s.holders.len(), 2, "the expired hold is not shown");
+        assert_eq!(s.holders[0].permits, 2);
+        assert_eq!(s.holders[0].fencing_token, 100);
+        assert_eq!(s.holders[0].remaining, Duration::from_millis(500));
+        assert_eq!(s.reservations[0].permits, 3);
+        assert_eq!(s.queue[1].client, "e");
+        assert_eq!(s.queue[1].permits, 2);
+        assert_eq!(s.queue[1].limit, Some(8));
+        let w = RW_WRITE.to_string();
+        let facts: HashMap<String, String> = [("w1".to_owned(), format!("{w}:5"))].into();
+        let s = parse_counted(
+            Primitive::RwLock,
+            &format!("{w}|5|r:3:{w},x.w:{w}:{w}||"),
+            &[("w1".to_owned(), 2000.0)],
+            &facts,
+            1000,
+        );
+        assert!(s.holders[0].writer);
+        assert_eq!(s.queue[0].client, "r");
+        assert!(!s.queue[0].writer);
+        assert_eq!(s.queue[1].client, "x");
+        assert!(s.queue[1].writer);
+        assert!(parse_counted(Primitive::Semaphore, "x|1|||", &[], &HashMap::new(), 0).foreign);
+    }
+}
