@@ -16,6 +16,7 @@ mod bench;
 mod plot;
 mod run;
 mod stats;
+mod status;
 mod worker;
 
 #[derive(Parser)]
@@ -37,6 +38,8 @@ enum Command {
     Report(bench::ReportArgs),
     /// Run a command while holding a lock: a distributed flock(1).
     Run(run::RunArgs),
+    /// Who holds a key, for how long, who is queued and since when.
+    Status(status::StatusArgs),
     /// One load-generating process of `bench` (spawned by it).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -189,6 +192,7 @@ fn main() -> ExitCode {
             Command::Worker(args) => worker::run(args).await.map(|()| 0),
             // Exit statuses of its own, documented in `relaylock run --help`.
             Command::Run(args) => Ok(run::run(args).await),
+            Command::Status(args) => Ok(status::run(args).await),
         }
     });
     match result {

@@ -1,0 +1,349 @@
+//! `relaylock status`: who holds a key, for how long, who is queued and
+//! since when, and who listens, read with plain read commands
+//! ([`relaylock::inspect::inspect`]); with no key, a bounded `SCAN` of the prefix
+//! (every primary of a cluster).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use clap::Args;
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::types::config::Config;
+use fred::types::scan::ScanType;
+use fred::types::{Builder, Key};
+use futures::StreamExt;
+use relaylock::inspect::{Inspection, State};
+use relaylock::Error;
+use serde_json::{json, Value};
+
+/// Exit status when the ACL user lacks a command status needs
+/// (`EX_NOPERM`).
+pub const NO_PERMISSION: u8 = 77;
+/// Exit status when Redis cannot be reached or a read fails otherwise.
+pub const REDIS: u8 = 69;
+
+/// `relaylock status`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Reads only (GET, PTTL, ZRANGE, HGETALL, TIME, PUBSUB NUMSUB or SHARDNUMSUB,
+SCAN): README's read-only ACL user is enough. Exit status: 0; 69 if Redis
+could not be reached; 77 if the ACL user lacks a command status needs.")]
+pub struct StatusArgs {
+    /// Redis URL (redis://, rediss://, redis-cluster://, redis-sentinel://).
+    #[arg(long, env = "RELAYLOCK_URL", default_value = "redis://127.0.0.1:6379")]
+    pub url: String,
+    /// Key prefix (the library's default).
+    #[arg(long, default_value = "relaylock")]
+    pub prefix: String,
+    /// One JSON document per refresh, on one line.
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh once a second until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// With no KEY: at most this many names from the SCAN of the prefix.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Lock, semaphore or read-write lock names; none: SCAN the prefix.
+    pub keys: Vec<String>,
+}
+
+/// What `status` does, as an exit status.
+pub async fn run(args: StatusArgs) -> u8 {
+    // A plain connection: a LockClient would load scripts and subscribe,
+    // which a read-only ACL user may not.
+    let client = match connect(&args.url).await {
+        Ok(c) => c,
+        Err(e) => return fail(&args.url, &e),
+    };
+    loop {
+        match report(&client, &args).await {
+            Ok(text) => {
+                if args.watch && !args.json {
+                    // Clear the screen and go home, as watch(1) does.
+                    print!("\x1b[2J\x1b[H");
+                }
+                println!("{text}");
+            }
+            Err(e) => return fail(&args.url, &e),
+        }
+        if !args.watch {
+            return 0;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn connect(url: &str) -> Result<Client, Error> {
+    let config = Config::from_url(url)
+        .map_err(|e| Error::InvalidArgument(format!("invalid Redis URL: {}", e.details())))?;
+    let client = Builder::from_config(config)
+        .with_connection_config(|c| c.connection_timeout = Duration::from_secs(5))
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(5))
+        .build()?;
+    match tokio::time::timeout(Duration::from_secs(5), client.init()).await {
+        Ok(Ok(_)) => Ok(client),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(Error::ConnectTimeout(Duration::from_secs(5))),
+    }
+}
+
+fn fail(url: &str, e: &Error) -> u8 {
+    let text = e.to_string();
+    if text.contains("NOPERM") {
+        eprintln!(
+            "relaylock status: permission denied on {url}: {text}\n\
+             (the ACL user needs +get +pttl +zrange +hgetall +time +pubsub|numsub \
+             +pubsub|shardnumsub +scan: README, \"Security\")"
+        );
+        NO_PERMISSION
+    } else {
+        eprintln!("relaylock status: {url}: {e}");
+        REDIS
+    }
+}
+
+async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
+    let (keys, truncated) = if args.keys.is_empty() {
+        scan(client, &args.prefix, args.limit).await?
+    } else {
+        (args.keys.clone(), false)
+    };
+    let mut found = Vec::with_capacity(keys.len());
+    for key in &keys {
+        found.push(relaylock::inspect::inspect(client, &args.prefix, key).await?);
+    }
+    Ok(if args.json {
+        json!({
+            "prefix": args.prefix,
+            "truncated": truncated,
+            "keys": found.iter().map(inspection_json).collect::<Vec<_>>(),
+        })
+        .to_string()
+    } else {
+        let mut out = String::new();
+        if found.is_empty() {
+            let _ = writeln!(out, "no relaylock names under {}:", args.prefix);
+        }
+        for i in &found {
+            out.push_str(&inspection_text(i));
+        }
+        if truncated {
+            let _ = writeln!(
+                out,
+                "(the first {} names of the SCAN; --limit shows more)",
+                args.limit
+            );
+        }
+        out.trim_end().to_owned()
+    })
+}
+
+/// The user-facing names under the client's prefix: a `SCAN` of the
+/// protocol's values (`<prefix>:2:{k}`, `...:sem`, `...:rw`), every primary
+/// of a cluster, stopped after `limit` names. Also says whether it stopped.
+async fn scan(redis: &Client, prefix: &str, limit: usize) -> Result<(Vec<String>, bool), Error> {
+    let head = format!("{prefix}:{}:{{", relaylock::scripts::PROTOCOL);
+    let pattern = format!("{}*", glob_escape(&head));
+    let mut stream = if redis.is_clustered() {
+        redis
+            .scan_cluster_buffered(pattern, Some(1000), Some(ScanType::String))
+            .boxed()
+    } else {
+        redis
+            .scan_buffered(pattern, Some(1000), Some(ScanType::String))
+            .boxed()
+    };
+    let mut names = BTreeSet::new();
+    while let Some(key) = stream.next().await {
+        let key: Key = key?;
+        let Some(key) = key.as_str() else { continue };
+        if let Some(name) = user_key(key, &head) {
+            names.insert(name.to_owned());
+            if names.len() > limit {
+                break;
+            }
+        }
+    }
+    let truncated = names.len() > limit;
+    Ok((names.into_iter().take(limit).collect(), truncated))
+}
+
+/// The name `k` of a value `<head>k}`, `<head>k}:sem` or `<head>k}:rw`
+/// (other names: channels' bookkeeping, void markers, side keys: `None`).
+fn user_key<'a>(redis_key: &'a str, head: &str) -> Option<&'a str> {
+    let rest = redis_key.strip_prefix(head)?;
+    let rest = rest
+        .strip_suffix('}')
+        .or_else(|| rest.strip_suffix("}:sem"))
+        .or_else(|| rest.strip_suffix("}:rw"))?;
+    (!rest.is_empty()).then_some(rest)
+}
+
+/// `*`, `?`, `[`, `]` and `\` of a prefix taken literally by `SCAN MATCH`.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+fn human(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+fn inspection_json(i: &Inspection) -> Value {
+    json!({
+        "key": i.key,
+        "states": i.states.iter().map(state_json).collect::<Vec<_>>(),
+    })
+}
+
+fn state_json(s: &State) -> Value {
+    json!({
+        "primitive": s.primitive.to_string(),
+        "redis_key": s.redis_key,
+        "foreign": s.foreign,
+        "held": !s.holders.is_empty(),
+        "holders": s.holders.iter().map(|h| json!({
+            "token": h.token,
+            "fencing_token": h.fencing_token,
+            "remaining_ms": ms(h.remaining),
+            "permits": h.permits,
+            "writer": h.writer,
+        })).collect::<Vec<_>>(),
+        "reservations": s.reservations.iter().map(|r| json!({
+            "client": r.client,
+            "permits": r.permits,
+            "remaining_ms": ms(r.remaining),
+            "writer": r.writer,
+        })).collect::<Vec<_>>(),
+        "queue": s.queue.iter().map(|q| json!({
+            "client": q.client,
+            "permits": q.permits,
+            "limit": q.limit,
+            "writer": q.writer,
+            "waiting_ms": q.waiting.map(ms),
+        })).collect::<Vec<_>>(),
+        "last_fence": s.last_fence,
+        "used": s.used,
+        "subscribers": s.subscribers.iter().map(|(c, n)| json!({"channel": c, "subscribers": n})).collect::<Vec<_>>(),
+    })
+}
+
+fn inspection_text(i: &Inspection) -> String {
+    let mut out = String::new();
+    if i.states.is_empty() {
+        let _ = writeln!(
+            out,
+            "{}: nothing in Redis (free, never used or expired)",
+            i.key
+        );
+    }
+    for s in &i.states {
+        let _ = writeln!(out, "{} ({}, {})", i.key, s.primitive, s.redis_key);
+        if s.foreign {
+            let _ = writeln!(
+                out,
+                "  not relaylock's value: relaylock treats it as held by another owner"
+            );
+            continue;
+        }
+        if s.holders.is_empty() && s.reservations.is_empty() {
+            let _ = writeln!(out, "  free; last fencing token {}", s.last_fence);
+        }
+        if let Some(used) = s.used {
+            let _ = writeln!(out, "  permits used or reserved: {used}");
+        }
+        for h in &s.holders {
+            let what = match (s.primitive, h.writer) {
+                (_, true) => "write".to_owned(),
+                (relaylock::inspect::Primitive::RwLock, false) => "read".to_owned(),
+                (relaylock::inspect::Primitive::Semaphore, _) => format!("{} permit(s)", h.permits),
+                _ => "held".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "  {what}: token {}, fencing token {}, {} left",
+                h.token,
+                h.fencing_token,
+                human(h.remaining)
+            );
+        }
+        for r in &s.reservations {
+            let _ = writeln!(
+                out,
+                "  reserved for client {}{} ({} permit(s)), {} left to take it",
+                r.client,
+                if r.writer { " (writers)" } else { "" },
+                r.permits,
+                human(r.remaining)
+            );
+        }
+        if s.queue.is_empty() {
+            let _ = writeln!(out, "  queue: empty");
+        } else {
+            let _ = writeln!(
+                out,
+                "  queue ({} clients, first served first):",
+                s.queue.len()
+            );
+        }
+        for (n, q) in s.queue.iter().enumerate() {
+            let role = match (s.primitive, q.writer) {
+                (relaylock::inspect::Primitive::RwLock, true) => " writers",
+                (relaylock::inspect::Primitive::RwLock, false) => " readers",
+                _ => "",
+            };
+            let waiting = q.waiting.map_or("waiting: not recorded".to_owned(), |w| {
+                format!("waiting {}", human(w))
+            });
+            let permits = match s.primitive {
+                relaylock::inspect::Primitive::Mutex => String::new(),
+                _ => format!(", wants {}", q.permits),
+            };
+            let _ = writeln!(
+                out,
+                "    {}. client {}{role}{permits}, {waiting}",
+                n + 1,
+                q.client
+            );
+        }
+        for (channel, n) in &s.subscribers {
+            let _ = writeln!(out, "  subscribers of {channel}: {n}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_the_scan() {
+        let head = "relaylock:2:{";
+        assert_eq!(user_key("relaylock:2:{orders:42}", head), Some("orders:42"));
+        assert_eq!(user_key("relaylock:2:{pay}:sem", head), Some("pay"));
+        assert_eq!(user_key("relaylock:2:{cache}:rw", head), Some("cache"));
+        assert_eq!(user_key("relaylock:2:{pay}:sem:h", head), None);
+        assert_eq!(user_key("relaylock:2:{k}:void:tok", head), None);
+        assert_eq!(user_key("relaylock:2:{k}:q", head), None);
+        assert_eq!(user_key("other:2:{k}", head), None);
+        assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
+    }
+}

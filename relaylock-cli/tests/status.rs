@@ -1,0 +1,369 @@
+//! `relaylock status` against a real redis-server (and a real cluster):
+//! what it reports is what the clients did, it scans the prefix when given
+//! no key, works under the read-only ACL README documents, and says so when
+//! it lacks a permission.
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use fred::types::CustomCommand;
+use relaylock::{LockClient, SemaphoreOptions};
+use relaylock_testkit::cluster::RedisCluster;
+use relaylock_testkit::{self as support, Admin, RedisServer};
+use serde_json::Value as Json;
+
+/// `relaylock status <args>`: exit status, stdout, stderr.
+async fn status(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
+        .args(["status", "--url", url])
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn status_json(url: &str, args: &[&str]) -> Json {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = status(url, &all).await;
+    assert_eq!(code, 0, "status failed: {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn state<'a>(doc: &'a Json, key: &str, primitive: &str) -> &'a Json {
+    doc["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == key)
+        .and_then(|k| {
+            k["states"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["primitive"] == primitive)
+        })
+        .unwrap_or_else(|| panic!("no {primitive} {key} in {doc}"))
+}
+
+/// A held lock with two clients queued: the holder's token, fence and
+/// remaining lease, the queue in order with each client's wait, and the
+/// channel's two subscribers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contended_lock_is_reported_as_it_is() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let (a, b, c) = (
+        support::client(&server.url()).await,
+        support::client(&server.url()).await,
+        support::client(&server.url()).await,
+    );
+    let g = a.lock("orders:42").await.unwrap();
+    let wb = support::spawn_waiter(&b, "orders:42");
+    support::until_queued(&admin, &b, "orders:42").await;
+    let b_since = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let wc = support::spawn_waiter(&c, "orders:42");
+    support::until_queued(&admin, &c, "orders:42").await;
+    let c_since = Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let before = Instant::now();
+    let doc = status_json(&server.url(), &["orders:42"]).await;
+    let s = state(&doc, "orders:42", "mutex");
+    let holder = &s["holders"][0];
+    assert_eq!(holder["token"], g.token());
+    assert_eq!(holder["fencing_token"], g.fencing_token());
+    let left = holder["remaining_ms"].as_u64().unwrap();
+    assert!(left > 0 && left <= g.lease().as_millis() as u64, "{left}");
+    let queue = s["queue"].as_array().unwrap();
+    assert_eq!(queue.len(), 2, "{s}");
+    assert_eq!(queue[0]["client"], b.client_id());
+    assert_eq!(queue[1]["client"], c.client_id());
+    // Waits by the server clock, checked against this test's own clock
+    // (the first waited 300 ms longer; a little slack for the round trips).
+    let waited = |i: usize| queue[i]["waiting_ms"].as_u64().expect("a recorded wait");
+    let after = before.elapsed().as_millis() as u64;
+    let b_ms = b_since.elapsed().as_millis() as u64;
+    let c_ms = c_since.elapsed().as_millis() as u64;
+    assert!(
+        waited(0) + 100 >= b_ms - after && waited(0) <= b_ms + 100,
+        "{} vs {b_ms}",
+        waited(0)
+    );
+    assert!(
+        waited(1) + 100 >= c_ms - after && waited(1) <= c_ms + 100,
+        "{} vs {c_ms}",
+        waited(1)
+    );
+    assert!(waited(0) >= waited(1) + 200, "{queue:?}");
+    assert_eq!(s["subscribers"][0]["subscribers"], 2, "{s}");
+
+    let (code, text, _) = status(&server.url(), &["orders:42"]).await;
+    assert_eq!(code, 0);
+    println!("{text}");
+    assert!(
+        text.contains(&format!("fencing token {}", g.fencing_token())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("1. client {}", b.client_id())),
+        "{text}"
+    );
+
+    let first = g.fencing_token();
+    g.release().await.unwrap();
+    wb.await.unwrap();
+    wc.await.unwrap();
+    let doc = status_json(&server.url(), &["orders:42"]).await;
+    let s = state(&doc, "orders:42", "mutex");
+    assert_eq!(s["held"], false, "{s}");
+    assert!(s["queue"].as_array().unwrap().is_empty(), "{s}");
+    assert!(s["last_fence"].as_u64().unwrap() > first);
+}
+
+/// A semaphore's holds with their permits and a queued 2-permit caller; a
+/// read-write lock's write with readers and a writer queued behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_read_write_locks() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        support::client(&server.url()).await,
+        support::client(&server.url()).await,
+    );
+    let sem = a.semaphore("payments", 3);
+    let p1 = sem.acquire().await.unwrap();
+    let p2 = sem
+        .acquire_with(SemaphoreOptions::default().permits(2))
+        .await
+        .unwrap();
+    let waiting = {
+        let sem = b.semaphore("payments", 3);
+        tokio::spawn(async move {
+            sem.acquire_with(SemaphoreOptions::default().permits(2))
+                .await
+        })
+    };
+    let w = a.rw_lock("cache").write().await.unwrap();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let rw = b.rw_lock("cache");
+            tokio::spawn(async move { rw.read().await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let writer = {
+        let rw = a.rw_lock("cache");
+        tokio::spawn(async move { rw.write().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let doc = status_json(&server.url(), &["payments", "cache"]).await;
+    let s = state(&doc, "payments", "semaphore");
+    let holders = s["holders"].as_array().unwrap();
+    let permits = |token: &str| {
+        holders
+            .iter()
+            .find(|h| h["token"] == token)
+            .map(|h| h["permits"].as_u64().unwrap())
+    };
+    assert_eq!(permits(p1.token()), Some(1), "{s}");
+    assert_eq!(permits(p2.token()), Some(2), "{s}");
+    assert_eq!(s["used"], 3);
+    assert_eq!(s["queue"][0]["client"], b.client_id());
+    assert_eq!(s["queue"][0]["permits"], 2);
+    assert_eq!(s["queue"][0]["limit"], 3);
+    assert!(s["queue"][0]["waiting_ms"].as_u64().unwrap() >= 400, "{s}");
+
+    let s = state(&doc, "cache", "rwlock");
+    assert_eq!(s["holders"][0]["token"], w.token());
+    assert_eq!(s["holders"][0]["writer"], true);
+    let queue = s["queue"].as_array().unwrap();
+    assert_eq!(queue.len(), 2, "{s}");
+    assert_eq!(queue[0]["client"], b.client_id());
+    assert_eq!(queue[0]["writer"], false);
+    assert_eq!(
+        queue[0]["permits"], 3,
+        "the readers' entry asks for all three"
+    );
+    assert_eq!(queue[1]["client"], a.client_id());
+    assert_eq!(queue[1]["writer"], true);
+    let channels: Vec<u64> = s["subscribers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["subscribers"].as_u64().unwrap())
+        .collect();
+    assert_eq!(channels, [1, 1], "readers' and writers' channels: {s}");
+
+    let (_, text, _) = status(&server.url(), &["payments", "cache"]).await;
+    println!("{text}");
+
+    drop((p1, p2, w));
+    waiting.await.unwrap().unwrap();
+    for r in readers {
+        r.await.unwrap().unwrap();
+    }
+    writer.await.unwrap().unwrap();
+}
+
+/// With no key, status scans the prefix: every name, once, whatever its
+/// primitive; `--limit` bounds it and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_scans_the_prefix() {
+    let server = RedisServer::start();
+    let a = support::client(&server.url()).await;
+    let _m = a.lock("m").await.unwrap();
+    let _s = a.semaphore("s", 2).acquire().await.unwrap();
+    let _r = a.rw_lock("r").read().await.unwrap();
+    // Another prefix's lock and an unrelated key are not shown.
+    let other = LockClient::builder()
+        .url(server.url())
+        .prefix("other")
+        .build()
+        .await
+        .unwrap();
+    let _o = other.lock("o").await.unwrap();
+    let admin = server.admin().await;
+    let _: () = admin
+        .set("relaylock-unrelated", "x", None, None, false)
+        .await
+        .unwrap();
+
+    let doc = status_json(&server.url(), &[]).await;
+    let keys: Vec<&str> = doc["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["m", "r", "s"]);
+    assert_eq!(doc["truncated"], false);
+    let doc = status_json(&server.url(), &["--limit", "2"]).await;
+    assert_eq!(doc["keys"].as_array().unwrap().len(), 2);
+    assert_eq!(doc["truncated"], true);
+    let doc = status_json(&server.url(), &["--prefix", "other"]).await;
+    assert_eq!(doc["keys"][0]["key"], "o");
+}
+
+/// In a cluster, the scan covers every primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scan_is_cluster_wide() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = support::client(&cluster.url()).await;
+    let names: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+    let mut guards = Vec::new();
+    for n in &names {
+        guards.push(client.lock(n).await.unwrap());
+    }
+    let doc = status_json(&cluster.url(), &[]).await;
+    let mut keys: Vec<String> = doc["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap().to_owned())
+        .collect();
+    keys.sort();
+    let mut want = names.clone();
+    want.sort();
+    assert_eq!(keys, want);
+    for g in &guards {
+        let s = state(&doc, g.key(), "mutex");
+        assert_eq!(s["holders"][0]["token"], g.token());
+    }
+}
+
+/// The read-only ACL user README documents is enough; a user that lacks a
+/// command gets exit status 77 and a message that says what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_only_acl_is_enough_and_missing_permission_is_clear() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let a = support::client(&server.url()).await;
+    let _g = a.lock("k").await.unwrap();
+    let _s = a.semaphore("s", 1).acquire().await.unwrap();
+    let setuser = |name: &'static str, rules: &'static [&'static str]| {
+        let admin = admin.clone();
+        async move {
+            let mut args = vec!["SETUSER", name, "on", ">pw"];
+            args.extend_from_slice(rules);
+            let _: () = admin
+                .custom(CustomCommand::new_static("ACL", None, false), args)
+                .await
+                .unwrap();
+        }
+    };
+    setuser("status", README_STATUS_ACL).await;
+    let url = format!("redis://status:pw@127.0.0.1:{}", server.port);
+    let doc = status_json(&url, &[]).await;
+    assert_eq!(doc["keys"].as_array().unwrap().len(), 2, "{doc}");
+    assert_eq!(state(&doc, "k", "mutex")["held"], true);
+    // The same user cannot take a lock (it cannot even load the scripts).
+    let denied = match LockClient::connect(&url).await {
+        Ok(client) => client.try_lock("x").await.is_err(),
+        Err(_) => true,
+    };
+    assert!(denied, "a read-only user took a lock");
+
+    let without_hgetall: Vec<&'static str> = README_STATUS_ACL
+        .iter()
+        .copied()
+        .filter(|r| *r != "+hgetall")
+        .collect();
+    setuser("partial", without_hgetall.leak()).await;
+    let url = format!("redis://partial:pw@127.0.0.1:{}", server.port);
+    let (code, _, err) = status(&url, &["k"]).await;
+    assert_eq!(code, 77, "{err}");
+    assert!(
+        err.contains("permission denied") && err.contains("hgetall"),
+        "{err}"
+    );
+}
+
+/// `--watch` refreshes once a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_refreshes() {
+    let server = RedisServer::start();
+    let a = support::client(&server.url()).await;
+    let _g = a.lock("w").await.unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
+        .args(["status", "--url", &server.url(), "--watch", "--json", "w"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    child.start_kill().unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let refreshes = text.lines().filter(|l| l.starts_with('{')).count();
+    assert!(
+        (2..=4).contains(&refreshes),
+        "{refreshes} refreshes in 2.5 s:\n{text}"
+    );
+}
+
+/// README's read-only ACL user for `relaylock status` (prefix `relaylock`).
+const README_STATUS_ACL: &[&str] = &[
+    "resetkeys",
+    "%R~relaylock:*",
+    "resetchannels",
+    "-@all",
+    "+get",
+    "+pttl",
+    "+zrange",
+    "+hgetall",
+    "+time",
+    "+pubsub|numsub",
+    "+pubsub|shardnumsub",
+    "+scan",
+    "+ping",
+    "+info",
+    "+client|id",
+    "+cluster|slots",
+];
