@@ -412,10 +412,14 @@ async fn main() -> Result<(), BoxError> {
     let locks = LockClient::connect(&redis_url).await?;
     let store = OrderStore::connect(&redis_url).await?;
     let listener = TcpListener::bind(listen).await?;
+    // Never print a password from the URL.
+    let redis_shown = match redis_url.rsplit_once('@') {
+        Some((_, host)) => format!("redis://...@{host}"),
+        None => redis_url.clone(),
+    };
     println!(
-        "listening on http://{} (Redis {}, lock wait {lock_wait:?}, work {work:?})",
+        "listening on http://{} (Redis {redis_shown}, lock wait {lock_wait:?}, work {work:?})",
         listener.local_addr()?,
-        redis_url.split('@').next_back().unwrap_or_default(),
     );
     let state = AppState {
         locks,
