@@ -159,9 +159,12 @@ impl Prometheus {
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
-                .unwrap_or_else(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => panic!("{PROMETHEUS_INSTALL_HINT}"),
-                    _ => panic!("could not run prometheus: {e}"),
+                .unwrap_or_else(|e| {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    match e.kind() {
+                        std::io::ErrorKind::NotFound => panic!("{PROMETHEUS_INSTALL_HINT}"),
+                        _ => panic!("could not run prometheus: {e}"),
+                    }
                 });
             // From here on, drop kills it and removes the dir.
             let mut p = Prometheus {
