@@ -69,6 +69,36 @@ fn dashboard_queries_only_emitted_metrics() {
     }
 }
 
+/// docs/dashboards/README.md has one row per panel (its exact title) and
+/// one per alert of the rules file.
+#[test]
+fn readme_lists_every_panel_and_alert() {
+    let readme = include_str!("../../docs/dashboards/README.md");
+    let rules = include_str!("../../docs/dashboards/relaylock-rules.yml");
+    let json: serde_json::Value = serde_json::from_str(DASHBOARD).expect("dashboard is valid JSON");
+    let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| ")).collect();
+    for panel in json["panels"].as_array().expect("panels") {
+        let title = panel["title"].as_str().expect("title");
+        assert!(
+            rows.iter().any(|r| r.starts_with(&format!("| {title} |"))),
+            "docs/dashboards/README.md has no row for the panel {title:?}"
+        );
+    }
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert:"))
+        .map(str::trim)
+        .collect();
+    assert!(!alerts.is_empty());
+    for alert in alerts {
+        assert!(
+            rows.iter()
+                .any(|r| r.starts_with(&format!("| `{alert}` |"))),
+            "docs/dashboards/README.md has no row for the alert {alert}"
+        );
+    }
+}
+
 mod rendered {
     use std::time::Duration;
 

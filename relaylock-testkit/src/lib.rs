@@ -1,5 +1,6 @@
 //! Test support: a real `redis-server` on a free loopback port, stopped on drop,
-//! and helpers to read what the server saw.
+//! and helpers to read what the server saw; a real Prometheus scraping a
+//! test's metrics ([`prometheus`]).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -11,6 +12,7 @@ use fred::types::{CustomCommand, InfoKind};
 
 pub mod cluster;
 pub mod ledger;
+pub mod prometheus;
 pub mod proxy;
 mod redis_server;
 pub mod sentinel;
