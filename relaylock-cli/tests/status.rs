@@ -205,11 +205,11 @@ async fn semaphores_and_read_write_locks() {
     println!("{text}");
 
     drop((p1, p2, w));
-    waiting.await.unwrap().unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
     for r in readers {
-        r.await.unwrap().unwrap();
+        r.await.unwrap().unwrap().release().await.unwrap();
     }
-    writer.await.unwrap().unwrap();
+    writer.await.unwrap().unwrap().release().await.unwrap();
 }
 
 /// With no key, status scans the prefix: every name, once, whatever its
