@@ -254,6 +254,7 @@ impl Calls {
                 client.into(),
                 names.channel.as_str().into(),
                 self.publish.clone(),
+                (self.side_retention_ms as i64).into(),
             ];
             let mut keys = lock_keys(names, &void, &voids);
             keys.push(&since);

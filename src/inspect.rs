@@ -89,7 +89,9 @@ pub struct Queued {
     pub writer: bool,
     /// How long since the client joined the queue by a refused try, by the
     /// server's clock: it has had waiters ever since. `None` when not
-    /// recorded (a client of an older relaylock, or the record expired).
+    /// recorded (a client of an older relaylock, an ACL without the hash
+    /// commands, or a wait that outlived the record, see
+    /// [`QUEUE_TIMES`](crate::scripts::QUEUE_TIMES)).
     pub waiting: Option<Duration>,
 }
 

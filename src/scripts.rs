@@ -86,8 +86,13 @@ pub const HANDOFF_GRACE_MS: u64 = 50;
 /// only when a client joins (`TIME`, `HSET`, `PEXPIRE`: three commands on
 /// the contended path, once per client per wait, not per waiter), never on
 /// a release: a client the release queues again at the back keeps its
-/// time, as it had waiters throughout. It lives one hour after the last
-/// join; past 32 fields, a join drops those of clients no longer queued.
+/// time, as it had waiters throughout. It lives the retention
+/// ([`SIDE_RETENTION_MS`]) after the last join or refused try of a queued
+/// client (a queued client's waiters try again at least once per holder
+/// lease, the bound of every wait), so it never outlives the other
+/// bookkeeping; a client that made no try for longer than the retention
+/// may show no time. Past 32 fields, a join drops those of clients no
+/// longer queued.
 /// Scripts never read it; clients of an earlier release, which do not
 /// write it, interoperate (their queue entries show no time). Written with
 /// `redis.pcall`: an ACL user without `HLEN`/`HKEYS` (README's before this
@@ -108,7 +113,8 @@ pub const RELEASE_RING: usize = 32;
 /// `p:2:{k}:void:<token>`, `voids` the lock's `p:2:{k}:void`: until when
 /// any marker may exist, for when the value is gone; `since` is
 /// `p:2:{k}:q`, see [`QUEUE_TIMES`]; optional);
-/// ARGV: `[token, lease_ms, client, channel, publish]`.
+/// ARGV: `[token, lease_ms, client, channel, publish, retention_ms]`
+/// (`retention_ms` is only for `since`; 60000 when absent).
 /// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
 /// the message stays within the lock's shard).
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
@@ -195,8 +201,10 @@ if pttl then
           if not string.find(',' .. queue .. ',', ',' .. c .. ',', 1, true) then redis.pcall('HDEL', KEYS[4], c) end
         end
       end
-      redis.pcall('PEXPIRE', KEYS[4], 3600000)
+      redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6] or '') or 60000)
     end
+  elseif client ~= '' and KEYS[4] then
+    redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6] or '') or 60000)
   end
   return {0, pttl}
 end
@@ -750,18 +758,10 @@ if (m or queue == '' or first == client) and avail + n <= limit then
   for _, x in ipairs(batch) do reply[#reply + 1] = x end
   return reply
 end
+local joined = false
 if client ~= '' and not queued(client) then
   if queue == '' then queue = entry else queue = queue .. ',' .. entry end
-  if KEYS[6] then
-    redis.pcall('HSET', KEYS[6], client, string.format('%d', now))
-    local nq = redis.pcall('HLEN', KEYS[6])
-    if type(nq) == 'number' and nq > 32 then
-      for _, c in ipairs(redis.pcall('HKEYS', KEYS[6])) do
-        if not queued(c) then redis.pcall('HDEL', KEYS[6], c) end
-      end
-    end
-    redis.pcall('PEXPIRE', KEYS[6], 3600000)
-  end
+  joined = true
 elseif client ~= '' then
   local es = {}
   for e in string.gmatch(queue, '[^,]+') do
@@ -769,8 +769,19 @@ elseif client ~= '' then
     es[#es + 1] = e
   end
   queue = table.concat(es, ',')
+  if KEYS[6] then redis.pcall('PEXPIRE', KEYS[6], retention) end
 end
 save(retention)
+if joined and KEYS[6] then
+  redis.pcall('HSET', KEYS[6], client, string.format('%d', now))
+  local nq = redis.pcall('HLEN', KEYS[6])
+  if type(nq) == 'number' and nq > 32 then
+    for _, c in ipairs(redis.pcall('HKEYS', KEYS[6])) do
+      if not queued(c) then redis.pcall('HDEL', KEYS[6], c) end
+    end
+  end
+  redis.pcall('PEXPIRE', KEYS[6], retention)
+end
 tell(ARGV[8], ARGV[7], client, ARGV[12])
 -- The bound: the soonest expiry among the holds and this client's own
 -- reservation; other clients' reservations are covered by their messages'

@@ -502,10 +502,28 @@ async fn no_subscription_outlives_its_waiters() {
         0
     );
     // What stays behind is the two locks' tombstones (free, nobody queued),
-    // each with a TTL.
+    // each with a TTL, and their queue-times records (scripts::QUEUE_TIMES),
+    // which expire within the same retention.
     let mut left = support::keys(&admin, "relaylock:*").await;
     left.sort();
-    assert_eq!(left, vec![lock.redis_key("a"), lock.redis_key("b")]);
+    let times = |k: &str| format!("{}{}", lock.redis_key(k), relaylock::scripts::QUEUE_TIMES);
+    assert_eq!(
+        left,
+        vec![
+            lock.redis_key("a"),
+            times("a"),
+            lock.redis_key("b"),
+            times("b")
+        ]
+    );
+    for name in [times("a"), times("b")] {
+        let ttl: i64 = admin.pttl(&name).await.unwrap();
+        assert!(
+            ttl > 0 && ttl <= relaylock::scripts::SIDE_RETENTION_MS as i64,
+            "queue times ttl {ttl}"
+        );
+    }
+    left.retain(|k| !k.ends_with(relaylock::scripts::QUEUE_TIMES));
     for name in &left {
         let value = support::lock_value(&admin, name).await.unwrap();
         assert!(value.is_free() && value.queue.is_empty(), "{value:?}");
