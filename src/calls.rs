@@ -246,7 +246,7 @@ impl Calls {
         client: &str,
     ) -> Result<Vec<i64>> {
         let (void, voids) = (names.void(token), names.voids());
-        let since = crate::inspect::queue_times(&names.lock);
+        let since = names.queue_times();
         self.script(&self.redis, &self.scripts.acquire, || {
             let args: Vec<Value> = vec![
                 token.into(),
@@ -398,7 +398,7 @@ impl Calls {
     ) -> Result<Vec<i64>> {
         let (holds, facts) = names.side();
         let (void, voids) = (names.void(token), names.voids());
-        let since = crate::inspect::queue_times(&names.lock);
+        let since = names.queue_times();
         let (channel, wchannel) = names.script_channels();
         self.script(&self.redis, &self.scripts.sem_acquire, || {
             let args: Vec<Value> = vec![

@@ -133,15 +133,6 @@ pub struct Inspection {
     pub states: Vec<State>,
 }
 
-/// The wait-time record of a primitive's queue, `<value>:q`
-/// ([`QUEUE_TIMES`](crate::scripts::QUEUE_TIMES)).
-pub(crate) fn queue_times(value: &str) -> String {
-    let mut name = String::with_capacity(value.len() + 2);
-    name.push_str(value);
-    name.push_str(crate::scripts::QUEUE_TIMES);
-    name
-}
-
 /// [`LockClient::inspect`](crate::LockClient::inspect) without a
 /// `LockClient`: on any connected fred client, for the names under
 /// `prefix`. A `LockClient` loads its scripts and subscribes; this needs
@@ -219,8 +210,7 @@ async fn read(
     ] {
         let value: Option<String> = run(limit, redis.get(&names.lock)).await?;
         let Some(value) = value else { continue };
-        let times: HashMap<String, i64> =
-            run(limit, redis.hgetall(queue_times(&names.lock))).await?;
+        let times: HashMap<String, i64> = run(limit, redis.hgetall(names.queue_times())).await?;
         let mut state = if names.kind == Kind::Mutex {
             let pttl: i64 = run(limit, redis.pttl(&names.lock)).await?;
             parse_lock(&value, pttl)

@@ -83,16 +83,19 @@ pub const HANDOFF_GRACE_MS: u64 = 50;
 /// [`LockClient::inspect`](crate::LockClient::inspect)), not for the lock
 /// paths: `<value>:q`, a hash of client id → the server time (ms) it joined
 /// the queue through a refused try ([`ACQUIRE`], [`SEM_ACQUIRE`]). Written
-/// only when a client joins (`TIME`, `HSET`, `PEXPIRE`: three commands on
-/// the contended path, once per client per wait, not per waiter), never on
-/// a release: a client the release queues again at the back keeps its
-/// time, as it had waiters throughout. It lives the retention
+/// only when a client joins (`TIME`, `HSET`, `HLEN`, `PEXPIRE` for a lock,
+/// the semaphore's script has the time already: once per client per wait,
+/// not per waiter), its TTL refreshed by one `PEXPIRE` on a queued client's
+/// refused try; never on a release: a client the release queues again at
+/// the back keeps its time, as it had waiters throughout (so the time
+/// shown for such a client can be older than its current waiters). It lives the retention
 /// ([`SIDE_RETENTION_MS`]) after the last join or refused try of a queued
 /// client (a queued client's waiters try again at least once per holder
 /// lease, the bound of every wait), so it never outlives the other
 /// bookkeeping; a client that made no try for longer than the retention
-/// may show no time. Past 32 fields, a join drops those of clients no
-/// longer queued.
+/// may show no time. Past 32 fields and twice the queue's length, a join
+/// drops the fields of clients no longer queued (one pass over a set of the
+/// queued ids).
 /// Scripts never read it; clients of an earlier release, which do not
 /// write it, interoperate (their queue entries show no time). Written with
 /// `redis.pcall`: an ACL user without `HLEN`/`HKEYS` (README's before this
@@ -197,8 +200,12 @@ if pttl then
       redis.pcall('HSET', KEYS[4], client, string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
       local n = redis.pcall('HLEN', KEYS[4])
       if type(n) == 'number' and n > 32 then
-        for _, c in ipairs(redis.pcall('HKEYS', KEYS[4])) do
-          if not string.find(',' .. queue .. ',', ',' .. c .. ',', 1, true) then redis.pcall('HDEL', KEYS[4], c) end
+        local inq, nq = {}, 0
+        for c in string.gmatch(queue, '[^,]+') do inq[c] = true; nq = nq + 1 end
+        if n > 2 * nq + 32 then
+          for _, c in ipairs(redis.pcall('HKEYS', KEYS[4])) do
+            if not inq[c] then redis.pcall('HDEL', KEYS[4], c) end
+          end
         end
       end
       redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6] or '') or 60000)
@@ -774,10 +781,17 @@ end
 save(retention)
 if joined and KEYS[6] then
   redis.pcall('HSET', KEYS[6], client, string.format('%d', now))
-  local nq = redis.pcall('HLEN', KEYS[6])
-  if type(nq) == 'number' and nq > 32 then
-    for _, c in ipairs(redis.pcall('HKEYS', KEYS[6])) do
-      if not queued(c) then redis.pcall('HDEL', KEYS[6], c) end
+  local nf = redis.pcall('HLEN', KEYS[6])
+  if type(nf) == 'number' and nf > 32 then
+    local inq, nq = {}, 0
+    for e in string.gmatch(queue, '[^,]+') do
+      local c = string.match(e, '^([^:]+):')
+      if c then inq[c] = true; nq = nq + 1 end
+    end
+    if nf > 2 * nq + 32 then
+      for _, c in ipairs(redis.pcall('HKEYS', KEYS[6])) do
+        if not inq[c] then redis.pcall('HDEL', KEYS[6], c) end
+      end
     end
   end
   redis.pcall('PEXPIRE', KEYS[6], retention)
@@ -1167,6 +1181,15 @@ impl Names {
         name.push_str(&self.lock);
         name.push_str(":void:");
         name.push_str(token);
+        name
+    }
+
+    /// `<value>:q`: since when each queued client waits, for operators
+    /// ([`QUEUE_TIMES`]).
+    pub(crate) fn queue_times(&self) -> String {
+        let mut name = String::with_capacity(self.lock.len() + QUEUE_TIMES.len());
+        name.push_str(&self.lock);
+        name.push_str(QUEUE_TIMES);
         name
     }
 

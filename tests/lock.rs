@@ -1250,3 +1250,74 @@ async fn subscriptions_confirm_without_client_id() {
     assert!(released.elapsed() < Duration::from_secs(1));
     got.release().await.unwrap();
 }
+
+/// The queue-times record (`scripts::QUEUE_TIMES`): a client that joins the
+/// queue of a held lock is noted with the server time, once (a queued
+/// client's refused try keeps its time and refreshes the TTL, within the
+/// retention); past 32 fields and twice the queue, a join drops the fields of
+/// clients no longer queued; a caller that does not wait (`client` "") is
+/// never noted.
+#[tokio::test]
+async fn the_queue_times_record_notes_joins_and_prunes_leavers() {
+    use relaylock::scripts::{ACQUIRE, QUEUE_TIMES};
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = "p:2:{qt}";
+    let times = format!("{lock}{QUEUE_TIMES}");
+    let _: () = admin
+        .set(
+            lock,
+            "holder:1|||",
+            Some(Expiration::PX(60_000)),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let try_as = |client: String| {
+        let (admin, times) = (admin.clone(), times.clone());
+        async move {
+            let keys = vec![
+                lock.to_string(),
+                format!("{lock}:void:t-{client}"),
+                format!("{lock}:void"),
+                times,
+            ];
+            let args = vec![
+                format!("t-{client}"),
+                "1000".to_string(),
+                client,
+                format!("{lock}:ch"),
+                "PUBLISH".into(),
+                "5000".into(),
+            ];
+            let reply: Vec<i64> = admin.eval(ACQUIRE, keys, args).await.unwrap();
+            assert_eq!(reply[0], 0, "the lock is held");
+        }
+    };
+    try_as(String::new()).await;
+    let exists: i64 = admin.exists(&times).await.unwrap();
+    assert_eq!(exists, 0, "a caller that does not wait was noted");
+    try_as("c0".into()).await;
+    let first: String = admin.hget(&times, "c0").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    try_as("c0".into()).await;
+    let again: String = admin.hget(&times, "c0").await.unwrap();
+    assert_eq!(first, again, "a queued client's refused try moved its time");
+    let ttl: i64 = admin.pttl(&times).await.unwrap();
+    assert!(ttl > 0 && ttl <= 5000, "ttl {ttl}");
+    for i in 1..50 {
+        try_as(format!("c{i}")).await;
+    }
+    let n: i64 = admin.hlen(&times).await.unwrap();
+    assert_eq!(n, 50);
+    // All but five leave the queue (as LEAVE or a hand-over would).
+    let _: () = admin
+        .set(lock, "holder:1|c0,c1,c2,c3,c4||", None, None, false)
+        .await
+        .unwrap();
+    try_as("late".into()).await;
+    let mut left: Vec<String> = admin.hkeys(&times).await.unwrap();
+    left.sort();
+    assert_eq!(left, ["c0", "c1", "c2", "c3", "c4", "late"]);
+}

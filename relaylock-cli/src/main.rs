@@ -1,7 +1,12 @@
 //! `relaylock`: the command-line companion of the library (crate `relaylock-cli`).
 //!
-//! `relaylock bench` compares pub/sub waiting with spin polling on a real
-//! Redis server; see `relaylock bench --help` and docs/benchmarks.md.
+//! - `relaylock run KEY -- COMMAND`: runs a command while holding a lock, a
+//!   distributed flock(1) (`run.rs`);
+//! - `relaylock status [KEY...]`: who holds a key, for how long, who is
+//!   queued and since when (`status.rs`);
+//! - `relaylock bench` compares pub/sub waiting with spin polling on a real
+//!   Redis server; see `relaylock bench --help` and docs/benchmarks.md;
+//!   `relaylock report` prints saved results again.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -23,7 +28,7 @@ mod worker;
 #[command(
     name = "relaylock",
     version,
-    about = "Distributed locks on Redis: load test and tools"
+    about = "Distributed locks on Redis: run a command under a lock, inspect locks, load test"
 )]
 struct Cli {
     #[command(subcommand)]

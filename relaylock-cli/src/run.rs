@@ -7,12 +7,19 @@
 //! distinct from the usual ones of commands: a wait that timed out, a lock
 //! lost while the command ran, Redis unreachable.
 //!
-//! When the lock is lost (the watchdog could not renew it, or the key was
-//! taken away), the command gets SIGTERM, then SIGKILL `--kill-after`
-//! later. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to `run` are passed on to
-//! the command, and `run` goes on waiting for it. On Linux the command also
-//! gets SIGKILL when `run` itself dies (`PR_SET_PDEATHSIG`): nothing renews
-//! the lock any more, so the command must not go on.
+//! The command runs in a process group of its own, so that it and every
+//! process it starts are signalled together: when the lock is lost (the
+//! watchdog could not renew it, or the key was taken away), the group gets
+//! SIGTERM, then SIGKILL `--kill-after` later. SIGINT, SIGTERM, SIGHUP and
+//! SIGQUIT sent to `run` are passed on to the group (a signal `run` inherited
+//! as ignored stays ignored, for the command too, as under nohup), and `run`
+//! goes on waiting for the command. When standard input is a terminal, the
+//! command's group becomes the terminal's foreground group while it runs,
+//! so it reads the terminal and Ctrl-C reaches it once, directly. On Linux
+//! the command itself also gets SIGKILL when `run` dies
+//! (`PR_SET_PDEATHSIG`): nothing renews the lock any more. That covers the
+//! command's own process only; a shell wrapper should `exec` its last
+//! command.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -83,7 +90,7 @@ pub struct RunArgs {
 
 /// `--wait`: like every duration, and also `0` (a single try).
 fn parse_wait(s: &str) -> Result<Duration, String> {
-    if s.trim().trim_end_matches(['m', 's']).parse::<f64>() == Ok(0.0) {
+    if matches!(s.trim(), "0" | "0s" | "0ms" | "0m") {
         return Ok(Duration::ZERO);
     }
     crate::parse_duration(s)
@@ -108,10 +115,32 @@ const FORWARDED: [(SignalKind, i32); 4] = [
     (SignalKind::quit(), libc::SIGQUIT),
 ];
 
+/// Whether `signal` is ignored in this process (inherited: nohup, a
+/// shell's background job).
+fn ignored(signal: i32) -> bool {
+    // SAFETY: sigaction with a null new action only reads the disposition
+    // into a zeroed struct of the right type.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Time for the background clean-up of an abandoned lock call (the queue
+/// leave, the release of an acquisition in flight) to reach Redis before
+/// the process exits.
+const CLEAN_UP: Duration = Duration::from_millis(300);
+
 async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
-    // Listen before anything else, so a signal during the wait is ours.
+    // Listen before anything else, so a signal during the wait is ours;
+    // not to signals inherited as ignored (they stay ignored for the
+    // command: tokio's handler would reset them at exec).
     let mut signals = Vec::new();
     for (kind, number) in FORWARDED {
+        if ignored(number) {
+            continue;
+        }
         let s = signal(kind).map_err(|e| (exit::REDIS, format!("signal handler: {e}")))?;
         signals.push((s, number));
     }
@@ -122,7 +151,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
         builder = builder.prefix(prefix);
     }
     let client = tokio::select! {
-        c = builder.build() => c.map_err(|e| (exit::REDIS, format!("{}: {e}", args.url)))?,
+        c = builder.build() => c.map_err(|e| (exit::REDIS, format!("{}: {e}", crate::status::redacted(&args.url))))?,
         n = next_signal(&mut signals) => return Ok(128 + n as u8),
     };
     let mut options = LockOptions::default().name("run");
@@ -143,8 +172,12 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
             }
             Err(e) => return Err((exit::REDIS, format!("{}: {e}", args.key))),
         },
-        // Dropping the lock call leaves nothing held (it is cancel-safe).
-        n = next_signal(&mut signals) => return Ok(128 + n as u8),
+        // Dropping the lock call leaves nothing held (it is cancel-safe):
+        // its clean-up runs in the background, given a moment to finish.
+        n = next_signal(&mut signals) => {
+            tokio::time::sleep(CLEAN_UP).await;
+            return Ok(128 + n as u8);
+        }
     };
     let child = match spawn(&args, &guard) {
         Ok(child) => child,
@@ -156,21 +189,33 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
     supervise(child, guard, &args, &mut signals).await
 }
 
-/// The command, with the lock's identity in its environment.
-fn spawn(args: &RunArgs, guard: &LockGuard) -> Result<Child, (u8, String)> {
+/// The command, with the lock's identity in its environment, in its own
+/// process group, given the terminal if `run` has it.
+fn spawn(args: &RunArgs, guard: &LockGuard) -> Result<(Child, Terminal), (u8, String)> {
     let mut command = Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
         .env("RELAYLOCK_FENCE", guard.fencing_token().to_string())
         .env("RELAYLOCK_KEY", guard.key())
         .env("RELAYLOCK_TOKEN", guard.token());
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: between fork and exec only async-signal-safe calls:
-        // prctl and getppid.
-        unsafe {
-            command.pre_exec(move || {
+    // Its own process group (see the module docs).
+    command.process_group(0);
+    let terminal = foreground_terminal();
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec only async-signal-safe calls: signal,
+    // tcsetpgrp, getpid, prctl, getppid, _exit.
+    unsafe {
+        command.pre_exec(move || {
+            if terminal {
+                // Take the terminal before exec, so the command never reads
+                // it from the background (SIGTTIN). Its group is not the
+                // foreground one yet: ignore SIGTTOU for the call.
+                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpid());
+                libc::signal(libc::SIGTTOU, old);
+            }
+            #[cfg(target_os = "linux")]
+            {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -178,23 +223,57 @@ fn spawn(args: &RunArgs, guard: &LockGuard) -> Result<Child, (u8, String)> {
                 if libc::getppid() != parent {
                     libc::_exit(exit::LOST as i32);
                 }
-                Ok(())
-            });
-        }
+            }
+            let _ = parent;
+            Ok(())
+        });
     }
-    command.spawn().map_err(|e| {
+    // Dropped (the terminal given back) on failure too: the child may have
+    // taken the terminal before its exec failed.
+    let restore = Terminal(terminal);
+    let child = command.spawn().map_err(|e| {
         let program = args.command[0].to_string_lossy();
         match e.kind() {
             std::io::ErrorKind::NotFound => (exit::NOT_FOUND, format!("{program}: not found")),
             _ => (exit::CANNOT_RUN, format!("{program}: {e}")),
         }
-    })
+    })?;
+    // The terminal goes back to `run` when the Terminal is dropped.
+    Ok((child, restore))
+}
+
+/// Standard input is a terminal whose foreground group is ours: the command
+/// gets it while it runs.
+fn foreground_terminal() -> bool {
+    // SAFETY: plain queries of the calling process's state.
+    unsafe {
+        libc::isatty(libc::STDIN_FILENO) == 1
+            && libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp()
+    }
+}
+
+/// Gives the terminal back to `run`'s group once the command is done, if
+/// the command had it.
+struct Terminal(bool);
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        if self.0 {
+            // SAFETY: tcsetpgrp to our own group, from the background (the
+            // command's group had the terminal): SIGTTOU ignored around it.
+            unsafe {
+                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
+                libc::signal(libc::SIGTTOU, old);
+            }
+        }
+    }
 }
 
 /// Waits for the command while the lock is held; passes signals on; stops
 /// the command when the lock is lost.
 async fn supervise(
-    mut child: Child,
+    (mut child, _terminal): (Child, Terminal),
     guard: LockGuard,
     args: &RunArgs,
     signals: &mut [(Signal, i32)],
@@ -248,12 +327,15 @@ fn status_code(status: std::process::ExitStatus) -> u8 {
     }
 }
 
+/// `signal` to the command's process group: the command and what it
+/// started.
 fn send(child: &Child, signal: i32) {
     if let Some(pid) = child.id() {
-        // SAFETY: kill(2) on our own child's pid; it has not been reaped
-        // (`id()` is `None` once it has).
+        // SAFETY: kill(2) on the group our own child leads; the child has
+        // not been reaped (`id()` is `None` once it has), so the group id
+        // is not reused.
         unsafe {
-            libc::kill(pid as libc::pid_t, signal);
+            libc::kill(-(pid as libc::pid_t), signal);
         }
     }
 }
@@ -281,6 +363,7 @@ mod tests {
         assert_eq!(parse_wait("0ms").unwrap(), Duration::ZERO);
         assert_eq!(parse_wait("2s").unwrap(), Duration::from_secs(2));
         assert!(parse_wait("-1").is_err());
+        assert!(parse_wait("0sm").is_err());
         assert!(parse_wait("x").is_err());
     }
 

@@ -14,7 +14,7 @@ use fred::types::config::Config;
 use fred::types::scan::ScanType;
 use fred::types::{Builder, Key};
 use futures::StreamExt;
-use relaylock::inspect::{Inspection, State};
+use relaylock::inspect::{Inspection, Primitive, State};
 use relaylock::Error;
 use serde_json::{json, Value};
 
@@ -90,7 +90,16 @@ async fn connect(url: &str) -> Result<Client, Error> {
     }
 }
 
+/// `url` without its user and password, for messages.
+pub fn redacted(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, _)), Some(at)) => format!("{scheme}://...@{}", &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
 fn fail(url: &str, e: &Error) -> u8 {
+    let url = redacted(url);
     let text = e.to_string();
     if text.contains("NOPERM") {
         eprintln!(
@@ -218,7 +227,8 @@ fn state_json(s: &State) -> Value {
         "primitive": s.primitive.to_string(),
         "redis_key": s.redis_key,
         "foreign": s.foreign,
-        "held": !s.holders.is_empty(),
+        // relaylock treats a value it did not write as held.
+        "held": s.foreign || !s.holders.is_empty(),
         "holders": s.holders.iter().map(|h| json!({
             "token": h.token,
             "fencing_token": h.fencing_token,
@@ -266,14 +276,14 @@ fn inspection_text(i: &Inspection) -> String {
         if s.holders.is_empty() && s.reservations.is_empty() {
             let _ = writeln!(out, "  free; last fencing token {}", s.last_fence);
         }
-        if let Some(used) = s.used {
+        if let (Some(used), Primitive::Semaphore) = (s.used, s.primitive) {
             let _ = writeln!(out, "  permits used or reserved: {used}");
         }
         for h in &s.holders {
             let what = match (s.primitive, h.writer) {
                 (_, true) => "write".to_owned(),
-                (relaylock::inspect::Primitive::RwLock, false) => "read".to_owned(),
-                (relaylock::inspect::Primitive::Semaphore, _) => format!("{} permit(s)", h.permits),
+                (Primitive::RwLock, false) => "read".to_owned(),
+                (Primitive::Semaphore, _) => format!("{} permit(s)", h.permits),
                 _ => "held".to_owned(),
             };
             let _ = writeln!(
@@ -285,12 +295,16 @@ fn inspection_text(i: &Inspection) -> String {
             );
         }
         for r in &s.reservations {
+            let permits = match s.primitive {
+                Primitive::Semaphore => format!(" ({} permit(s))", r.permits),
+                Primitive::RwLock if !r.writer => format!(" ({} reads)", r.permits),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "  reserved for client {}{} ({} permit(s)), {} left to take it",
+                "  reserved for client {}{}{permits}, {} left to take it",
                 r.client,
-                if r.writer { " (writers)" } else { "" },
-                r.permits,
+                if r.writer { " (its writers)" } else { "" },
                 human(r.remaining)
             );
         }
@@ -299,29 +313,22 @@ fn inspection_text(i: &Inspection) -> String {
         } else {
             let _ = writeln!(
                 out,
-                "  queue ({} clients, first served first):",
-                s.queue.len()
+                "  queue ({} client{}, first served first):",
+                s.queue.len(),
+                if s.queue.len() == 1 { "" } else { "s" }
             );
         }
         for (n, q) in s.queue.iter().enumerate() {
             let role = match (s.primitive, q.writer) {
-                (relaylock::inspect::Primitive::RwLock, true) => " writers",
-                (relaylock::inspect::Primitive::RwLock, false) => " readers",
-                _ => "",
+                (Primitive::RwLock, true) => " (its writers)".to_owned(),
+                (Primitive::RwLock, false) => format!(" ({} readers)", q.permits),
+                (Primitive::Semaphore, _) => format!(", wants {}", q.permits),
+                _ => String::new(),
             };
             let waiting = q.waiting.map_or("waiting: not recorded".to_owned(), |w| {
                 format!("waiting {}", human(w))
             });
-            let permits = match s.primitive {
-                relaylock::inspect::Primitive::Mutex => String::new(),
-                _ => format!(", wants {}", q.permits),
-            };
-            let _ = writeln!(
-                out,
-                "    {}. client {}{role}{permits}, {waiting}",
-                n + 1,
-                q.client
-            );
+            let _ = writeln!(out, "    {}. client {}{role}, {waiting}", n + 1, q.client);
         }
         for (channel, n) in &s.subscribers {
             let _ = writeln!(out, "  subscribers of {channel}: {n}");
@@ -345,5 +352,7 @@ mod tests {
         assert_eq!(user_key("relaylock:2:{k}:q", head), None);
         assert_eq!(user_key("other:2:{k}", head), None);
         assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
+        assert_eq!(redacted("redis://u:pw@h:1/0"), "redis://...@h:1/0");
+        assert_eq!(redacted("redis://h:1"), "redis://h:1");
     }
 }

@@ -266,9 +266,12 @@ fn a_lock_taken_away_stops_the_command() {
     let server = RedisServer::start();
     let pid_file = temp_file("lost-pid");
     let term = temp_file("lost-term");
-    // The command ignores SIGTERM once (it notes it), so SIGKILL must follow.
+    // The command ignores SIGTERM (it notes it), so SIGKILL must follow;
+    // and it started a process of its own, which must stop too.
+    let grandchild = temp_file("lost-grandchild");
     let script = format!(
-        "trap 'echo term >> {t}' TERM; echo $$ > {p}; while true; do sleep 0.05; done",
+        "sleep 60 & echo $! > {g}; trap 'echo term >> {t}' TERM; echo $$ > {p}; while true; do sleep 0.05; done",
+        g = grandchild.display(),
         t = term.display(),
         p = pid_file.display()
     );
@@ -282,6 +285,7 @@ fn a_lock_taken_away_stops_the_command() {
     .spawn()
     .unwrap();
     let command = read_pid(&pid_file);
+    let started = read_pid(&grandchild);
     let key = lock_key("taken");
     assert_eq!(redis_cli(&server, &["DEL", &key]), "1");
     assert_eq!(redis_cli(&server, &["SET", &key, "someone-else"]), "OK");
@@ -290,6 +294,10 @@ fn a_lock_taken_away_stops_the_command() {
     let stopped = taken.elapsed();
     assert_eq!(status.code(), Some(76));
     assert!(!alive(command), "the command outlived the lost lock");
+    assert!(
+        wait_until(Duration::from_secs(2), || !alive(started)),
+        "a process the command started outlived the lost lock"
+    );
     assert!(
         std::fs::read_to_string(&term).is_ok_and(|t| t.contains("term")),
         "the command never got SIGTERM"
@@ -324,4 +332,99 @@ fn signals_are_passed_to_the_command() {
         assert_eq!(status.code(), Some(7), "SIG{name}");
         assert!(!held(&server, "sig"), "SIG{name}: the lock stayed held");
     }
+}
+
+/// A signal `run` inherited as ignored (nohup, a shell's background job)
+/// stays ignored for the command: SIGHUP to `run` neither stops the
+/// command nor is passed on.
+#[test]
+fn an_ignored_signal_stays_ignored() {
+    let server = RedisServer::start();
+    let pid_file = temp_file("nohup-pid");
+    let script = format!("echo $$ > {p}; sleep 1; exit 5", p = pid_file.display());
+    // `trap '' HUP` in the shell that execs run: run starts with SIGHUP
+    // ignored.
+    let mut r = Command::new("sh")
+        .args(["-c", "trap '' HUP; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_relaylock"))
+        .args([
+            "run",
+            "--url",
+            &server.url(),
+            "hup",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    let command = read_pid(&pid_file);
+    let ignored = std::fs::read_to_string(format!("/proc/{command}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    assert_ne!(
+        ignored & (1 << (libc::SIGHUP - 1)),
+        0,
+        "SIGHUP not ignored in the command"
+    );
+    kill(r.id(), libc::SIGHUP);
+    let status = wait_child(&mut r, Duration::from_secs(10));
+    assert_eq!(
+        status.code(),
+        Some(5),
+        "the command did not finish on its own"
+    );
+}
+
+/// SIGINT to `run` while it waits for the lock: exit 130, nothing ran, and
+/// nothing is left held or queued.
+#[test]
+fn a_signal_while_waiting_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let pid = temp_file("waiting-holder-pid");
+    let mut holder = run(
+        &server,
+        &[],
+        "wait-sig",
+        &format!("echo $$ > {}; sleep 30", pid.display()),
+    )
+    .spawn()
+    .unwrap();
+    read_pid(&pid);
+    let ran = temp_file("waiting-ran");
+    let mut waiter = run(
+        &server,
+        &[],
+        "wait-sig",
+        &format!("touch {}", ran.display()),
+    )
+    .spawn()
+    .unwrap();
+    let key = lock_key("wait-sig");
+    assert!(
+        wait_until(Duration::from_secs(10), || redis_cli(
+            &server,
+            &["GET", &key]
+        )
+        .split('|')
+        .nth(1)
+        .is_some_and(|q| !q.is_empty())),
+        "the waiting run never queued"
+    );
+    kill(waiter.id(), libc::SIGINT);
+    let status = wait_child(&mut waiter, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(130));
+    assert!(!ran.exists(), "the command ran");
+    let queue = redis_cli(&server, &["GET", &key]);
+    assert_eq!(
+        queue.split('|').nth(1),
+        Some(""),
+        "the interrupted run stayed queued: {queue}"
+    );
+    kill(holder.id(), libc::SIGTERM);
+    wait_child(&mut holder, Duration::from_secs(10));
 }
