@@ -348,6 +348,19 @@ async fn watch_refreshes() {
     );
 }
 
+/// The ACL above is README's, rule for rule.
+#[test]
+fn the_acl_is_the_one_readme_documents() {
+    let readme = include_str!("../../README.md");
+    let block = readme
+        .split("ACL SETUSER ops on >secret ")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("README documents the read-only user");
+    let documented: Vec<&str> = block.split_whitespace().collect();
+    assert_eq!(documented, README_STATUS_ACL);
+}
+
 /// README's read-only ACL user for `relaylock status` (prefix `relaylock`).
 const README_STATUS_ACL: &[&str] = &[
     "resetkeys",
