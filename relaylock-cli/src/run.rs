@@ -54,8 +54,9 @@ Exit status: the command's own; 128+N if the command was killed by signal N;
 75 (or -E N) if the lock was not taken within --wait; 76 if the lock was lost
 while the command ran (the command got SIGTERM, then SIGKILL after
 --kill-after); 69 if Redis could not be reached or an argument was refused;
-126 if the command could not be run, 127 if it was not found; 130/143 if run
-got SIGINT/SIGTERM while waiting for the lock.
+126 if the command could not be run, 127 if it was not found. A signal to run
+while it waits for the lock ends it by that signal (a shell shows 130 for
+SIGINT, 143 for SIGTERM); nothing ran, and nothing is left held.
 
 The command's environment has RELAYLOCK_FENCE (the fencing token: pass it to
 what the command writes), RELAYLOCK_KEY (KEY) and RELAYLOCK_TOKEN (this
@@ -127,6 +128,20 @@ fn ignored(signal: i32) -> bool {
     }
 }
 
+/// Ends `run` by `signal`'s default action, so that its parent sees it
+/// killed by the signal, as if `run` had not caught it (a shell loop stops
+/// on Ctrl-C; a shell shows 128 + N).
+fn die_by(signal: i32) -> u8 {
+    // SAFETY: restores the default action of a signal this process handles
+    // and raises it at itself; every forwarded signal's default action ends
+    // the process.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+    128u8.wrapping_add(signal as u8)
+}
+
 /// Time for the background clean-up of an abandoned lock call (the queue
 /// leave, the release of an acquisition in flight) to reach Redis before
 /// the process exits.
@@ -152,7 +167,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
     }
     let client = tokio::select! {
         c = builder.build() => c.map_err(|e| (exit::REDIS, format!("{}: {e}", crate::status::redacted(&args.url))))?,
-        n = next_signal(&mut signals) => return Ok(128 + n as u8),
+        n = next_signal(&mut signals) => return Ok(die_by(n)),
     };
     let mut options = LockOptions::default().name("run");
     if let Some(wait) = args.wait {
@@ -176,7 +191,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
         // its clean-up runs in the background, given a moment to finish.
         n = next_signal(&mut signals) => {
             tokio::time::sleep(CLEAN_UP).await;
-            return Ok(128 + n as u8);
+            return Ok(die_by(n));
         }
     };
     let child = match spawn(&args, &guard) {

@@ -80,7 +80,7 @@ const RATES: &str = "Acquisitions and releases per second";
 const TIMEOUTS: &str = "Timeouts per second";
 const LOST: &str =
     "Lost locks (renewal, extend or release found the lock gone, or its lease ran out)";
-const ATTEMPTS: &str = "Acquire attempts per acquisition (Redis load per lock; 1.0 is ideal)";
+const ATTEMPTS: &str = "Acquire attempts per acquisition (Redis load per lock; 1.0 or less is ideal: a hand-over within a process needs none)";
 const WAKEUPS: &str = "Wake-ups by cause";
 const RENEWALS: &str = "Watchdog renewals per second by outcome (lost and error should stay at 0)";
 
