@@ -409,7 +409,14 @@ async fn main() -> Result<(), BoxError> {
     let work = Duration::from_millis(setting("WORK_MS", 5)?);
 
     let metrics = install_metrics()?;
-    let locks = LockClient::connect(&redis_url).await?;
+    // Each Redis command of the lock client gives up after 1 s (the default
+    // is 5 s), so a request fails promptly when Redis is down instead of
+    // outlasting its lock wait.
+    let locks = LockClient::builder()
+        .url(&redis_url)
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await?;
     let store = OrderStore::connect(&redis_url).await?;
     let listener = TcpListener::bind(listen).await?;
     // Never print a password from the URL.
