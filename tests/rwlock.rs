@@ -412,12 +412,6 @@ async fn a_lapsed_reservation_of_the_other_role_strands_nobody() {
     );
 }
 
-/// A client for the fault scenarios: 1 s lease renewed by the watchdog, 1 s
-/// command timeout.
-async fn fault_client(url: &str) -> LockClient {
-    support::fault_preset(url).build().await.expect("connect")
-}
-
 /// `tasks` workers over `clients` read (nine in ten) or write `key` for
 /// `run`, entering the ledger (a write weighs [`WRITER`]) for 2 ms each,
 /// retrying errors as a caller would. Returns (acquisitions, errors);
@@ -480,16 +474,7 @@ async fn contend_rw(
             })
         })
         .collect();
-    let (mut n, mut errors) = (0, 0);
-    for w in workers {
-        let (a, e) = tokio::time::timeout(run + Duration::from_secs(15), w)
-            .await
-            .expect("a worker is stuck")
-            .unwrap();
-        n += a;
-        errors += e;
-    }
-    (n, errors)
+    support::join_workers(workers, run + Duration::from_secs(15)).await
 }
 
 /// CLIENT KILL of both connections every 300 ms, then two 300 ms SIGSTOPs
@@ -501,8 +486,8 @@ async fn client_kills_and_server_pauses_break_nothing() {
     let admin = server.admin().await;
     let ledger = Ledger::start().await;
     let clients = [
-        fault_client(&server.url()).await,
-        fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
     ];
     let run = Duration::from_secs(3);
     let faults = {
@@ -546,8 +531,8 @@ async fn a_restart_without_persistence() {
     let mut server = RedisServer::start();
     let ledger = Ledger::start().await;
     let clients = [
-        fault_client(&server.url()).await,
-        fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
     ];
     let old = clients[0].rw_lock("rs").write().await.unwrap();
     let before = old.fencing_token();

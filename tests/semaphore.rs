@@ -715,12 +715,6 @@ async fn a_burst_of_local_waiters_fills_the_free_permits_at_once() {
 // contending workers retry errors as a caller would; the counted ledger,
 // on a server of its own, sees every section.
 
-/// A client for the fault scenarios: 1 s lease renewed by the watchdog, 1 s
-/// command timeout.
-async fn fault_client(url: &str) -> LockClient {
-    support::fault_preset(url).build().await.expect("connect")
-}
-
 /// `tasks` workers over `clients` take permits of `key` (limit `limit`)
 /// for `run`, entering the counted ledger for 2 ms each, retrying errors.
 /// Returns (acquisitions, errors); panics if a worker is stuck.
@@ -767,16 +761,7 @@ async fn contend_permits(
             })
         })
         .collect();
-    let (mut n, mut errors) = (0, 0);
-    for w in workers {
-        let (a, e) = tokio::time::timeout(run + Duration::from_secs(15), w)
-            .await
-            .expect("a worker is stuck")
-            .unwrap();
-        n += a;
-        errors += e;
-    }
-    (n, errors)
+    support::join_workers(workers, run + Duration::from_secs(15)).await
 }
 
 /// CLIENT KILL of the command and the subscriber connections, every
@@ -787,8 +772,8 @@ async fn client_kills_during_contention_break_nothing() {
     let admin = server.admin().await;
     let ledger = Ledger::start().await;
     let clients = [
-        fault_client(&server.url()).await,
-        fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
     ];
     let run = Duration::from_secs(3);
     let killer = tokio::spawn(async move {
@@ -823,8 +808,8 @@ async fn a_short_server_pause_loses_nothing() {
     let server = Arc::new(RedisServer::start());
     let ledger = Ledger::start().await;
     let clients = [
-        fault_client(&server.url()).await,
-        fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
     ];
     let pauser = {
         let server = Arc::clone(&server);
@@ -854,8 +839,8 @@ async fn a_restart_without_persistence() {
     let mut server = RedisServer::start();
     let ledger = Ledger::start().await;
     let clients = [
-        fault_client(&server.url()).await,
-        fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
+        support::fault_client(&server.url()).await,
     ];
     let sem = clients[0].semaphore("rs", 2);
     let old = [sem.acquire().await.unwrap(), sem.acquire().await.unwrap()];

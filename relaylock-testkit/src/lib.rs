@@ -40,6 +40,30 @@ pub fn fault_preset(url: &str) -> relaylock::LockClientBuilder {
         .connect_timeout(Duration::from_secs(2))
 }
 
+/// A client built from [`fault_preset`], connected.
+pub async fn fault_client(url: &str) -> relaylock::LockClient {
+    fault_preset(url).build().await.expect("connect")
+}
+
+/// Joins load workers that each return (acquisitions, errors), in order,
+/// and sums them; panics when one is not done within `bound` of the wait
+/// for it ("a worker is stuck").
+pub async fn join_workers(
+    workers: Vec<tokio::task::JoinHandle<(u64, u64)>>,
+    bound: Duration,
+) -> (u64, u64) {
+    let (mut n, mut errors) = (0, 0);
+    for w in workers {
+        let (a, e) = tokio::time::timeout(bound, w)
+            .await
+            .expect("a worker is stuck")
+            .unwrap();
+        n += a;
+        errors += e;
+    }
+    (n, errors)
+}
+
 /// A tiny deterministic generator for the tests' random points (no
 /// dependency for it): `Lcg(seed).below(n)` is uniform enough in `0..n`.
 pub struct Lcg(pub u64);
@@ -123,22 +147,7 @@ pub const PASSWORD: &str = "pw";
 
 /// `INFO commandstats` as command name -> calls.
 pub async fn command_calls(admin: &Client) -> HashMap<String, u64> {
-    let info: String = admin.info(Some(InfoKind::CommandStats)).await.unwrap();
-    let mut calls = HashMap::new();
-    for line in info.lines() {
-        let Some(rest) = line.strip_prefix("cmdstat_") else {
-            continue;
-        };
-        let Some((name, fields)) = rest.split_once(':') else {
-            continue;
-        };
-        for field in fields.split(',') {
-            if let Some(n) = field.strip_prefix("calls=") {
-                calls.insert(name.to_owned(), n.parse().unwrap());
-            }
-        }
-    }
-    calls
+    command_stats(admin, |field| field("calls=")).await
 }
 
 /// `INFO commandstats` as command name -> calls that did not fail: a
@@ -146,8 +155,22 @@ pub async fn command_calls(admin: &Client) -> HashMap<String, u64> {
 /// call) before fred loads it and sends it again, which a count of the
 /// script's runs leaves out.
 pub async fn command_runs(admin: &Client) -> HashMap<String, u64> {
+    command_stats(admin, |field| {
+        let total = field("calls=");
+        total - field("failed_calls=").min(total)
+    })
+    .await
+}
+
+/// `INFO commandstats` as command name -> `count(field)`, where `field`
+/// reads one of the command's numeric fields (`calls=`, `failed_calls=`,
+/// ...; 0 when absent).
+async fn command_stats(
+    admin: &Client,
+    count: impl Fn(&dyn Fn(&str) -> u64) -> u64,
+) -> HashMap<String, u64> {
     let info: String = admin.info(Some(InfoKind::CommandStats)).await.unwrap();
-    let mut runs = HashMap::new();
+    let mut stats = HashMap::new();
     for line in info.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else {
             continue;
@@ -161,10 +184,9 @@ pub async fn command_runs(admin: &Client) -> HashMap<String, u64> {
                 .find_map(|f| f.strip_prefix(key))
                 .map_or(0, |n| n.parse().unwrap())
         };
-        let total = field("calls=");
-        runs.insert(name.to_owned(), total - field("failed_calls=").min(total));
+        stats.insert(name.to_owned(), count(&field));
     }
-    runs
+    stats
 }
 
 /// Calls of `cmd` between two snapshots of [`command_calls`].
