@@ -103,6 +103,31 @@ fn read_pid(path: &Path) -> u32 {
         .unwrap()
 }
 
+/// A `run` holding `key` with a 30 s command, started and holding.
+struct Holder(Child);
+
+impl Holder {
+    fn start(server: &RedisServer, key: &str) -> Self {
+        let pid = temp_file(&format!("{key}-holder-pid"));
+        let child = run(
+            server,
+            &[],
+            key,
+            &format!("echo $$ > {}; sleep 30", pid.display()),
+        )
+        .spawn()
+        .unwrap();
+        read_pid(&pid);
+        Holder(child)
+    }
+
+    /// SIGTERM, passed to the command: the run releases and exits.
+    fn stop(mut self) {
+        kill(self.0.id(), libc::SIGTERM);
+        wait_child(&mut self.0, Duration::from_secs(10));
+    }
+}
+
 /// Three processes each run the command five times on one key; every child
 /// appends `start <fence>` and `end <fence>` around a short sleep. The marks
 /// never interleave and the fences increase.
@@ -191,16 +216,7 @@ fn exit_statuses() {
 fn a_held_key_times_out_with_its_own_status() {
     let server = RedisServer::start();
     let ran = temp_file("ran");
-    let pid = temp_file("holder-pid");
-    let mut holder = run(
-        &server,
-        &[],
-        "busy",
-        &format!("echo $$ > {}; sleep 30", pid.display()),
-    )
-    .spawn()
-    .unwrap();
-    read_pid(&pid);
+    let holder = Holder::start(&server, "busy");
     let touch = format!("touch {}", ran.display());
     let t = Instant::now();
     let status = run(&server, &["--wait", "0"], "busy", &touch)
@@ -219,8 +235,7 @@ fn a_held_key_times_out_with_its_own_status() {
     assert!(waited >= Duration::from_millis(300), "{waited:?}");
     assert!(!ran.exists(), "the command ran without the lock");
     println!("--wait 0 on a held key: exit 75 in {at_once:?}; --wait 300ms -E 9: exit 9 after {waited:?}");
-    kill(holder.id(), libc::SIGTERM);
-    wait_child(&mut holder, Duration::from_secs(10));
+    holder.stop();
 }
 
 /// A SIGKILLed `run` cannot release: the key frees when its lease ends, and
@@ -385,16 +400,7 @@ fn an_ignored_signal_stays_ignored() {
 #[test]
 fn a_signal_while_waiting_leaves_nothing_behind() {
     let server = RedisServer::start();
-    let pid = temp_file("waiting-holder-pid");
-    let mut holder = run(
-        &server,
-        &[],
-        "wait-sig",
-        &format!("echo $$ > {}; sleep 30", pid.display()),
-    )
-    .spawn()
-    .unwrap();
-    read_pid(&pid);
+    let holder = Holder::start(&server, "wait-sig");
     let ran = temp_file("waiting-ran");
     let mut waiter = run(
         &server,
@@ -428,6 +434,5 @@ fn a_signal_while_waiting_leaves_nothing_behind() {
         Some(""),
         "the interrupted run stayed queued: {queue}"
     );
-    kill(holder.id(), libc::SIGTERM);
-    wait_child(&mut holder, Duration::from_secs(10));
+    holder.stop();
 }
