@@ -284,13 +284,13 @@ return {1, fence, others}
 /// key to the marker's end (an absent key becomes a tombstone with fence 0).
 pub const RELEASE: &str = r#"
 local v = redis.call('GET', KEYS[1])
-local head, queue, ring, void = nil, '', '', ''
+local head, queue, void, b, c = nil, '', '', nil, nil
 if v then
   local a = string.find(v, '|', 1, true)
-  local b = a and string.find(v, '|', a + 1, true)
-  local c = b and string.find(v, '|', b + 1, true)
+  b = a and string.find(v, '|', a + 1, true)
+  c = b and string.find(v, '|', b + 1, true)
   if c then
-    head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+    head, queue, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, c + 1)
     if not string.find(void, '^%d*$') then head = nil end
   end
 end
@@ -308,22 +308,39 @@ local mine = ARGV[1] .. ':'
 if head and string.sub(head, 1, #mine) == mine then
   if ARGV[2] == '' then voided() end
   local fence = string.sub(head, #mine + 1)
-  if ring == '' then ring = fence else ring = fence .. ' ' .. ring end
-  local cap = tonumber(ARGV[5])
-  if #ring > cap then ring = string.match(string.sub(ring, 1, cap + 1), '^(.*) ') or fence end
-  local best, rest, again = nil, {}, false
-  for c in string.gmatch(queue, '[^,]+') do
-    if c == ARGV[6] then
-      again = true
-    elseif best then
-      rest[#rest + 1] = c
+  local keep, sep = '', ''
+  if c > b + 1 then
+    local limit = b + tonumber(ARGV[5]) - #fence
+    if c - 1 <= limit - 1 then
+      keep, sep = string.sub(v, b + 1, c - 1), ' '
     else
-      best = c
+      local p, from = nil, limit - 17
+      if from <= b then from = b + 1 end
+      while true do
+        local s = string.find(v, ' ', from, true)
+        while s and s <= limit do p = s; s = string.find(v, ' ', s + 1, true) end
+        if p or from == b + 1 then break end
+        from = b + 1
+      end
+      if p then keep, sep = string.sub(v, b + 1, p - 1), ' ' end
+    end
+  end
+  local best, rest, again = nil, nil, false
+  if queue ~= '' then
+    rest = {}
+    for q in string.gmatch(queue, '[^,]+') do
+      if q == ARGV[6] then
+        again = true
+      elseif best then
+        rest[#rest + 1] = q
+      else
+        best = q
+      end
     end
   end
   if best then
     if again or ARGV[9] == '1' then rest[#rest + 1] = ARGV[6] end
-    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. ARGV[4] .. '|' .. table.concat(rest, ',') .. '|' .. ring .. '|' .. void, 'PX', tonumber(ARGV[4]) + tonumber(ARGV[7]))
+    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. ARGV[4] .. '|' .. table.concat(rest, ',') .. '|' .. fence .. sep .. keep .. '|' .. void, 'PX', tonumber(ARGV[4]) + tonumber(ARGV[7]))
     redis.pcall(ARGV[8], ARGV[3], 'r:' .. best)
     return {3}
   end
@@ -337,13 +354,15 @@ if head and string.sub(head, 1, #mine) == mine then
       if tonumber(fence) >= nf then nf = tonumber(fence) + 1 end
       local q = ''
       if (ARGV[12] or ARGV[9]) == '1' then q = ARGV[6] end
-      redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. '|' .. ring .. '|' .. void, 'PX', ARGV[11])
+      redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. '|' .. fence .. sep .. keep .. '|' .. void, 'PX', ARGV[11])
       return {4, nf}
     end
   end
-  redis.call('SET', KEYS[1], '-' .. fence .. '||' .. ring .. '|' .. void, 'PX', ARGV[4])
+  redis.call('SET', KEYS[1], '-' .. fence .. '||' .. fence .. sep .. keep .. '|' .. void, 'PX', ARGV[4])
   return {1}
 end
+local ring = ''
+if c then ring = string.sub(v, b + 1, c - 1) end
 if ARGV[2] == '' then
   voided()
   if not v then

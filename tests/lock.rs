@@ -622,6 +622,124 @@ async fn replayed_release_is_not_a_false_loss() {
     );
 }
 
+/// The release prepends its fence to the ring and cuts the ring to the
+/// newest fences that fit in `ring_chars`, at a fence boundary. The script
+/// finds the cut without copying the ring; this checks it against the rule
+/// written plainly (prepend, then keep what comes before the last space in
+/// the first `ring_chars + 1` characters), on rings of fences of every
+/// length from 1 to 18 digits, empty to over-full, and several limits.
+#[tokio::test]
+async fn the_release_ring_keeps_the_newest_fences_that_fit() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let expected = |fence: &str, ring: &str, cap: usize| {
+        let ring = if ring.is_empty() {
+            fence.to_string()
+        } else {
+            format!("{fence} {ring}")
+        };
+        if ring.len() <= cap {
+            return ring;
+        }
+        let head = &ring[..(cap + 1).min(ring.len())];
+        match head.rfind(' ') {
+            Some(i) => head[..i].to_string(),
+            None => fence.to_string(),
+        }
+    };
+    // A small deterministic generator: the cases are the same on every run.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % n
+    };
+    let digits = |len: u64, first: u64| {
+        let mut s = (first % 9 + 1).to_string();
+        for i in 1..len {
+            s.push(char::from(b'0' + ((first + i * 7) % 10) as u8));
+        }
+        s
+    };
+    let key = "p:2:{ring}";
+    let keys = vec![
+        key.to_string(),
+        format!("{key}:void:tok"),
+        format!("{key}:void"),
+    ];
+    let caps = [
+        1,
+        5,
+        16,
+        17,
+        18,
+        33,
+        34,
+        35,
+        100,
+        relaylock::scripts::RING_CHARS,
+    ];
+    for case in 0..600 {
+        let entries = next(45);
+        // Mostly 16-digit fences (server microseconds), some of any length.
+        let len = |next: &mut dyn FnMut(u64) -> u64| {
+            if next(4) == 0 {
+                1 + next(18)
+            } else {
+                16
+            }
+        };
+        let ring: Vec<String> = (0..entries)
+            .map(|_| {
+                let l = len(&mut next);
+                digits(l, next(1_000))
+            })
+            .collect();
+        let ring = ring.join(" ");
+        let fence = {
+            let l = len(&mut next);
+            digits(l, next(1_000))
+        };
+        // The limit: a fixed one, one either side of the prepended ring's
+        // length or exactly it, or any.
+        let full = fence.len() + usize::from(!ring.is_empty()) + ring.len();
+        let cap = match case % 5 {
+            0 => caps[case / 5 % caps.len()],
+            1 => full.saturating_sub(1).max(1),
+            2 => full,
+            3 => full + 1,
+            _ => 1 + next(600) as usize,
+        };
+        let _: () = admin
+            .set(key, format!("tok:{fence}||{ring}|"), None, None, false)
+            .await
+            .unwrap();
+        let args: Vec<String> = vec![
+            "tok".into(),
+            fence.clone(),
+            format!("{key}:ch"),
+            relaylock::scripts::SIDE_RETENTION_MS.to_string(),
+            cap.to_string(),
+            "me".into(),
+            relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
+            "PUBLISH".into(),
+            "0".into(),
+        ];
+        let reply: i64 = admin
+            .eval(relaylock::scripts::RELEASE, keys.clone(), args)
+            .await
+            .unwrap();
+        assert_eq!(reply, 1, "case {case}: released");
+        let value: String = admin.get(key).await.unwrap();
+        assert_eq!(
+            value,
+            format!("-{fence}||{}|", expected(&fence, &ring, cap)),
+            "case {case}: fence {fence}, cap {cap}, ring {ring:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn bad_arguments_are_typed_errors() {
     let server = RedisServer::start();
