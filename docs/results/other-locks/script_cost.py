@@ -5,8 +5,10 @@ pipelined batches (64 random keys of 10,000 per batch, so the client's speed
 and the network round trips do not matter), and divides the server's
 used_cpu_user + used_cpu_sys by the pairs. Compares relaylock's scripts (read
 from src/scripts.rs) with the bare lock (SET NX PX, compare-and-delete
-script) and with the cheapest two scripts that could do relaylock's job
-(GET, TIME, SET to acquire; GET, SET to release; no parsing at all).
+script), with the cheapest two scripts that could do relaylock's job
+(GET, TIME, SET to acquire; GET, SET to release; no parsing at all), and
+with two scripts of a single call each, the floor of any lock that runs a
+script to acquire and another to release.
 
     docs/results/other-locks/.venv/bin/python docs/results/other-locks/script_cost.py
 
@@ -52,6 +54,11 @@ with redis_server() as (r, cpu):
         "local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '-' .. ARGV[2] .. '|||', 'PX', 60000) return 1"
     )
 
+    # The cheapest any lock that runs one script to acquire and one to release
+    # could be: each script makes a single call (SET ... GET), with no parsing.
+    ONE_A = r.script_load("return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'GET')")
+    ONE_R = r.script_load("return redis.call('SET', KEYS[1], '-', 'XX', 'PX', 60000, 'GET')")
+
     def name(k):
         return f"p:2:{{{k}}}"
 
@@ -63,6 +70,10 @@ with redis_server() as (r, cpu):
         "two minimal scripts (GET TIME SET; GET SET)": (
             lambda p, k, t: p.evalsha(FLOOR_A, 1, f"f:{{{k}}}", t, 30000),
             lambda p, k, t, a: p.evalsha(FLOOR_R, 1, f"f:{{{k}}}", t, a[1]),
+        ),
+        "two scripts of one call each (SET PX GET; SET XX PX GET)": (
+            lambda p, k, t: p.evalsha(ONE_A, 1, f"o:{{{k}}}", t, 30000),
+            lambda p, k, t, a: p.evalsha(ONE_R, 1, f"o:{{{k}}}"),
         ),
         "bare (SET NX PX; compare-and-delete script)": (
             lambda p, k, t: p.set(f"b:{k}", t, nx=True, px=30000),
