@@ -627,7 +627,8 @@ async fn replayed_release_is_not_a_false_loss() {
 /// finds the cut without copying the ring; this checks it against the rule
 /// written plainly (prepend, then keep what comes before the last space in
 /// the first `ring_chars + 1` characters), on rings of fences of every
-/// length from 1 to 18 digits, empty to over-full, and several limits.
+/// length from 1 to 18 digits, empty to over-full, several limits, and each
+/// of the three values a release writes.
 #[tokio::test]
 async fn the_release_ring_keeps_the_newest_fences_that_fit() {
     let server = RedisServer::start();
@@ -711,11 +712,24 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
             3 => full + 1,
             _ => 1 + next(600) as usize,
         };
+        // Each way a release writes the ring: a tombstone, a reservation
+        // for a queued client (whose id here holds a space, so that a cut
+        // that looked outside the ring would show), the lock given to a
+        // local waiter; with and without a `void` field.
+        let way = case / 3 % 3;
+        let void = if case % 2 == 0 { "" } else { "99999999999999" };
+        let queue = if way == 1 { "a b,cc" } else { "" };
         let _: () = admin
-            .set(key, format!("tok:{fence}||{ring}|"), None, None, false)
+            .set(
+                key,
+                format!("tok:{fence}|{queue}|{ring}|{void}"),
+                None,
+                None,
+                false,
+            )
             .await
             .unwrap();
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "tok".into(),
             fence.clone(),
             format!("{key}:ch"),
@@ -726,17 +740,27 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
             "PUBLISH".into(),
             "0".into(),
         ];
-        let reply: i64 = admin
-            .eval(relaylock::scripts::RELEASE, keys.clone(), args)
+        if way == 2 {
+            args.extend(["nx".into(), "30000".into(), "0".into()]);
+        }
+        let mut keys = keys.clone();
+        keys.push(format!("{key}:void:nx"));
+        let reply: Vec<i64> = admin
+            .eval(relaylock::scripts::RELEASE, keys, args)
             .await
             .unwrap();
-        assert_eq!(reply, 1, "case {case}: released");
+        let ring = expected(&fence, &ring, cap);
+        let want = match way {
+            0 => format!("-{fence}||{ring}|{void}"),
+            1 => format!(
+                "~a b:{fence}:{}|cc|{ring}|{void}",
+                relaylock::scripts::SIDE_RETENTION_MS
+            ),
+            _ => format!("nx:{}||{ring}|{void}", reply.get(1).copied().unwrap_or(-1)),
+        };
+        assert_eq!(reply[0], [1, 3, 4][way], "case {case}: the reply");
         let value: String = admin.get(key).await.unwrap();
-        assert_eq!(
-            value,
-            format!("-{fence}||{}|", expected(&fence, &ring, cap)),
-            "case {case}: fence {fence}, cap {cap}, ring {ring:?}"
-        );
+        assert_eq!(value, want, "case {case}: fence {fence}, cap {cap}");
     }
 }
 
