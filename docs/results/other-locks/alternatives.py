@@ -1,0 +1,94 @@
+"""Redis CPU per lock+release pair for protocols relaylock could have used
+instead, measured on the server side only, as script_cost.py measures (same
+harness: pipelined batches of 64 pairs on random keys of 10,000).
+
+The question: can a lock with server-issued fencing tokens, release replay
+detection (the ring) and a last fence that outlives the release (the
+tombstone) cost Redis 1.5x the bare lock or less? The lever would be an
+acquire without Lua. Each row is the cheapest form of one design; none
+parses anything, so relaylock's own version of each would cost more.
+
+    docs/results/other-locks/.venv/bin/python docs/results/other-locks/alternatives.py
+
+Prints a markdown table.
+"""
+import random
+import statistics
+import uuid
+
+from redis_harness import redis_server
+
+FENCE = "1798000000000000"
+
+with redis_server() as (r, cpu):
+    KEYS, BATCH, ROUNDS = 10_000, 64, 400
+
+    def pairs(acquire, release):
+        used, n = 0.0, 0
+        for _ in range(ROUNDS):
+            keys = random.sample(range(KEYS), BATCH)
+            toks = [str(uuid.uuid4()) for _ in keys]
+            p = r.pipeline(transaction=False)
+            for k, t in zip(keys, toks):
+                acquire(p, k, t)
+            c0 = cpu()
+            p.execute()
+            p = r.pipeline(transaction=False)
+            for k, t in zip(keys, toks):
+                release(p, k, t)
+            p.execute()
+            used += cpu() - c0
+            n += BATCH
+        return 1e6 * used / n
+
+    def multi(p, *commands):
+        p.execute_command("MULTI")
+        for c in commands:
+            p.execute_command(*c)
+        p.execute_command("EXEC")
+
+    CAD = r.script_load("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+    # Release that deletes the lock and keeps the last fence and the ring in a
+    # second name (the tombstone), 60 s.
+    DEL_TOMB = r.script_load(
+        "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+        "local t = redis.call('GET', KEYS[2]) or '' redis.call('DEL', KEYS[1]) "
+        "redis.call('SET', KEYS[2], ARGV[2] .. ' ' .. string.sub(t, 1, 527), 'PX', 60000) return 1"
+    )
+    SETNX_SCRIPT = r.script_load("return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])")
+
+    cases = {
+        "bare: SET NX PX; compare-and-delete script": (
+            lambda p, k, t: p.set(f"b:{k}", t, nx=True, px=30000),
+            lambda p, k, t: p.evalsha(CAD, 1, f"b:{k}", t),
+        ),
+        "acquire without Lua, fence from TIME: MULTI SET NX PX GET, TIME, EXEC; compare-and-delete script (no tombstone, no ring)": (
+            lambda p, k, t: multi(p, ("SET", f"m:{{{k}}}", t, "NX", "PX", 30000, "GET"), ("TIME",)),
+            lambda p, k, t: p.evalsha(CAD, 1, f"m:{{{k}}}", t),
+        ),
+        "the same, keeping the last fence and the ring in a tombstone: MULTI SET NX PX GET, GET tombstone, TIME, EXEC; script GET, GET, DEL, SET": (
+            lambda p, k, t: multi(p, ("SET", f"t:{{{k}}}", t, "NX", "PX", 30000, "GET"), ("GET", f"t:{{{k}}}:t"), ("TIME",)),
+            lambda p, k, t: p.evalsha(DEL_TOMB, 2, f"t:{{{k}}}", f"t:{{{k}}}:t", t, FENCE),
+        ),
+        "SET NX PX and the tombstone-keeping release script (no fence at all)": (
+            lambda p, k, t: p.set(f"s:{{{k}}}", t, nx=True, px=30000),
+            lambda p, k, t: p.evalsha(DEL_TOMB, 2, f"s:{{{k}}}", f"s:{{{k}}}:t", t, FENCE),
+        ),
+        "an acquire script of one call (SET NX PX); compare-and-delete script": (
+            lambda p, k, t: p.evalsha(SETNX_SCRIPT, 1, f"o:{k}", t, 30000),
+            lambda p, k, t: p.evalsha(CAD, 1, f"o:{k}", t),
+        ),
+    }
+    results = {label: [] for label in cases}
+    for _ in range(3):
+        for label, (a, rel) in cases.items():
+            results[label].append(pairs(a, rel))
+    bare = statistics.median(next(iter(results.values())))
+    print(f"redis-server {r.info('server')['redis_version']}, {BATCH} pairs per pipelined batch, {ROUNDS} batches, 3 runs each")
+    print()
+    print("| lock + release | Redis CPU µs per pair (3 runs) | median | × bare |")
+    print("|---|---|---:|---:|")
+    for label, v in results.items():
+        m = statistics.median(v)
+        runs = ", ".join(f"{x:.2f}" for x in v)
+        print(f"| {label} | {runs} | {m:.2f} | {m / bare:.2f} |")
