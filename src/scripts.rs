@@ -241,7 +241,10 @@ return {1, fence, others}
 /// Release.
 ///
 /// KEYS: `[lock, void, voids, next_void]` (the first three as for
-/// [`ACQUIRE`]; `next_void` is the void marker of `next`'s token);
+/// [`ACQUIRE`]; `next_void` is the void marker of `next`'s token). A release
+/// that gives `fence` and no `next` may send `[lock]` alone and the first
+/// nine arguments (relaylock does): the script touches the other names only
+/// to void an abandoned acquisition and to check `next`'s marker.
 /// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms,
 /// publish, requeue, next, next_lease_ms, keep]` (`publish` as for [`ACQUIRE`]).
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
