@@ -82,8 +82,23 @@ fn alive(pid: u32) -> bool {
     }
 }
 
+/// This test process's folder of marks and pid files, removed when the
+/// process exits (the tests share it, so none of them may remove it).
+fn temp_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("relaylock-run-{}", std::process::id()))
+}
+
+extern "C" fn remove_temp_dir() {
+    let _ = std::fs::remove_dir_all(temp_dir());
+}
+
 fn temp_file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("relaylock-run-{}", std::process::id()));
+    static CLEAN_UP: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain function to run at exit; it only removes files.
+    CLEAN_UP.call_once(|| unsafe {
+        libc::atexit(remove_temp_dir);
+    });
+    let dir = temp_dir();
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     let _ = std::fs::remove_file(&path);
