@@ -12,35 +12,13 @@ parses anything, so relaylock's own version of each would cost more.
 
 Prints a markdown table.
 """
-import random
 import statistics
-import uuid
 
-from redis_harness import redis_server
+from redis_harness import BATCH, ROUNDS, redis_server, runs
 
 FENCE = "1798000000000000"
 
 with redis_server() as (r, cpu):
-    KEYS, BATCH, ROUNDS = 10_000, 64, 400
-
-    def pairs(acquire, release):
-        used, n = 0.0, 0
-        for _ in range(ROUNDS):
-            keys = random.sample(range(KEYS), BATCH)
-            toks = [str(uuid.uuid4()) for _ in keys]
-            p = r.pipeline(transaction=False)
-            for k, t in zip(keys, toks):
-                acquire(p, k, t)
-            c0 = cpu()
-            p.execute()
-            p = r.pipeline(transaction=False)
-            for k, t in zip(keys, toks):
-                release(p, k, t)
-            p.execute()
-            used += cpu() - c0
-            n += BATCH
-        return 1e6 * used / n
-
     def multi(p, *commands):
         p.execute_command("MULTI")
         for c in commands:
@@ -60,29 +38,26 @@ with redis_server() as (r, cpu):
     cases = {
         "bare: SET NX PX; compare-and-delete script": (
             lambda p, k, t: p.set(f"b:{k}", t, nx=True, px=30000),
-            lambda p, k, t: p.evalsha(CAD, 1, f"b:{k}", t),
+            lambda p, k, t, a: p.evalsha(CAD, 1, f"b:{k}", t),
         ),
         "acquire without Lua, fence from TIME: MULTI SET NX PX GET, TIME, EXEC; compare-and-delete script (no tombstone, no ring)": (
             lambda p, k, t: multi(p, ("SET", f"m:{{{k}}}", t, "NX", "PX", 30000, "GET"), ("TIME",)),
-            lambda p, k, t: p.evalsha(CAD, 1, f"m:{{{k}}}", t),
+            lambda p, k, t, a: p.evalsha(CAD, 1, f"m:{{{k}}}", t),
         ),
         "the same, keeping the last fence and the ring in a tombstone: MULTI SET NX PX GET, GET tombstone, TIME, EXEC; script GET, GET, DEL, SET": (
             lambda p, k, t: multi(p, ("SET", f"t:{{{k}}}", t, "NX", "PX", 30000, "GET"), ("GET", f"t:{{{k}}}:t"), ("TIME",)),
-            lambda p, k, t: p.evalsha(DEL_TOMB, 2, f"t:{{{k}}}", f"t:{{{k}}}:t", t, FENCE),
+            lambda p, k, t, a: p.evalsha(DEL_TOMB, 2, f"t:{{{k}}}", f"t:{{{k}}}:t", t, FENCE),
         ),
         "SET NX PX and the tombstone-keeping release script (no fence at all)": (
             lambda p, k, t: p.set(f"s:{{{k}}}", t, nx=True, px=30000),
-            lambda p, k, t: p.evalsha(DEL_TOMB, 2, f"s:{{{k}}}", f"s:{{{k}}}:t", t, FENCE),
+            lambda p, k, t, a: p.evalsha(DEL_TOMB, 2, f"s:{{{k}}}", f"s:{{{k}}}:t", t, FENCE),
         ),
         "an acquire script of one call (SET NX PX); compare-and-delete script": (
             lambda p, k, t: p.evalsha(SETNX_SCRIPT, 1, f"o:{k}", t, 30000),
-            lambda p, k, t: p.evalsha(CAD, 1, f"o:{k}", t),
+            lambda p, k, t, a: p.evalsha(CAD, 1, f"o:{k}", t),
         ),
     }
-    results = {label: [] for label in cases}
-    for _ in range(3):
-        for label, (a, rel) in cases.items():
-            results[label].append(pairs(a, rel))
+    results = runs(r, cpu, cases, 3)
     bare = statistics.median(next(iter(results.values())))
     print(f"redis-server {r.info('server')['redis_version']}, {BATCH} pairs per pipelined batch, {ROUNDS} batches, 3 runs each")
     print()

@@ -1,12 +1,16 @@
-"""What script_cost.py and cold_cost.py share: the Lua of src/scripts.rs,
-and a throwaway redis-server on a free loopback port with its CPU counter.
+"""What the server-side cost scripts share: the Lua of src/scripts.rs, a
+throwaway redis-server on a free loopback port with its CPU counter, and the
+pipelined lock+release measurement of script_cost.py, release_cost.py and
+alternatives.py.
 """
 import contextlib
 import os
+import random
 import re
 import socket
 import subprocess
 import time
+import uuid
 
 import redis
 
@@ -53,3 +57,39 @@ def redis_server():
     finally:
         server.terminate()
         server.wait()
+
+
+# Pairs are sent in pipelined batches of BATCH random keys of KEYS, ROUNDS
+# batches per measurement.
+KEYS, BATCH, ROUNDS = 10_000, 64, 400
+
+
+def pairs(r, cpu, acquire, release):
+    """Server CPU µs per lock+release pair: `acquire(p, k, t)` and
+    `release(p, k, t, reply)` queue one call each on the pipeline `p` for key
+    number `k` and a fresh token `t`; `reply` is the acquire's."""
+    used = 0.0
+    for _ in range(ROUNDS):
+        keys = random.sample(range(KEYS), BATCH)
+        toks = [str(uuid.uuid4()) for _ in keys]
+        p = r.pipeline(transaction=False)
+        for k, t in zip(keys, toks):
+            acquire(p, k, t)
+        c0 = cpu()
+        replies = p.execute()
+        p = r.pipeline(transaction=False)
+        for k, t, a in zip(keys, toks, replies):
+            release(p, k, t, a)
+        p.execute()
+        used += cpu() - c0
+    return 1e6 * used / (ROUNDS * BATCH)
+
+
+def runs(r, cpu, cases, n):
+    """`{label: (acquire, release)}` measured `n` times, the cases taking
+    turns: `{label: [µs per pair, one per run]}`."""
+    results = {label: [] for label in cases}
+    for _ in range(n):
+        for label, (acquire, release) in cases.items():
+            results[label].append(pairs(r, cpu, acquire, release))
+    return results

@@ -8,40 +8,18 @@ so that the keys carry rings.
 
 Prints a markdown table (5 runs, alternating).
 """
-import random
 import re
 import statistics
 import subprocess
 import sys
-import uuid
 
-from redis_harness import ROOT, lua, redis_server
+from redis_harness import BATCH, ROOT, ROUNDS, lua, redis_server, runs
 
 rev = sys.argv[1]
 old_src = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:src/scripts.rs"], check=True, capture_output=True, text=True).stdout
 old_release = re.search(r'pub const RELEASE: &str = r#"(.*?)"#;', old_src, re.S).group(1)
 
 with redis_server() as (r, cpu):
-    KEYS, BATCH, ROUNDS = 10_000, 64, 400
-
-    def pairs(acquire, release):
-        used, n = 0.0, 0
-        for _ in range(ROUNDS):
-            keys = random.sample(range(KEYS), BATCH)
-            toks = [str(uuid.uuid4()) for _ in keys]
-            p = r.pipeline(transaction=False)
-            for k, t in zip(keys, toks):
-                acquire(p, k, t)
-            c0 = cpu()
-            replies = p.execute()
-            p = r.pipeline(transaction=False)
-            for k, t, a in zip(keys, toks, replies):
-                release(p, k, t, a)
-            p.execute()
-            used += cpu() - c0
-            n += BATCH
-        return 1e6 * used / n
-
     ACQ = r.script_load(lua("ACQUIRE"))
 
     def case(prefix, release):
@@ -56,13 +34,8 @@ with redis_server() as (r, cpu):
         )
 
     cases = {f"RELEASE of {rev}": case("o", old_release), "RELEASE now": case("n", lua("RELEASE"))}
-    for a, rel in cases.values():
-        for _ in range(3):
-            pairs(a, rel)
-    results = {label: [] for label in cases}
-    for _ in range(5):
-        for label, (a, rel) in cases.items():
-            results[label].append(pairs(a, rel))
+    runs(r, cpu, cases, 3)  # warm-up: the keys carry rings
+    results = runs(r, cpu, cases, 5)
     print(f"redis-server {r.info('server')['redis_version']}, {BATCH} pairs per pipelined batch, {ROUNDS} batches, 5 runs each, current ACQUIRE")
     print()
     print("| release script | Redis CPU µs per pair (5 runs) | median |")

@@ -14,36 +14,11 @@ script to acquire and another to release.
 
 Needs redis-py (run.sh installs it into .venv). Prints a markdown table.
 """
-import random
 import statistics
-import time
-import uuid
 
-from redis_harness import lua, redis_server
+from redis_harness import BATCH, ROUNDS, lua, redis_server, runs
 
 with redis_server() as (r, cpu):
-    KEYS, BATCH, ROUNDS = 10_000, 64, 400
-
-    def pairs(acquire, release):
-        """Server CPU us per pair: `acquire(p, k, t)` and `release(p, k, t,
-        reply)` queue one call each on the pipeline `p`."""
-        used, n = 0.0, 0
-        for _ in range(ROUNDS):
-            keys = random.sample(range(KEYS), BATCH)
-            toks = [str(uuid.uuid4()) for _ in keys]
-            p = r.pipeline(transaction=False)
-            for k, t in zip(keys, toks):
-                acquire(p, k, t)
-            c0 = cpu()
-            replies = p.execute()
-            p = r.pipeline(transaction=False)
-            for k, t, a in zip(keys, toks, replies):
-                release(p, k, t, a)
-            p.execute()
-            used += cpu() - c0
-            n += BATCH
-        return 1e6 * used / n
-
     ACQ, REL = r.script_load(lua("ACQUIRE")), r.script_load(lua("RELEASE"))
     CAD = r.script_load("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
     FLOOR_A = r.script_load(
@@ -81,10 +56,7 @@ with redis_server() as (r, cpu):
             lambda p, k, t, a: p.evalsha(CAD, 1, f"b:{k}", t),
         ),
     }
-    results = {label: [] for label in cases}
-    for _ in range(3):
-        for label, (a, rel) in cases.items():
-            results[label].append(pairs(a, rel))
+    results = runs(r, cpu, cases, 3)
     bare = statistics.median(results["bare (SET NX PX; compare-and-delete script)"])
     print(f"redis-server {r.info('server')['redis_version']}, {BATCH} pairs per pipelined batch, {ROUNDS} batches, 3 runs each")
     print()
