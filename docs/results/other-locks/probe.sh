@@ -8,16 +8,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 bin=${RELAYLOCK:-$root/target/release/relaylock}
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-tmp=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" &
-pid=$!
-trap 'kill "$pid"; wait "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-until [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ]; do sleep 0.1; done
+. "$(dirname "${BASH_SOURCE[0]}")/../redis-server.sh"
 for i in 1 2; do
   for probe in on off; do
     flag=(); [ $probe = off ] && flag=(--no-rtt)
-    "$bin" bench --url "redis://127.0.0.1:$port" --keys 1 --workers 256 --hold-ms 1 --strategy pubsub \
+    "$bin" bench --url "$url" --keys 1 --workers 256 --hold-ms 1 --strategy pubsub \
       --duration 6s --lease 10s "${flag[@]}" --json 2>/dev/null | sed "s/^{/{\"probe\":\"$probe\",/"
   done
 done

@@ -46,18 +46,7 @@ fi
 if [ -n "${REDIS_URL:-}" ]; then
   url=$REDIS_URL
 else
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  tmp=$(mktemp -d)
-  ${REDIS_SERVER:-redis-server} --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$tmp" --logfile "$tmp/redis.log" &
-  redis_pid=$!
-  trap 'kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-  url=redis://127.0.0.1:$port
-  for _ in $(seq 50); do
-    [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break
-    sleep 0.1
-  done
-  [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] || { log "redis-server did not start"; exit 1; }
+  . "$here/../redis-server.sh"
 fi
 log "redis $(redis-cli -u "$url" info server | tr -d '\r' | sed -n 's/^redis_version://p') at $url"
 
