@@ -12,9 +12,8 @@ parses anything, so relaylock's own version of each would cost more.
 
 Prints a markdown table.
 """
-import statistics
 
-from redis_harness import BATCH, ROUNDS, redis_server, runs
+from redis_harness import print_pairs, redis_server, runs
 
 FENCE = "1798000000000000"
 
@@ -58,12 +57,4 @@ with redis_server() as (r, cpu):
         ),
     }
     results = runs(r, cpu, cases, 3)
-    bare = statistics.median(next(iter(results.values())))
-    print(f"redis-server {r.info('server')['redis_version']}, {BATCH} pairs per pipelined batch, {ROUNDS} batches, 3 runs each")
-    print()
-    print("| lock + release | Redis CPU µs per pair (3 runs) | median | × bare |")
-    print("|---|---|---:|---:|")
-    for label, v in results.items():
-        m = statistics.median(v)
-        runs = ", ".join(f"{x:.2f}" for x in v)
-        print(f"| {label} | {runs} | {m:.2f} | {m / bare:.2f} |")
+    print_pairs(r, results, "lock + release", next(iter(results)))

@@ -7,6 +7,7 @@ import contextlib
 import os
 import random
 import re
+import statistics
 import socket
 import subprocess
 import time
@@ -93,3 +94,17 @@ def runs(r, cpu, cases, n):
         for label, (acquire, release) in cases.items():
             results[label].append(pairs(r, cpu, acquire, release))
     return results
+
+
+def print_pairs(r, results, what, bare):
+    """Print `runs`' results as a markdown table whose first column is
+    headed `what`, with each median against the median of `results[bare]`."""
+    n = len(next(iter(results.values())))
+    base = statistics.median(results[bare])
+    print(f"redis-server {r.info('server')['redis_version']}, {BATCH} pairs per pipelined batch, {ROUNDS} batches, {n} runs each")
+    print()
+    print(f"| {what} | Redis CPU µs per pair ({n} runs) | median | × bare |")
+    print("|---|---|---:|---:|")
+    for label, v in results.items():
+        m = statistics.median(v)
+        print(f"| {label} | {', '.join(f'{x:.2f}' for x in v)} | {m:.2f} | {m / base:.2f} |")

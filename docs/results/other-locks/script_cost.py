@@ -14,9 +14,8 @@ script to acquire and another to release.
 
 Needs redis-py (run.sh installs it into .venv). Prints a markdown table.
 """
-import statistics
 
-from redis_harness import BATCH, ROUNDS, lua, redis_server, runs
+from redis_harness import lua, print_pairs, redis_server, runs
 
 with redis_server() as (r, cpu):
     ACQ, REL = r.script_load(lua("ACQUIRE")), r.script_load(lua("RELEASE"))
@@ -57,12 +56,4 @@ with redis_server() as (r, cpu):
         ),
     }
     results = runs(r, cpu, cases, 3)
-    bare = statistics.median(results["bare (SET NX PX; compare-and-delete script)"])
-    print(f"redis-server {r.info('server')['redis_version']}, {BATCH} pairs per pipelined batch, {ROUNDS} batches, 3 runs each")
-    print()
-    print("| pair | Redis CPU µs per pair (3 runs) | median | × bare |")
-    print("|---|---|---:|---:|")
-    for label, v in results.items():
-        m = statistics.median(v)
-        runs = ", ".join(f"{x:.2f}" for x in v)
-        print(f"| {label} | {runs} | {m:.2f} | {m / bare:.2f} |")
+    print_pairs(r, results, "pair", "bare (SET NX PX; compare-and-delete script)")
