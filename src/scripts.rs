@@ -314,7 +314,7 @@ if head and string.sub(head, 1, #mine) == mine then
   local keep, sep = '', ''
   if c > b + 1 then
     local limit = b + tonumber(ARGV[5]) - #fence
-    if c - 1 <= limit - 1 then
+    if c <= limit then
       keep, sep = string.sub(v, b + 1, c - 1), ' '
     else
       local p, from = nil, limit - 17
