@@ -94,17 +94,47 @@ impl Drop for Inside {
 }
 
 /// One critical section: enter and write the fencing token, hold, write
-/// again (a stale holder's second write would be rejected), leave.
-async fn critical(ledger: &Arc<Ledger>, g: &LockGuard) {
+/// again (a stale holder's second write would be rejected), leave. Noted in
+/// `record.sections` for the report of a failed safety check.
+async fn critical(ledger: &Arc<Ledger>, g: &LockGuard, client: usize, record: &Record) {
     let mut inside = Inside {
         ledger: Arc::clone(ledger),
         writer: g.token().to_owned(),
     };
-    ledger.write(KEY, g.fencing_token(), g.token(), true).await;
+    let entered = Instant::now();
+    let first = ledger.write(KEY, g.fencing_token(), g.token(), true).await;
+    let index = {
+        let mut sections = record.sections.lock().unwrap();
+        sections.push(Section {
+            client,
+            fence: g.fencing_token(),
+            entered,
+            first,
+            second: None,
+            left: None,
+        });
+        sections.len() - 1
+    };
     tokio::time::sleep(HOLD).await;
-    ledger.write(KEY, g.fencing_token(), g.token(), false).await;
+    let second = ledger.write(KEY, g.fencing_token(), g.token(), false).await;
     ledger.leave(KEY, g.token()).await;
     inside.writer.clear();
+    let mut sections = record.sections.lock().unwrap();
+    sections[index].second = Some(second);
+    sections[index].left = Some(Instant::now());
+}
+
+/// One critical section as its holder saw it: `first` and `second` say
+/// whether the ledger accepted its writes; `left` is `None` for a section
+/// cut short (its future dropped when the lock was lost).
+#[derive(Clone, Copy, Debug)]
+struct Section {
+    client: usize,
+    fence: u64,
+    entered: Instant,
+    first: bool,
+    second: Option<bool>,
+    left: Option<Instant>,
 }
 
 /// One acquisition: when its caller started waiting (retries included) and
@@ -119,9 +149,12 @@ struct Acquisition {
 #[derive(Default)]
 struct Record {
     acquisitions: Mutex<Vec<Acquisition>>,
+    sections: Mutex<Vec<Section>>,
     /// Errors retried, by kind.
     errors: Mutex<BTreeMap<String, u64>>,
     lost: Mutex<u64>,
+    /// Failed calls and lost locks in order: when, which client, what.
+    events: Mutex<Vec<(Instant, usize, String)>>,
 }
 
 fn kind(e: &Error) -> String {
@@ -152,22 +185,75 @@ async fn worker(
                         started,
                         acquired: Instant::now(),
                     });
-                    critical(&ledger, g).await
+                    critical(&ledger, g, client, &record).await
                 })
                 .await;
             match outcome {
                 Ok(()) => break,
                 Err(Error::LockLost) => {
                     *record.lost.lock().unwrap() += 1;
+                    let event = (Instant::now(), client, "LockLost".to_owned());
+                    record.events.lock().unwrap().push(event);
                     break;
                 }
                 Err(e) => {
                     *record.errors.lock().unwrap().entry(kind(&e)).or_default() += 1;
+                    let event = (Instant::now(), client, kind(&e));
+                    record.events.lock().unwrap().push(event);
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
         }
     }
+}
+
+/// For a failed safety check: every critical section that another one
+/// entered before it was left, with its neighbours and the failed calls
+/// around it, in ms from `origin`.
+fn overlap_report(
+    sections: &[Section],
+    events: &[(Instant, usize, String)],
+    origin: Instant,
+    marks: &[(&str, Instant)],
+) -> String {
+    let at = |t: Instant| {
+        if t >= origin {
+            format!("{:+.1}", (t - origin).as_secs_f64() * 1000.0)
+        } else {
+            format!("-{:.1}", (origin - t).as_secs_f64() * 1000.0)
+        }
+    };
+    let mut sorted = sections.to_vec();
+    sorted.sort_by_key(|s| s.entered);
+    let mut out = String::from("times in ms from SENTINEL FAILOVER; ");
+    for (name, t) in marks {
+        out += &format!("{name} {}; ", at(*t));
+    }
+    for (i, s) in sorted.iter().enumerate() {
+        let Some(next) = sorted.get(i + 1) else { break };
+        if s.left.is_some_and(|left| left <= next.entered) {
+            continue;
+        }
+        let (from, to) = (s.entered, next.left.unwrap_or(next.entered));
+        out += "\noverlap:";
+        for n in &sorted[i.saturating_sub(2)..(i + 4).min(sorted.len())] {
+            out += &format!(
+                "\n  client {} fence {} entered {} left {} first write {} second {:?}",
+                n.client,
+                n.fence,
+                at(n.entered),
+                n.left.map_or("never".to_owned(), at),
+                n.first,
+                n.second
+            );
+        }
+        for (t, client, what) in events {
+            if *t + Duration::from_secs(3) >= from && *t <= to + Duration::from_secs(3) {
+                out += &format!("\n  event {} client {client}: {what}", at(*t));
+            }
+        }
+    }
+    out
 }
 
 fn ms(d: Duration) -> String {
@@ -348,6 +434,19 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
         ms(stopped - demoted),
     );
 
+    if t.overlaps > 0 || t.stale > 0 {
+        let sections = record.sections.lock().unwrap().clone();
+        let events = record.events.lock().unwrap().clone();
+        println!(
+            "{}",
+            overlap_report(
+                &sections,
+                &events,
+                sent,
+                &[("promoted", promoted), ("demoted", demoted)]
+            )
+        );
+    }
     // (a) Safety: no overlap, no stale token, accepted tokens increase.
     assert!(t.accepted > 0, "nothing was written");
     assert_eq!(t.overlaps, 0, "two holders overlapped: {t:?}");
