@@ -335,7 +335,10 @@ impl<'a> LockCall<'a> {
     /// that same connection: a renewal of the lock (which also proves it is
     /// still ours). Replication is one ordered stream per primary, and that
     /// renewal was sent after the acquire's reply arrived, so a replica that
-    /// acknowledged it has the lock too.
+    /// acknowledged it has the lock too. If fred opened a new connection
+    /// between the renewal and `WAIT` (a reconnect, a failover), the count
+    /// may be another server's: the call fails with `NotReplicated` (0
+    /// acknowledged), see `crate::replica_pool`.
     ///
     /// Dropped at any await point, it releases the lock in the background:
     /// no guard exists yet to do it.
@@ -381,6 +384,17 @@ impl<'a> LockCall<'a> {
         let checkout = self.inner.replicas.checkout().await?;
         let conn = checkout.client();
         let names = &self.names;
+        // In a cluster, to the node of the lock's slot, which the renewal
+        // below goes to.
+        let slot = self
+            .inner
+            .calls
+            .redis()
+            .is_clustered()
+            .then(|| redis_keyslot(names.lock.as_bytes()));
+        // WAIT counts only if it runs on the connection that made the write
+        // (see `crate::replica_pool`): watched from before the write.
+        let mut watch = checkout.watch(slot);
         // Not grow-only, so it always writes: the write WAIT waits for.
         let renewed = self
             .inner
@@ -395,18 +409,10 @@ impl<'a> LockCall<'a> {
         // only: a WAIT that fred replayed on a new connection would cover
         // none of this connection's writes.
         let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout;
-        // In a cluster, to the node of the lock's slot, which the renewal
-        // above went to.
-        let cluster_hash = self
-            .inner
-            .calls
-            .redis()
-            .is_clustered()
-            .then(|| ClusterHash::Custom(redis_keyslot(names.lock.as_bytes())));
         let options = Options {
             timeout: Some(limit),
             max_attempts: Some(1),
-            cluster_hash,
+            cluster_hash: slot.map(ClusterHash::Custom),
             ..Default::default()
         };
         let conn = conn.with_options(&options);
@@ -414,7 +420,15 @@ impl<'a> LockCall<'a> {
             CustomCommand::new_static("WAIT", None, true),
             vec![i64::from(required), timeout_ms as i64],
         );
-        match crate::error::with_timeout(limit + Duration::from_millis(100), wait).await? {
+        let acked = crate::error::with_timeout(limit + Duration::from_millis(100), wait).await?;
+        if !watch.unchanged(checkout.client()) {
+            // The count is of another connection's writes (none, if it is
+            // new): it says nothing of this lock.
+            tracing::warn!(key = %names.lock, acked,
+                "relaylock: the connection changed between the lock's write and WAIT; its replication is unknown");
+            return Err(Error::NotReplicated { acked: 0, required });
+        }
+        match acked {
             n if n >= i64::from(required) => Ok(()),
             n => Err(Error::NotReplicated {
                 acked: u32::try_from(n.max(0)).unwrap_or(0),

@@ -36,8 +36,11 @@ pub enum Error {
     InvalidArgument(String),
     /// Fewer replicas than
     /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas) asked
-    /// for acknowledged the acquisition in time. The lock was released (or,
-    /// if even that failed, expires with its lease).
+    /// for acknowledged the acquisition in time, or the connection changed
+    /// between the lock's write and `WAIT` (a reconnect or a failover; then
+    /// `acked` is 0: an acknowledgement that may be another server's is not
+    /// counted). The lock was released (or, if even that failed, expires
+    /// with its lease).
     #[error("only {acked} of {required} replicas acknowledged the lock in time; it was released")]
     NotReplicated {
         /// Replicas that acknowledged.

@@ -112,7 +112,9 @@ impl LockOptions {
     /// acknowledge in time, the lock is released and the call fails with
     /// [`Error::NotReplicated`](crate::Error::NotReplicated), so a failover
     /// right after acquisition cannot silently drop a lock that was reported
-    /// taken. `replicas` must be at least 1, `timeout` at least 1 ms and at
+    /// taken. An acknowledgement is only counted from the connection that
+    /// wrote the lock: if it reconnected in between, the call fails the same
+    /// way, with 0 acknowledged. `replicas` must be at least 1, `timeout` at least 1 ms and at
     /// most half the lock's lease (the lease runs while `WAIT` waits).
     ///
     /// `WAIT` blocks the connection it runs on, so such acquisitions run on a

@@ -1,13 +1,28 @@
 //! The connections `min_replicas` acquisitions `WAIT` on. `WAIT` blocks its
 //! connection, so each call checks one out for itself; the pool is opened on
 //! first use.
+//!
+//! `WAIT` counts the replicas that acknowledged the replication offset Redis
+//! recorded for ITS connection. After fred reconnects, that connection may
+//! lead to another server (a failover moved the primary), whose offsets
+//! belong to another replication stream: the count then says nothing of the
+//! lock written before. So a call that writes and then `WAIT`s watches the
+//! connection ([`Checkout::watch`]) and trusts the count only if no new
+//! connection was opened in between. (The likely cause of a Sentinel
+//! failover test failure in CI: a `WAIT` sent after the old primary closed
+//! its connections can go to the new primary and confirm a lock that server
+//! never had. A reconnect to the same server would be harmless, but the two
+//! cannot be told apart.)
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::clients::{Client, Pool};
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface};
+use fred::types::config::Server;
 use fred::types::Builder;
+use tokio::sync::broadcast::error::TryRecvError;
+use tokio::sync::broadcast::Receiver;
 use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 
 use crate::error::{connect_within, Error, Result};
@@ -138,6 +153,72 @@ impl Checkout<'_> {
     pub(crate) fn client(&self) -> &Client {
         &self.pool.pool.clients()[self.index]
     }
+
+    /// Start watching this connection: [`Watch::unchanged`] later tells
+    /// whether every command sent in between went to the same connection.
+    /// `slot`: in Redis Cluster, the hash slot the commands go to (their
+    /// node's connection is the one watched).
+    pub(crate) fn watch(&self, slot: Option<u16>) -> Watch {
+        same_connection(self.client(), slot)
+    }
+}
+
+/// Watch `client`'s connection (of `slot`'s node in a cluster) from now on.
+/// See [`Watch`].
+pub(crate) fn same_connection(client: &Client, slot: Option<u16>) -> Watch {
+    // Subscribed BEFORE anything is sent: fred announces a new connection
+    // (`broadcast_reconnect`) before it writes any command on it, so every
+    // connection a later command could go to is announced to this receiver.
+    let reconnects = client.reconnect_rx();
+    let route = slot.and_then(|s| node_of(client, s));
+    Watch {
+        reconnects,
+        slot,
+        route,
+    }
+}
+
+/// The cluster node fred routes `slot` to now.
+fn node_of(client: &Client, slot: u16) -> Option<Server> {
+    client
+        .cached_cluster_state()
+        .and_then(|state| state.get_server(slot).cloned())
+}
+
+/// Whether the commands of one checkout all went to one connection: fred
+/// opened no new connection (for the slot's node, in a cluster) and routes
+/// the slot to the same node as when the watch began.
+pub(crate) struct Watch {
+    reconnects: Receiver<Server>,
+    slot: Option<u16>,
+    route: Option<Server>,
+}
+
+impl Watch {
+    /// `true` when every command sent since the watch began went to the
+    /// connection that was current then. Call it after the last reply: a
+    /// command written on a newer connection was announced before it was
+    /// written, so before its reply.
+    pub(crate) fn unchanged(&mut self, client: &Client) -> bool {
+        loop {
+            match self.reconnects.try_recv() {
+                Err(TryRecvError::Empty) => break,
+                // In a cluster, only a new connection to the watched node
+                // counts; anywhere else, any new connection does.
+                Ok(server) => {
+                    if self.slot.is_none() || self.route.as_ref() == Some(&server) {
+                        return false;
+                    }
+                }
+                // Missed announcements, or the sender was replaced: unknown.
+                Err(TryRecvError::Lagged(_) | TryRecvError::Closed) => return false,
+            }
+        }
+        match self.slot {
+            Some(slot) => self.route.is_some() && node_of(client, slot) == self.route,
+            None => true,
+        }
+    }
 }
 
 impl Drop for Checkout<'_> {
@@ -148,5 +229,46 @@ impl Drop for Checkout<'_> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(self.index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::interfaces::KeysInterface;
+    use fred::types::config::{Config, ReconnectPolicy};
+    use relaylock_testkit::RedisServer;
+
+    /// The watch against a real server: commands on one connection leave it
+    /// unchanged; a reconnect after it began (here forced, in production a
+    /// dropped connection or a failover) is seen, and one before it began
+    /// is not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_watch_sees_a_reconnect_after_it_began() {
+        let server = RedisServer::start();
+        // Reconnecting as relaylock's own connections do.
+        let client = Builder::from_config(Config::from_url(&server.url()).unwrap())
+            .set_policy(ReconnectPolicy::new_constant(0, 10))
+            .build()
+            .unwrap();
+        client.init().await.unwrap();
+
+        let mut watch = same_connection(&client, None);
+        let _: () = client.set("k", "1", None, None, false).await.unwrap();
+        let _: Option<String> = client.get("k").await.unwrap();
+        assert!(watch.unchanged(&client), "nothing reconnected");
+
+        let mut watch = same_connection(&client, None);
+        let _: () = client.set("k", "2", None, None, false).await.unwrap();
+        client.force_reconnection().await.unwrap();
+        let _: Option<String> = client.get("k").await.unwrap();
+        assert!(!watch.unchanged(&client), "the reconnect must be seen");
+
+        // Begun after the reconnect: that one is not counted.
+        let mut watch = same_connection(&client, None);
+        let _: Option<String> = client.get("k").await.unwrap();
+        assert!(watch.unchanged(&client));
+
+        let _ = client.quit().await;
     }
 }

@@ -555,6 +555,73 @@ async fn min_replicas_waits_for_a_real_replica() {
     }
 }
 
+/// `min_replicas` across a failover, as one pool connection sees it: the
+/// lock is taken and renewed on the first primary, whose one replica is
+/// frozen (it acknowledges nothing); right after the renewal's reply, that
+/// connection is closed and fred reconnects it to a second primary, whose
+/// replica is healthy (the proxy redirects new connections there). A `WAIT`
+/// sent there counts that replica although it never saw the lock: the call
+/// must fail with `NotReplicated` (0 acknowledged; or with fred's error when
+/// it could not route the `WAIT` while reconnecting) and release the lock on
+/// the first primary. (Without the connection watch it returned a guard in
+/// 9 of 10 runs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_does_not_count_a_wait_on_another_server() {
+    // Replicas online at once, not after the default 5 s diskless delay.
+    let quick = ["--repl-diskless-sync-delay", "0"];
+    let first = RedisServer::try_start(&quick).unwrap();
+    let frozen = RedisServer::start_replica_of(&first);
+    let second = RedisServer::try_start(&quick).unwrap();
+    let _healthy = RedisServer::start_replica_of(&second);
+    let (first_admin, second_admin) = (first.admin().await, second.admin().await);
+    // Both replicas are online and acknowledging before one is frozen.
+    for admin in [&first_admin, &second_admin] {
+        let _: () = admin.set("warm", "1", None, None, false).await.unwrap();
+        let acked: i64 = admin
+            .custom(
+                fred::types::CustomCommand::new_static("WAIT", None, true),
+                vec![1, 5000],
+            )
+            .await
+            .unwrap();
+        assert_eq!(acked, 1);
+    }
+    frozen.pause();
+
+    let proxy = support::proxy::Proxy::start(first.port).await;
+    counter("", &[]);
+    let lock = support::preset(&proxy.url())
+        .default_lease(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("connect");
+    // The renewal before WAIT is the first RENEW a connection sends (no
+    // watchdog runs: the lease is fixed).
+    let renew = fred::util::sha1_hash(relaylock::scripts::RENEW);
+    proxy.cut_after_reply_to(renew.as_bytes(), second.port);
+    let opts = named("elsewhere")
+        .lease(Duration::from_secs(30))
+        .min_replicas(1, Duration::from_millis(500));
+    let r = lock.lock_with("k", opts).await;
+    assert_eq!(proxy.cuts(), 1, "the renewal's connection was not cut");
+    // Either the watch saw the new connection, or fred could not route the
+    // WAIT at all while it reconnected; never a guard.
+    match &r {
+        Err(Error::Redis(_)) => {}
+        _ => not_replicated(&r, 0, 1),
+    }
+    let key = lock.redis_key("k");
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            !support::taken(&first_admin, &key).await
+        })
+        .await,
+        "the unconfirmed lock is still held on the first primary"
+    );
+    assert!(!support::taken(&second_admin, &key).await);
+    frozen.resume();
+}
+
 #[allow(dead_code)]
 #[path = "../examples/fencing.rs"]
 mod fencing;

@@ -8,7 +8,7 @@
 //! connection, so a fault can target only those ([`Proxy::set_subscriber_mode`]).
 //! Stopped (all its connections closed) on drop.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,11 +30,23 @@ pub enum Mode {
 }
 
 struct Shared {
+    /// Where new connections go.
+    target: AtomicU16,
+    /// The armed one-shot cut, see [`Proxy::cut_after_reply_to`].
+    cut: Mutex<Option<Cut>>,
+    /// Cuts done.
+    cuts: AtomicU64,
     mode: Mutex<Mode>,
     subscriber_mode: Mutex<Option<Mode>>,
     /// Bumped to close every open connection.
     generation: watch::Sender<u64>,
     accepted: AtomicU64,
+}
+
+/// A one-shot fault, see [`Proxy::cut_after_reply_to`].
+struct Cut {
+    pattern: Vec<u8>,
+    then_target: u16,
 }
 
 pub struct Proxy {
@@ -50,6 +62,9 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let (generation, _) = watch::channel(0);
         let shared = Arc::new(Shared {
+            target: AtomicU16::new(target),
+            cut: Mutex::new(None),
+            cuts: AtomicU64::new(0),
             mode: Mutex::new(Mode::Pass),
             subscriber_mode: Mutex::new(None),
             generation,
@@ -64,6 +79,7 @@ impl Proxy {
                 s.accepted.fetch_add(1, Ordering::SeqCst);
                 let s = Arc::clone(&s);
                 tokio::spawn(async move {
+                    let target = s.target.load(Ordering::SeqCst);
                     let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await else {
                         return;
                     };
@@ -72,10 +88,18 @@ impl Proxy {
                     let mut closed = s.generation.subscribe();
                     closed.mark_unchanged();
                     let subscriber = Arc::new(AtomicBool::new(false));
+                    let armed = Arc::new(Mutex::new(None));
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    let up = pump(cr, sw, Arc::clone(&s), Arc::clone(&subscriber), true);
-                    let down = pump(sr, cw, Arc::clone(&s), subscriber, false);
+                    let up = pump(
+                        cr,
+                        sw,
+                        Arc::clone(&s),
+                        Arc::clone(&subscriber),
+                        Arc::clone(&armed),
+                        true,
+                    );
+                    let down = pump(sr, cw, Arc::clone(&s), subscriber, armed, false);
                     tokio::select! {
                         _ = up => {}
                         _ = down => {}
@@ -106,6 +130,22 @@ impl Proxy {
         self.shared.generation.send_modify(|g| *g += 1);
     }
 
+    /// A one-shot fault, as a failover looks to one connection: the first
+    /// connection whose client sends bytes containing `pattern` is closed
+    /// right after the proxy forwarded the server's next chunk to it (the
+    /// reply), and from then on new connections go to `then_target`.
+    pub fn cut_after_reply_to(&self, pattern: &[u8], then_target: u16) {
+        *self.shared.cut.lock().unwrap() = Some(Cut {
+            pattern: pattern.to_vec(),
+            then_target,
+        });
+    }
+
+    /// Cuts done by [`cut_after_reply_to`](Self::cut_after_reply_to).
+    pub fn cuts(&self) -> u64 {
+        self.shared.cuts.load(Ordering::SeqCst)
+    }
+
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::SeqCst)
@@ -133,6 +173,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     s: Arc<Shared>,
     subscriber: Arc<AtomicBool>,
+    armed: Arc<Mutex<Option<u16>>>,
     client_side: bool,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
@@ -149,6 +190,15 @@ async fn pump(
         {
             subscriber.store(true, Ordering::SeqCst);
         }
+        if client_side {
+            let mut cut = s.cut.lock().unwrap();
+            let hit = cut
+                .as_ref()
+                .is_some_and(|c| chunk.windows(c.pattern.len()).any(|w| w == &c.pattern[..]));
+            if hit {
+                *armed.lock().unwrap() = cut.take().map(|c| c.then_target);
+            }
+        }
         match mode_of(&s, subscriber.load(Ordering::SeqCst)) {
             Mode::Pass => {}
             Mode::Delay(d) => tokio::time::sleep(d).await,
@@ -156,6 +206,16 @@ async fn pump(
         }
         if to.write_all(chunk).await.is_err() {
             return;
+        }
+        if !client_side {
+            let then_target = armed.lock().unwrap().take();
+            if let Some(port) = then_target {
+                // The reply went out: redirect new connections, then close
+                // this one (returning ends both directions).
+                s.target.store(port, Ordering::SeqCst);
+                s.cuts.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
         }
     }
 }
