@@ -187,81 +187,14 @@ impl Rng {
 // each one excuses one lingering token whose background release started
 // just before it (see `BACKGROUND_BOUND`).
 
-/// (lock key, error, when logged) of each background release that failed.
-static FAILED_RELEASES: std::sync::Mutex<Vec<(String, String, Instant)>> =
-    std::sync::Mutex::new(Vec::new());
-
-struct FailedReleases;
-
-#[derive(Default)]
-struct WarnFields {
-    message: String,
-    key: String,
-    error: String,
-}
-
-impl tracing::field::Visit for WarnFields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = format!("{value:?}"),
-            "key" => self.key = format!("{value:?}"),
-            "error" => self.error = format!("{value:?}"),
-            _ => {}
-        }
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for FailedReleases {
-    fn register_callsite(
-        &self,
-        metadata: &'static tracing::Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
-        if *metadata.level() <= tracing::Level::WARN {
-            tracing::subscriber::Interest::always()
-        } else {
-            tracing::subscriber::Interest::never()
-        }
-    }
-
-    fn enabled(
-        &self,
-        metadata: &tracing::Metadata<'_>,
-        _: tracing_subscriber::layer::Context<'_, S>,
-    ) -> bool {
-        *metadata.level() <= tracing::Level::WARN
-    }
-
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        let mut fields = WarnFields::default();
-        event.record(&mut fields);
-        if fields.message.contains("background release failed") {
-            FAILED_RELEASES
-                .lock()
-                .unwrap()
-                .push((fields.key, fields.error, Instant::now()));
-        }
-    }
-}
-
-fn log_failed_releases() {
-    use tracing_subscriber::layer::SubscriberExt;
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let subscriber = tracing_subscriber::registry().with(FailedReleases);
-        tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
-    });
-}
-
-/// The background releases of locks under `prefix` that failed so far:
-/// (error, when logged).
+/// (error, when logged) of each background release of a lock under
+/// `prefix` that failed so far.
 fn failed_releases(prefix: &str) -> Vec<(String, Instant)> {
     let start = format!("{prefix}:");
-    FAILED_RELEASES
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(k, ..)| k.starts_with(&start))
-        .map(|(_, e, at)| (e.clone(), *at))
+    support::warnings::recorded()
+        .into_iter()
+        .filter(|w| w.message.contains("background release failed") && w.key.starts_with(&start))
+        .map(|w| (w.error, w.at))
         .collect()
 }
 
@@ -849,7 +782,7 @@ async fn script_flush(admin: &Client) {
 }
 
 async fn stress(name: &str, seed_mix: u64, faults: Faults) {
-    log_failed_releases();
+    support::warnings::install();
     let base = base_seed();
     let seed = base ^ seed_mix;
     let load = load_duration();

@@ -101,20 +101,20 @@ async fn critical(ledger: &Arc<Ledger>, g: &LockGuard, client: usize, record: &R
         ledger: Arc::clone(ledger),
         writer: g.token().to_owned(),
     };
-    let entered = Instant::now();
-    let first = ledger.write(KEY, g.fencing_token(), g.token(), true).await;
     let index = {
         let mut sections = record.sections.lock().unwrap();
         sections.push(Section {
             client,
             fence: g.fencing_token(),
-            entered,
-            first,
+            entered: Instant::now(),
+            first: None,
             second: None,
             left: None,
         });
         sections.len() - 1
     };
+    let first = ledger.write(KEY, g.fencing_token(), g.token(), true).await;
+    record.sections.lock().unwrap()[index].first = Some(first);
     tokio::time::sleep(HOLD).await;
     let second = ledger.write(KEY, g.fencing_token(), g.token(), false).await;
     ledger.leave(KEY, g.token()).await;
@@ -125,14 +125,15 @@ async fn critical(ledger: &Arc<Ledger>, g: &LockGuard, client: usize, record: &R
 }
 
 /// One critical section as its holder saw it: `first` and `second` say
-/// whether the ledger accepted its writes; `left` is `None` for a section
-/// cut short (its future dropped when the lock was lost).
+/// whether the ledger accepted its writes (`None`: not answered); `left` is
+/// `None` for a section cut short (its future dropped when the lock was
+/// lost).
 #[derive(Clone, Copy, Debug)]
 struct Section {
     client: usize,
     fence: u64,
     entered: Instant,
-    first: bool,
+    first: Option<bool>,
     second: Option<bool>,
     left: Option<Instant>,
 }
@@ -198,7 +199,7 @@ async fn worker(
                 }
                 Err(e) => {
                     *record.errors.lock().unwrap().entry(kind(&e)).or_default() += 1;
-                    let event = (Instant::now(), client, kind(&e));
+                    let event = (Instant::now(), client, format!("{}: {e}", kind(&e)));
                     record.events.lock().unwrap().push(event);
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -238,7 +239,7 @@ fn overlap_report(
         out += "\noverlap:";
         for n in &sorted[i.saturating_sub(2)..(i + 4).min(sorted.len())] {
             out += &format!(
-                "\n  client {} fence {} entered {} left {} first write {} second {:?}",
+                "\n  client {} fence {} entered {} left {} first write {:?} second {:?}",
                 n.client,
                 n.fence,
                 at(n.entered),
@@ -247,10 +248,20 @@ fn overlap_report(
                 n.second
             );
         }
-        for (t, client, what) in events {
-            if *t + Duration::from_secs(3) >= from && *t <= to + Duration::from_secs(3) {
-                out += &format!("\n  event {} client {client}: {what}", at(*t));
-            }
+        let near =
+            |t: Instant| t + Duration::from_secs(3) >= from && t <= to + Duration::from_secs(3);
+        for (t, client, what) in events.iter().filter(|e| near(e.0)) {
+            out += &format!("\n  event {} client {client}: {what}", at(*t));
+        }
+        for w in support::warnings::recorded().iter().filter(|w| near(w.at)) {
+            out += &format!(
+                "\n  warning {}: {} {} {} {}",
+                at(w.at),
+                w.message,
+                w.key,
+                w.error,
+                w.fields
+            );
         }
     }
     out
@@ -267,6 +278,8 @@ fn ms(d: Duration) -> String {
 /// both subscribers listen on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
+    // relaylock's warnings, for the report of a failed safety check.
+    support::warnings::install();
     let setup = Sentinels::start();
     let (old_port, new_port) = (setup.initial_primary.port, setup.initial_replica.port);
     let url = setup.url();

@@ -17,6 +17,7 @@ pub mod proxy;
 mod redis_server;
 pub mod sentinel;
 pub mod tls;
+pub mod warnings;
 pub use redis_server::{free_port, RedisServer};
 
 /// The client preset of the tests: relaylock's defaults for `url`, with a
