@@ -407,11 +407,17 @@ impl<'a> LockCall<'a> {
         // WAIT may legitimately take its whole timeout: bound it by that plus
         // the command timeout, not by the command timeout alone. One attempt
         // only: a WAIT that fred replayed on a new connection would cover
-        // none of this connection's writes.
+        // none of this connection's writes. (That does not keep a WAIT that
+        // was queued, not yet written, off a new connection: the watch does.)
+        // In a cluster, to the node the watch recorded for the slot, not by
+        // the slot: with that node's connection gone, fred would route a
+        // keyless command to any other primary, unannounced (found in
+        // review); pinned, it fails to route instead.
         let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout;
         let options = Options {
             timeout: Some(limit),
             max_attempts: Some(1),
+            cluster_node: watch.node().cloned(),
             cluster_hash: slot.map(ClusterHash::Custom),
             ..Default::default()
         };
@@ -422,8 +428,8 @@ impl<'a> LockCall<'a> {
         );
         let acked = crate::error::with_timeout(limit + Duration::from_millis(100), wait).await?;
         if !watch.unchanged(checkout.client()) {
-            // The count is of another connection's writes (none, if it is
-            // new): it says nothing of this lock.
+            // The count may be of another server's replication stream: it
+            // says nothing of this lock.
             tracing::warn!(key = %names.lock, acked,
                 "relaylock: the connection changed between the lock's write and WAIT; its replication is unknown");
             return Err(Error::NotReplicated { acked: 0, required });

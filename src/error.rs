@@ -41,7 +41,7 @@ pub enum Error {
     /// `acked` is 0: an acknowledgement that may be another server's is not
     /// counted). The lock was released (or, if even that failed, expires
     /// with its lease).
-    #[error("only {acked} of {required} replicas acknowledged the lock in time; it was released")]
+    #[error("only {acked} of {required} replicas acknowledged the lock in time (0 when the connection changed before WAIT); it was released")]
     NotReplicated {
         /// Replicas that acknowledged.
         acked: u32,

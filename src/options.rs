@@ -114,7 +114,9 @@ impl LockOptions {
     /// right after acquisition cannot silently drop a lock that was reported
     /// taken. An acknowledgement is only counted from the connection that
     /// wrote the lock: if it reconnected in between, the call fails the same
-    /// way, with 0 acknowledged. `replicas` must be at least 1, `timeout` at least 1 ms and at
+    /// way, with 0 acknowledged. If `WAIT` itself fails (a connection error),
+    /// the lock is released too and the call returns that error.
+    /// `replicas` must be at least 1, `timeout` at least 1 ms and at
     /// most half the lock's lease (the lease runs while `WAIT` waits).
     ///
     /// `WAIT` blocks the connection it runs on, so such acquisitions run on a

@@ -167,8 +167,9 @@ impl Checkout<'_> {
 /// See [`Watch`].
 pub(crate) fn same_connection(client: &Client, slot: Option<u16>) -> Watch {
     // Subscribed BEFORE anything is sent: fred announces a new connection
-    // (`broadcast_reconnect`) before it writes any command on it, so every
-    // connection a later command could go to is announced to this receiver.
+    // (`broadcast_reconnect`) before it writes any caller's command on it
+    // (only its handshake goes first), so every connection a later command
+    // could go to is announced to this receiver.
     let reconnects = client.reconnect_rx();
     let route = slot.and_then(|s| node_of(client, s));
     Watch {
@@ -195,24 +196,22 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
+    /// In a cluster, the node the slot was routed to when the watch began
+    /// (commands pinned to it cannot silently go elsewhere).
+    pub(crate) fn node(&self) -> Option<&Server> {
+        self.route.as_ref()
+    }
+
     /// `true` when every command sent since the watch began went to the
     /// connection that was current then. Call it after the last reply: a
     /// command written on a newer connection was announced before it was
     /// written, so before its reply.
     pub(crate) fn unchanged(&mut self, client: &Client) -> bool {
-        loop {
-            match self.reconnects.try_recv() {
-                Err(TryRecvError::Empty) => break,
-                // In a cluster, only a new connection to the watched node
-                // counts; anywhere else, any new connection does.
-                Ok(server) => {
-                    if self.slot.is_none() || self.route.as_ref() == Some(&server) {
-                        return false;
-                    }
-                }
-                // Missed announcements, or the sender was replaced: unknown.
-                Err(TryRecvError::Lagged(_) | TryRecvError::Closed) => return false,
-            }
+        // In a cluster, only a new connection to the watched node counts;
+        // anywhere else, any new connection does.
+        let only = self.slot.and(self.route.as_ref());
+        if !no_new_connection(&mut self.reconnects, only) {
+            return false;
         }
         match self.slot {
             Some(slot) => self.route.is_some() && node_of(client, slot) == self.route,
@@ -232,12 +231,66 @@ impl Drop for Checkout<'_> {
     }
 }
 
+/// Whether `reconnects` announced no new connection since it subscribed
+/// (with `only`, none to that server). Missed announcements (`Lagged`) and
+/// a replaced sender (`Closed`, after `QUIT`) count as a new connection.
+fn no_new_connection(reconnects: &mut Receiver<Server>, only: Option<&Server>) -> bool {
+    loop {
+        match reconnects.try_recv() {
+            Err(TryRecvError::Empty) => return true,
+            Ok(server) => {
+                if only.is_none_or(|watched| *watched == server) {
+                    return false;
+                }
+            }
+            Err(TryRecvError::Lagged(_) | TryRecvError::Closed) => return false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use fred::interfaces::KeysInterface;
     use fred::types::config::{Config, ReconnectPolicy};
     use relaylock_testkit::RedisServer;
+
+    fn server(port: u16) -> Server {
+        Server::new("127.0.0.1", port)
+    }
+
+    /// The announcements a watch counts, without a server: none; any
+    /// (single server, Sentinel); only the watched node's (cluster); and the
+    /// unknowns (missed announcements, a replaced sender) as changes.
+    #[test]
+    fn which_announcements_count() {
+        let (tx, _) = tokio::sync::broadcast::channel(4);
+        let mut rx = tx.subscribe();
+        assert!(no_new_connection(&mut rx, None), "nothing announced");
+
+        tx.send(server(1)).unwrap();
+        assert!(!no_new_connection(&mut rx, None), "any counts");
+
+        let mut rx = tx.subscribe();
+        tx.send(server(2)).unwrap();
+        assert!(no_new_connection(&mut rx, Some(&server(1))), "another node");
+        tx.send(server(2)).unwrap();
+        tx.send(server(1)).unwrap();
+        assert!(!no_new_connection(&mut rx, Some(&server(1))), "the node");
+
+        let mut rx = tx.subscribe();
+        for port in 2..8 {
+            tx.send(server(port)).unwrap();
+        }
+        assert!(
+            !no_new_connection(&mut rx, Some(&server(1))),
+            "missed announcements may include the node's"
+        );
+
+        let mut rx = tx.subscribe();
+        drop(tx);
+        assert!(!no_new_connection(&mut rx, None), "a closed channel");
+    }
 
     /// The watch against a real server: commands on one connection leave it
     /// unchanged; a reconnect after it began (here forced, in production a

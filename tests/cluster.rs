@@ -679,3 +679,75 @@ async fn rw_locks_across_shards() {
     println!("cluster rwlock: the other client's writer got in {took:?} after the last read");
     assert!(took < Duration::from_millis(500), "{took:?}");
 }
+
+/// `min_replicas` in a cluster: each acquisition is acknowledged by the
+/// replica of the shard that owns its key (its `WAIT` goes to that shard's
+/// primary). With one shard's replica frozen, that shard's keys fail with
+/// `NotReplicated` and are released, while the other shards' keys are still
+/// acknowledged: a `WAIT` sent to another primary would have counted its
+/// healthy replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_waits_on_the_owning_shard() {
+    let cluster = RedisCluster::start(3, 1);
+    let lock = lock_client(&cluster, Duration::from_secs(30)).await;
+    let admin = cluster.nodes[0].admin().await;
+    let keys: Vec<String> = (0..24).map(|i| format!("replicated:{i}")).collect();
+    let mut owners = Vec::new();
+    for key in &keys {
+        owners.push(owner_port(&admin, redis_keyslot(lock.redis_key(key).as_bytes())).await);
+    }
+    let replica_of = |owner: u16| {
+        cluster
+            .nodes
+            .iter()
+            .find(|n| n.info_has("replication", &format!("master_port:{owner}")))
+            .expect("every primary has a replica")
+    };
+    let opts = |ms| {
+        LockOptions::default()
+            .lease(Duration::from_secs(30))
+            .min_replicas(1, Duration::from_millis(ms))
+    };
+    // Every replica online (the first full syncs take a few seconds).
+    for (key, owner) in keys.iter().zip(&owners) {
+        let acked = eventually(Duration::from_secs(20), || async {
+            match lock.lock_with(key, opts(1000)).await {
+                Ok(g) => g.release().await.is_ok(),
+                Err(_) => false,
+            }
+        })
+        .await;
+        assert!(acked, "{key} (shard {owner}) was never acknowledged");
+    }
+
+    let frozen_owner = owners[0];
+    let frozen = replica_of(frozen_owner);
+    frozen.pause();
+    let (mut refused, mut acknowledged) = (0, 0);
+    for (key, owner) in keys.iter().zip(&owners) {
+        let r = lock.lock_with(key, opts(300)).await;
+        if *owner == frozen_owner {
+            assert!(
+                matches!(
+                    r,
+                    Err(relaylock::Error::NotReplicated {
+                        acked: 0,
+                        required: 1
+                    })
+                ),
+                "{key} on the frozen shard: {r:?}"
+            );
+            assert!(!lock.is_locked(key).await.unwrap(), "{key} left locked");
+            refused += 1;
+        } else {
+            r.unwrap_or_else(|e| panic!("{key}: {e}"))
+                .release()
+                .await
+                .unwrap();
+            acknowledged += 1;
+        }
+    }
+    frozen.resume();
+    println!("cluster min_replicas: {refused} keys refused on the frozen shard, {acknowledged} acknowledged on the others");
+    assert!(refused > 0 && acknowledged > 0);
+}
