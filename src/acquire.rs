@@ -332,8 +332,8 @@ impl<'a> LockCall<'a> {
     /// `WAIT` counts the replicas that acknowledged the writes of ITS
     /// connection, and it blocks that connection. So it runs on a connection
     /// of the replica pool, checked out for this call alone, after a write on
-    /// that same connection: a renewal of the lock (which also proves it is
-    /// still ours). Replication is one ordered stream per primary, and that
+    /// that same connection: a renewal of this acquisition's exact head
+    /// (which also proves that server has it). Replication is one ordered stream per primary, and that
     /// renewal was sent after the acquire's reply arrived, so a replica that
     /// acknowledged it has the lock too. If fred opened a new connection
     /// between the renewal and `WAIT` (a reconnect, a failover), the count
@@ -356,7 +356,7 @@ impl<'a> LockCall<'a> {
                 None,
             )
         }));
-        let failure = match self.wait_for_replicas(required, timeout_ms).await {
+        let failure = match self.wait_for_replicas(required, timeout_ms, fence).await {
             Ok(()) => {
                 orphan.disarm();
                 return Ok(());
@@ -380,7 +380,7 @@ impl<'a> LockCall<'a> {
         Err(failure)
     }
 
-    async fn wait_for_replicas(&self, required: u32, timeout_ms: u64) -> Result<()> {
+    async fn wait_for_replicas(&self, required: u32, timeout_ms: u64, fence: u64) -> Result<()> {
         let checkout = self.inner.replicas.checkout().await?;
         let conn = checkout.client();
         let names = &self.names;
@@ -395,14 +395,19 @@ impl<'a> LockCall<'a> {
         // WAIT counts only if it runs on the connection that made the write
         // (see `crate::replica_pool`): watched from before the write.
         let mut watch = checkout.watch(slot);
-        // Not grow-only, so it always writes: the write WAIT waits for.
+        // The write WAIT waits for: it always writes, matches this
+        // acquisition's exact head (token AND fence: fred may have replayed
+        // the acquire on another server, where the token holds with another
+        // fence) and never shortens the lease. Not there: this server does
+        // not have the lock the caller would get, so nothing here can be
+        // confirmed.
         let renewed = self
             .inner
             .calls
-            .set_lease(conn, names, &self.token, self.lease_ms)
+            .confirm_lease(conn, names, &self.token, fence, self.lease_ms)
             .await?;
         if renewed != [1] {
-            return Err(Error::LockLost);
+            return Err(Error::NotReplicated { acked: 0, required });
         }
         // WAIT may legitimately take its whole timeout: bound it by that plus
         // the command timeout, not by the command timeout alone. One attempt

@@ -351,6 +351,34 @@ impl Calls {
         .await
     }
 
+    /// The write a `min_replicas` check waits for, on `conn`: renew the lock
+    /// only if its head is exactly `token:fence`, to at least `lease_ms` and
+    /// never shorter ([`RENEW`](crate::scripts::RENEW) mode `'2'`). A
+    /// semaphore or read-write hold: an exact renewal, as `set_lease`. One
+    /// code, `[1]` renewed.
+    pub(crate) async fn confirm_lease(
+        &self,
+        conn: &Client,
+        names: &Names,
+        token: &str,
+        fence: u64,
+        lease_ms: u64,
+    ) -> Result<Vec<i64>> {
+        if names.kind.counted() {
+            return self.set_lease(conn, names, token, lease_ms).await;
+        }
+        let head = format!("{token}:{fence}");
+        self.script(conn, &self.scripts.renew, || {
+            let args: Vec<Value> = vec![
+                "2".into(), // exact head, at least this lease, always a write
+                head.as_str().into(),
+                (lease_ms as i64).into(),
+            ];
+            (vec![names.lock.as_str()], args)
+        })
+        .await
+    }
+
     /// One grow-only [`RENEW`](crate::scripts::RENEW) call for a batch of
     /// locks (all in one slot, in a cluster): one code per lock, in order.
     /// All items must be of one kind (the watchdog's chunks are).

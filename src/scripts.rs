@@ -421,11 +421,20 @@ return 1
 /// Renew: extend the leases of one or many locks in one call.
 ///
 /// KEYS: `[lock_1, lock_2, ...]`;
-/// ARGV: `[grow_only, token_1, lease_ms_1, token_2, lease_ms_2, ...]`.
+/// ARGV: `[mode, token_1, lease_ms_1, token_2, lease_ms_2, ...]`.
 ///
 /// For each lock `i`: if its head holds token `i`, set its remaining lease to
-/// `lease_ms_i` (with `grow_only == '1'`, only if that lengthens it, so a
-/// watchdog renewal racing an `extend` to a longer lease cannot undo it).
+/// `lease_ms_i`. `mode`:
+/// * `'0'`, exact (`extend`);
+/// * `'1'`, grow-only: only if that lengthens it, so a watchdog renewal
+///   racing an `extend` to a longer lease cannot undo it;
+/// * `'2'`, the write a `min_replicas` check waits for: token `i` is
+///   `<token>:<fence>` and must be the whole head (an acquisition that fred
+///   replayed on another server has the same token with another fence
+///   there); the lease becomes at least `lease_ms_i` and never shorter (a
+///   delayed copy of the call cannot undo a later `extend`), and the call
+///   always writes (`PEXPIRE`), so `WAIT` has a write to wait for.
+///
 /// Reply one integer per lock, in order: `1` renewed, `0` the lock is gone
 /// (absent, or a tombstone), `-1` it holds another token (or a hand-over
 /// reservation). Only `PEXPIRE` is used, so a renewal can never re-create a
@@ -436,15 +445,20 @@ return 1
 /// [`RENEW_BATCH`]); [`LockGuard::extend`](crate::LockGuard::extend) sends
 /// one. In Redis Cluster all keys of one call must share a slot.
 pub const RENEW: &str = r#"
-local grow_only = ARGV[1] == '1'
+local mode = ARGV[1]
 local out = {}
 for i = 1, #KEYS do
   local lock = KEYS[i]
   local mine = ARGV[2 * i] .. ':'
+  if mode == '2' then mine = ARGV[2 * i] .. '|' end
   local lease = tonumber(ARGV[2 * i + 1])
   local v = redis.call('GET', lock)
   if v and string.sub(v, 1, #mine) == mine then
-    if not grow_only or redis.call('PTTL', lock) < lease then
+    if mode == '2' then
+      local p = redis.call('PTTL', lock)
+      if p >= lease then lease = p + 1 end
+      redis.call('PEXPIRE', lock, lease)
+    elseif mode ~= '1' or redis.call('PTTL', lock) < lease then
       redis.call('PEXPIRE', lock, lease)
     end
     out[i] = 1

@@ -555,6 +555,69 @@ async fn min_replicas_waits_for_a_real_replica() {
     }
 }
 
+/// `RENEW`'s mode `'2'`, the write a `min_replicas` check waits for: it
+/// renews only the exact head `<token>:<fence>` (an acquisition fred
+/// replayed on another server has the same token with another fence there),
+/// never shortens the lease (a delayed copy cannot undo a later `extend`),
+/// and always writes (one `PEXPIRE`, also when the lease stays). Modes `'0'`
+/// (exact) and `'1'` (grow-only) are unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replica_check_write_matches_the_head_and_never_shortens() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = client(&server, Duration::from_secs(30)).await;
+    let g = lock
+        .lock_with("k", LockOptions::default().lease(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let key = lock.redis_key("k");
+    let renew = |mode: &'static str, token: String, lease: u64| {
+        let (admin, key) = (admin.clone(), key.clone());
+        async move {
+            admin
+                .eval::<Vec<i64>, _, _, _>(
+                    relaylock::scripts::RENEW,
+                    vec![key],
+                    vec![mode.to_owned(), token, lease.to_string()],
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let pttl = || {
+        let (admin, key) = (admin.clone(), key.clone());
+        async move { admin.pttl::<i64, _>(key).await.unwrap() }
+    };
+    let head = format!("{}:{}", g.token(), g.fencing_token());
+
+    let before = command_calls(&admin).await;
+    assert_eq!(renew("2", head.clone(), 5_000).await, [1]);
+    let after = command_calls(&admin).await;
+    assert_eq!(delta(&before, &after, "pexpire"), 1, "it always writes");
+    assert!(pttl().await > 25_000, "never shorter: {}", pttl().await);
+    assert_eq!(renew("2", head.clone(), 60_000).await, [1]);
+    assert!(
+        pttl().await > 55_000,
+        "at least the lease: {}",
+        pttl().await
+    );
+
+    let other_fence = format!("{}:{}", g.token(), g.fencing_token() + 1);
+    assert_eq!(renew("2", other_fence, 60_000).await, [-1], "another fence");
+    assert_eq!(
+        renew("2", g.token().to_owned(), 60_000).await,
+        [-1],
+        "the token alone"
+    );
+
+    assert_eq!(renew("1", g.token().to_owned(), 5_000).await, [1]);
+    assert!(pttl().await > 50_000, "grow-only");
+    assert_eq!(renew("0", g.token().to_owned(), 5_000).await, [1]);
+    assert!(pttl().await <= 5_000, "exact");
+    g.release().await.unwrap();
+    assert_eq!(renew("2", head, 5_000).await, [0], "released");
+}
+
 /// `min_replicas` across a failover, as one pool connection sees it: the
 /// lock is taken and renewed on the first primary, whose one replica is
 /// frozen (it acknowledges nothing); right after the renewal's reply, that
