@@ -50,6 +50,7 @@ mod acquire;
 mod builder;
 mod calls;
 mod client;
+mod conn_watch;
 mod error;
 mod estimate;
 mod guard;
