@@ -8,11 +8,15 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::util::redis_keyslot;
 use metrics::SharedString;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::Released;
+use crate::conn_watch::{same_connection, Watch};
 use crate::error::{Error, Result};
 use crate::handoff::{Claim, Orphan};
 use crate::inner::ClientInner;
@@ -265,7 +269,11 @@ impl LockGuard {
     /// [`lost`](Self::lost) never rely on the old, longer lease whatever
     /// happens to the call, and a longer one counts only once confirmed. A
     /// renewed lock's later renewals use `lease` only once the call
-    /// succeeded.
+    /// succeeded. A call that fails, is dropped, or whose connection fred
+    /// replaced while it ran may still reach Redis later, after commands sent
+    /// since: from then on the guard counts no lease longer than `lease`
+    /// (the watchdog renews more often to match), so it never reports the
+    /// lock held after that late copy could have ended it.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         let lease_ms = validate_lease(lease)?;
         let sent = Instant::now();
@@ -275,16 +283,26 @@ impl LockGuard {
         if self.watch.get().is_some() {
             self.inner.watchdog.replan();
         }
-        let call = self.inner.calls.set_lease(
-            self.inner.calls.redis(),
-            &self.names,
-            &self.token,
-            lease_ms,
-        );
+        let redis = self.inner.calls.redis();
+        // Whether the command ran only on the connection it was sent on:
+        // otherwise a copy may still be on a connection fred replaced (see
+        // `Tracked`).
+        let slot = redis
+            .is_clustered()
+            .then(|| redis_keyslot(self.names.lock.as_bytes()));
+        let watch = same_connection(redis, slot);
+        let call = self
+            .inner
+            .calls
+            .set_lease(redis, &self.names, &self.token, lease_ms);
         let reply = Tracked {
             call: Box::pin(call),
             lease: &self.lease_state,
             generation,
+            leased: lease,
+            watch,
+            redis,
+            clean: false,
         }
         .await?;
         match reply.as_slice() {
@@ -359,18 +377,34 @@ impl LockGuard {
 }
 
 /// An `extend` call's future, which reports to the lease record when it
-/// ends, whatever its outcome (see `LeaseRecord::extend_ended`).
+/// ends, whatever its outcome (see `LeaseRecord::extend_ended`): and whether
+/// a copy of its command may still reach Redis after later commands. That
+/// is so unless its reply came back with no new connection announced since
+/// before it was sent: a command fred wrote on a connection it then replaced
+/// (a timeout, an unresponsive or broken connection) can still be delivered
+/// later, and one that got no reply may run at any time.
 struct Tracked<'a, F> {
     call: Pin<Box<F>>,
     lease: &'a Lease,
     generation: u64,
+    /// The lease the call sets.
+    leased: Duration,
+    watch: Watch,
+    redis: &'a Client,
+    /// The reply arrived, and the connection stayed the same.
+    clean: bool,
 }
 
-impl<F: Future> Future for Tracked<'_, F> {
+impl<F: Future<Output = Result<T>>, T> Future for Tracked<'_, F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.call.as_mut().poll(cx)
+        let this = &mut *self;
+        let out = this.call.as_mut().poll(cx);
+        if let Poll::Ready(Ok(_)) = &out {
+            this.clean = this.watch.unchanged(this.redis);
+        }
+        out
     }
 }
 
@@ -378,9 +412,10 @@ impl<F> Drop for Tracked<'_, F> {
     fn drop(&mut self) {
         // Every command the call queued was queued before now. A success
         // settles the record right after this (`Lease::extended`).
+        let stray = (!self.clean).then_some(self.leased);
         self.lease
             .record()
-            .extend_ended(self.generation, Instant::now());
+            .extend_ended(self.generation, Instant::now(), stray);
     }
 }
 

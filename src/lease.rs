@@ -38,6 +38,11 @@ pub(crate) struct LeaseState {
     pub(crate) generation: u64,
     /// Where the newest `extend` call is (see [`Pending`]).
     extend: Pending,
+    /// The shortest lease of an `extend` whose command may still reach
+    /// Redis late, after commands sent later (it was sent on a connection
+    /// fred replaced, or its outcome is unknown): every later confirmation
+    /// counts at most this lease, since that copy may still set it.
+    stray: Option<Duration>,
 }
 
 /// Where the `extend` calls of a lock are, for judging replies: a renewal
@@ -73,6 +78,12 @@ impl LeaseState {
     pub(crate) fn safe_until(&self) -> Instant {
         self.sent + self.lease.saturating_sub(margin(self.lease))
     }
+
+    /// What a confirmation of `lease` may count: no more than a stray
+    /// extend's lease.
+    fn capped(&self, lease: Duration) -> Duration {
+        self.stray.map_or(lease, |stray| lease.min(stray))
+    }
 }
 
 impl LeaseRecord {
@@ -88,6 +99,7 @@ impl LeaseRecord {
                     ended_at: None,
                     older_ended_at: None,
                 },
+                stray: None,
             }),
             lost: AtomicBool::new(false),
         }
@@ -142,6 +154,7 @@ impl LeaseRecord {
             return;
         }
         s.renew_with = lease;
+        let lease = s.capped(lease);
         let confirmed = LeaseState { sent, lease, ..*s };
         // This extend ran last in Redis when no other is alive and every
         // older one ended before it was sent.
@@ -156,8 +169,19 @@ impl LeaseRecord {
     /// The future of the `extend` of `generation` ended at `at` (its reply
     /// arrived, it failed, or it is being dropped): every command it queued
     /// was queued before `at`, and renewals sent after `at` confirm again.
-    pub(crate) fn extend_ended(&self, generation: u64, at: Instant) {
+    ///
+    /// `stray`: the extend's lease, when a copy of its command may still run
+    /// after commands sent later: it got no reply, or fred replaced the
+    /// connection while it ran (a copy written on the old connection can
+    /// still arrive). From then on no confirmation counts a longer lease
+    /// (found in review: a shortening extend stuck on a dropped connection
+    /// ran after the next renewal, and the record said 12 s while Redis
+    /// held 2.5 s).
+    pub(crate) fn extend_ended(&self, generation: u64, at: Instant, stray: Option<Duration>) {
         let mut s = self.state();
+        if let Some(lease) = stray {
+            s.stray = Some(s.stray.map_or(lease, |l| l.min(lease)));
+        }
         s.extend.in_flight = s.extend.in_flight.saturating_sub(1);
         s.extend.ended_at = Some(s.extend.ended_at.map_or(at, |e| e.max(at)));
         if generation != s.generation {
@@ -170,7 +194,7 @@ impl LeaseRecord {
         let mut s = self.state();
         if s.generation == generation && s.extend.after_extends(sent) && sent >= s.sent {
             s.sent = sent;
-            s.lease = lease;
+            s.lease = s.capped(lease);
         }
     }
 
@@ -222,7 +246,7 @@ mod tests {
         assert_eq!(l.safe_until(), at(3000 - 101));
         // Its future ends (the reply arrived) at 2010, then the reply is
         // applied, as `LockGuard::extend` does.
-        l.extend_ended(g, at(2010));
+        l.extend_ended(g, at(2010), None);
         l.extended(g, at(2000), Duration::from_secs(1));
         assert_eq!(l.safe_until(), at(3000 - 101));
         // A renewal sent before the extend's future ended confirms nothing,
@@ -240,28 +264,44 @@ mod tests {
         assert_eq!(l.safe_until(), at(3500 - 101));
         l.extended(g, at(2000), Duration::from_secs(1));
         assert_eq!(l.safe_until(), at(3500 - 101));
-        l.extend_ended(g2, at(3010));
+        l.extend_ended(g2, at(3010), None);
         l.extended(g2, at(3000), Duration::from_secs(10));
         assert_eq!(l.safe_until(), at(13000 - 1001));
-        // A shortening extend abandoned after its last poll at 4100: a
-        // renewal sent before then confirms nothing, one sent after does.
+        // A shortening extend whose reply came back on the connection it
+        // was sent on, at 4100: a renewal sent before then confirms
+        // nothing, one sent after does.
         let g3 = l.extending(at(4000), Duration::from_millis(200));
         assert_eq!(l.safe_until(), at(4200 - 21));
-        l.extend_ended(g3, at(4100));
+        l.extend_ended(g3, at(4100), None);
+        l.extended(g3, at(4000), Duration::from_millis(200));
         l.renewed(g3, at(4050), Duration::from_secs(10));
         assert_eq!(l.safe_until(), at(4200 - 21));
         l.renewed(g3, at(4150), Duration::from_secs(10));
         assert_eq!(l.safe_until(), at(14150 - 1001));
+        // A shortening extend abandoned (or replayed on a new connection):
+        // a copy may still set 300 ms after any later command, so from now
+        // on no confirmation counts more than 300 ms, however long the
+        // renewal or a later extend asks for.
+        let g4 = l.extending(at(5000), Duration::from_millis(300));
+        assert_eq!(l.safe_until(), at(5300 - 31));
+        l.extend_ended(g4, at(5100), Some(Duration::from_millis(300)));
+        l.renewed(g4, at(5150), Duration::from_secs(10));
+        assert_eq!(l.safe_until(), at(5450 - 31));
+        let g5 = l.extending(at(5200), Duration::from_secs(20));
+        l.extend_ended(g5, at(5210), None);
+        l.extended(g5, at(5200), Duration::from_secs(20));
+        assert_eq!(l.safe_until(), at(5500 - 31));
+        assert_eq!(l.snapshot().renew_with, Duration::from_secs(20));
         // Two extends overlap: the newer one's reply, while the older one
         // is still in flight, may not raise the record (the older one may
         // still run after it in Redis).
         let o = LeaseRecord::new(t0, Duration::from_secs(30));
         let old = o.extending(at(100), Duration::from_millis(500));
         let new = o.extending(at(110), Duration::from_secs(20));
-        o.extend_ended(new, at(150));
+        o.extend_ended(new, at(150), None);
         o.extended(new, at(110), Duration::from_secs(20));
         assert_eq!(o.safe_until(), at(600 - 51));
-        o.extend_ended(old, at(700));
+        o.extend_ended(old, at(700), None);
         o.extended(old, at(100), Duration::from_millis(500));
         assert_eq!(o.safe_until(), at(600 - 51));
         // A lease shorter than its margin is never safe.

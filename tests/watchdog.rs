@@ -555,6 +555,68 @@ async fn min_replicas_waits_for_a_real_replica() {
     }
 }
 
+/// A shortening `extend` stuck on a connection that fred then replaces
+/// (found in review): its command reaches Redis seconds later, after the
+/// renewals sent on the new connection, and sets the shorter lease then.
+/// The guard must never report the lock held while Redis no longer has it:
+/// after an extend that got no clean reply, no confirmation counts more than
+/// that extend's lease. Before the fix the record said 12 s from the last
+/// renewal while Redis held 2.5 s from the late extend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_copy_of_a_shortening_extend_never_leaves_the_guard_overconfident() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let proxy = support::proxy::Proxy::start(server.port).await;
+    counter("", &[]);
+    let lock = support::preset(&proxy.url())
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .expect("connect");
+    let lease = Duration::from_secs(12);
+    let g = lock
+        .lock_with("k", named("stray").lease(lease).watchdog(true))
+        .await
+        .unwrap();
+    let key = lock.redis_key("k");
+    let mine = format!("{}:", g.token());
+
+    // The extend's bytes stay in the proxy for 5 s; it times out after
+    // 0.5 s and fred replaces the silent connection.
+    proxy.set_mode(support::proxy::Mode::Delay(Duration::from_secs(5)));
+    let extending = {
+        let g = &g;
+        async move { g.extend(Duration::from_millis(2500)).await }
+    };
+    let (extended, ()) = tokio::join!(extending, async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        proxy.set_mode(support::proxy::Mode::Pass);
+    });
+    assert!(
+        matches!(extended, Err(Error::Redis(_))),
+        "the extend should time out: {extended:?}"
+    );
+
+    // For 10 s: whenever the guard says held, Redis holds its token.
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut samples = 0;
+    while Instant::now() < until {
+        if g.is_held() {
+            let value: Option<String> = admin.get(&key).await.unwrap();
+            assert!(
+                value.as_deref().is_some_and(|v| v.starts_with(&mine)),
+                "the guard says held, Redis has {value:?}"
+            );
+            samples += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(samples > 100, "{samples} samples while held");
+    // The watchdog kept the lock through it all.
+    assert!(g.is_held());
+    g.release().await.unwrap();
+}
+
 /// `RENEW`'s mode `'2'`, the write a `min_replicas` check waits for: it
 /// renews only the exact head `<token>:<fence>` (an acquisition fred
 /// replayed on another server has the same token with another fence there),

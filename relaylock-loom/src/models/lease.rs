@@ -41,6 +41,9 @@ struct Redis {
     done: Vec<usize>,
     /// When the key expires, in ms since `t0`.
     expires: u64,
+    /// A command sent on a connection fred replaced: it runs whenever the
+    /// network delivers it, before or after commands sent later.
+    stray: Option<Cmd>,
 }
 
 impl Redis {
@@ -66,6 +69,19 @@ impl Redis {
             s.sent + s.lease - self.t0,
             self.expires
         );
+    }
+
+    /// The network delivers the stray command, if one is on its way.
+    fn deliver_stray(&mut self, record: &LeaseRecord) {
+        if let Some(cmd) = self.stray.take() {
+            self.clock += 1;
+            let now = self.clock;
+            match cmd {
+                Cmd::Extend(ms) => self.expires = now + ms,
+                Cmd::Renew(ms) => self.expires = self.expires.max(now + ms),
+            }
+            self.check(record);
+        }
     }
 
     /// Run the queue until command `id` ran (all of it with `None`),
@@ -98,6 +114,7 @@ fn start() -> (Instant, Arc<LeaseRecord>, Arc<Mutex<Redis>>) {
         next_id: 0,
         done: Vec::new(),
         expires: INITIAL,
+        stray: None,
     }));
     (t0, record, redis)
 }
@@ -115,11 +132,11 @@ fn model(extend_completes: bool) {
             if extend_completes {
                 redis.lock().unwrap().run_until(Some(id), &record);
                 let at = redis.lock().unwrap().tick();
-                record.extend_ended(generation, at);
+                record.extend_ended(generation, at, None);
                 record.extended(generation, sent, ms(SHORT));
             } else {
                 let at = redis.lock().unwrap().tick();
-                record.extend_ended(generation, at);
+                record.extend_ended(generation, at, None);
             }
             redis.lock().unwrap().check(&record);
         })
@@ -168,7 +185,7 @@ fn two_extends() {
                 let id = redis.lock().unwrap().send(Cmd::Extend(lease));
                 redis.lock().unwrap().run_until(Some(id), &record);
                 let at = redis.lock().unwrap().tick();
-                record.extend_ended(generation, at);
+                record.extend_ended(generation, at, None);
                 record.extended(generation, sent, ms(lease));
                 redis.lock().unwrap().check(&record);
             })
@@ -185,6 +202,68 @@ fn two_extends() {
         "the record says {:?} past t0, Redis {} ms",
         s.sent + s.lease - t0,
         redis.expires
+    );
+}
+
+/// A shortening `extend` whose command went out on a connection fred then
+/// replaced (its reply never came, or came from a replay on the new
+/// connection): the old copy may run at any time, also after the renewals
+/// that follow on the new connection (found in review). The guard reports
+/// it as stray (`extend_ended` with its lease); two renewal rounds run
+/// meanwhile, and the network delivers the copy whenever loom lets it (or
+/// at the end).
+fn stray_extend() {
+    let ms = Duration::from_millis;
+    let (t0, record, redis) = start();
+    let extend = {
+        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
+        thread::spawn(move || {
+            let sent = redis.lock().unwrap().tick();
+            let generation = record.extending(sent, ms(SHORT));
+            redis.lock().unwrap().stray = Some(Cmd::Extend(SHORT));
+            let at = redis.lock().unwrap().tick();
+            record.extend_ended(generation, at, Some(ms(SHORT)));
+            redis.lock().unwrap().check(&record);
+        })
+    };
+    let renewals = {
+        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
+        thread::spawn(move || {
+            for _ in 0..2 {
+                let planned = record.snapshot();
+                let sent = redis.lock().unwrap().tick();
+                let renew_ms = planned.renew_with.as_millis() as u64;
+                let id = redis.lock().unwrap().send(Cmd::Renew(renew_ms));
+                redis.lock().unwrap().run_until(Some(id), &record);
+                record.renewed(planned.generation, sent, planned.renew_with);
+                redis.lock().unwrap().check(&record);
+            }
+        })
+    };
+    let network = {
+        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
+        thread::spawn(move || redis.lock().unwrap().deliver_stray(&record))
+    };
+    extend.join().unwrap();
+    renewals.join().unwrap();
+    network.join().unwrap();
+    let mut redis = redis.lock().unwrap();
+    redis.deliver_stray(&record);
+    redis.run_until(None, &record);
+    let s = record.snapshot();
+    assert!(
+        s.sent + s.lease <= t0 + ms(redis.expires),
+        "the record says {:?} past t0, Redis {} ms",
+        s.sent + s.lease - t0,
+        redis.expires
+    );
+}
+
+#[test]
+fn a_stray_shortening_extend_vs_renewals() {
+    explore(
+        "extend (stray copy on a replaced connection) vs renewals",
+        stray_extend,
     );
 }
 
