@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use fred::interfaces::SortedSetsInterface;
 use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, PubsubInterface};
-use fred::types::{CustomCommand, Value};
+use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::util::redis_keyslot;
 
 use crate::error::{Error, Result};
 use crate::inner::ClientInner;
@@ -193,10 +194,13 @@ async fn read(
     limit: Option<Duration>,
 ) -> Result<Inspection> {
     let cluster = redis.is_clustered();
+    // The clock of the key's node (all three names share its hash tag): in
+    // a cluster a keyless TIME would go to any node (found in review).
+    let slot = redis_keyslot(Names::new(prefix, key).lock.as_bytes());
     let time: Vec<String> = run(
         limit,
         redis.custom(
-            CustomCommand::new_static("TIME", None, false),
+            CustomCommand::new_static("TIME", ClusterHash::Custom(slot), false),
             Vec::<Value>::new(),
         ),
     )
