@@ -620,9 +620,10 @@ impl Registry {
     }
 
     /// After the subscriber reconnected: subscribe again every channel the
-    /// registry holds subscribed, confirm with a PING, then wake every waiter.
+    /// registry holds subscribed, each confirmed by its own nonce PING, then
+    /// wake every waiter.
     ///
-    /// Entries stay unconfirmed until the PING came back, and are confirmed
+    /// Entries stay unconfirmed until their PING came back, and are confirmed
     /// again only under their mutex and only if still subscribed, so a
     /// concurrent cleanup (which may have unsubscribed meanwhile) is never
     /// overridden. If anything fails, they stay unconfirmed: their waiters
@@ -649,14 +650,14 @@ impl Registry {
             if !*sub {
                 continue;
             }
-            // In a cluster each channel is confirmed on its own node; a
-            // failure skips that channel only (its waiters subscribe again
-            // themselves, polling meanwhile).
-            let outcome = if self.clustered() {
-                self.subscribe_confirmed(&channel).await
-            } else {
-                self.subscribe_channel(&channel).await
-            };
+            // Each channel with its own nonce PING behind it (in a cluster,
+            // on its own node), as a waiter subscribes: a plain PING behind
+            // all of them could get PONG after a refusal (an ACL) had been
+            // dropped, and count a denied channel confirmed, so its waiters
+            // slept to the holder's lease instead of polling (found in
+            // review). A failure skips that channel only (its waiters
+            // subscribe again themselves, polling meanwhile).
+            let outcome = self.subscribe_confirmed(&channel).await;
             match outcome {
                 Ok(()) => {
                     self.record_node(&channel, &entry);
@@ -670,15 +671,7 @@ impl Registry {
             }
         }
         if !resubscribed.is_empty() {
-            // One PING behind all of them on a single server (in a cluster
-            // each channel had its own).
-            let pinged = if self.clustered() {
-                Ok(())
-            } else {
-                self.with_command_timeout(self.subscriber.ping::<()>(None))
-                    .await
-            };
-            match pinged.and_then(|()| self.same_connection(&connection)) {
+            match self.same_connection(&connection) {
                 Ok(()) => {
                     for entry in &resubscribed {
                         let sub = entry.subscribed.lock().await;

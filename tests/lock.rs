@@ -1071,6 +1071,62 @@ async fn waiters_poll_when_subscribing_is_denied() {
     }
 }
 
+/// The same denied user after its subscriber connection was killed: the
+/// reconnect resubscribes every channel its waiters want, the denied one
+/// too, and must not count that one confirmed (found in review: a plain
+/// PING behind all the SUBSCRIBEs got PONG after the refusal had been
+/// dropped, so the waiter slept until the holder's lease instead of
+/// polling).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_channel_stays_unconfirmed_after_a_subscriber_reconnect() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
+    let holder_client = client(&server).await;
+    let limited = LockClient::builder()
+        .url(format!("redis://nosub:pw@127.0.0.1:{}", server.port))
+        .build()
+        .await
+        .unwrap();
+    for round in 0..3 {
+        let holder = holder_client
+            .lock_with("k", LockOptions::default().lease(Duration::from_secs(6)))
+            .await
+            .unwrap();
+        let waiter = {
+            let limited = limited.clone();
+            tokio::spawn(async move {
+                let g = limited
+                    .lock_with("k", LockOptions::default().wait(Duration::from_secs(5)))
+                    .await;
+                (g.map(|g| g.fencing_token()), Instant::now())
+            })
+        };
+        support::until_queued(&admin, &limited, "k").await;
+        // Kill the limited client's connections (its subscriber is not in
+        // pub/sub mode: every SUBSCRIBE was refused), and give the reconnect
+        // and resubscription time to finish.
+        let _: Value = admin
+            .custom(
+                CustomCommand::new_static("CLIENT", None, false),
+                vec!["KILL", "USER", "nosub"],
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let released = Instant::now();
+        holder.release().await.unwrap();
+        let (got, at) = waiter.await.unwrap();
+        got.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let waited = at - released;
+        assert!(
+            waited < Duration::from_millis(1000),
+            "round {round}: acquired {waited:?} after the release"
+        );
+        let _: i64 = admin.del(holder_client.redis_key("k")).await.unwrap();
+    }
+}
+
 /// A sleeper bounded by an old, long lease learns from another local waiter
 /// that the current holder's lease is shorter, and takes the lock when that
 /// one ends instead of when the old one would have.
