@@ -224,6 +224,24 @@ pub(crate) struct Connection {
     reconnects: u64,
 }
 
+/// `Ok` if `reply` is the answer to `PING <nonce>`: `<nonce>`, or
+/// `["pong", <nonce>]` on a RESP2 connection with subscriptions. Any other
+/// reply means the connection's replies are shifted (a refused (UN)SUBSCRIBE
+/// answered with an error that fred does not account for).
+fn echoed(reply: &Value, nonce: &str) -> Result<(), fred::error::Error> {
+    let echoed = match reply {
+        Value::Array(parts) if parts.len() == 2 => parts[1].as_str(),
+        other => other.as_str(),
+    };
+    if echoed.as_deref() == Some(nonce) {
+        return Ok(());
+    }
+    Err(fred::error::Error::new(
+        fred::error::ErrorKind::Unknown,
+        "relaylock: the PING behind a (UN)SUBSCRIBE got another command's reply",
+    ))
+}
+
 impl Registry {
     pub(crate) fn new(
         subscriber: SubscriberClient,
@@ -401,19 +419,25 @@ impl Registry {
             pipeline.ping::<()>(Some(nonce.clone())).await?;
         }
         let reply = self.with_command_timeout(pipeline.last::<Value>()).await?;
-        // `PING <nonce>` answers `<nonce>`, or `["pong", <nonce>]` on a
-        // RESP2 connection with subscriptions.
-        let echoed = match &reply {
-            Value::Array(parts) if parts.len() == 2 => parts[1].as_str(),
-            other => other.as_str(),
-        };
-        if echoed.as_deref() == Some(nonce.as_str()) {
-            return Ok(());
+        echoed(&reply, &nonce)
+    }
+
+    /// SUBSCRIBE every channel of `channels` (single server) with one nonce
+    /// PING behind them all, in one pipeline (see
+    /// [`with_ping_behind`](Self::with_ping_behind)): `Ok` only if the PING
+    /// answered with its own nonce, so no SUBSCRIBE was refused.
+    async fn subscribe_batch<'a>(
+        &self,
+        channels: impl Iterator<Item = &'a str>,
+    ) -> Result<(), fred::error::Error> {
+        let pipeline = Pipeline::from(self.subscriber.clone());
+        for channel in channels {
+            pipeline.subscribe(channel).await?;
         }
-        Err(fred::error::Error::new(
-            fred::error::ErrorKind::Unknown,
-            "relaylock: the PING behind a (UN)SUBSCRIBE got another command's reply",
-        ))
+        let nonce = crate::token::new();
+        pipeline.ping::<()>(Some(nonce.clone())).await?;
+        let reply = self.with_command_timeout(pipeline.last::<Value>()).await?;
+        echoed(&reply, &nonce)
     }
 
     /// PING behind a (S)SUBSCRIBE of `channel`, on the same connection: in
@@ -620,8 +644,8 @@ impl Registry {
     }
 
     /// After the subscriber reconnected: subscribe again every channel the
-    /// registry holds subscribed, each confirmed by its own nonce PING, then
-    /// wake every waiter.
+    /// registry holds subscribed, confirmed by a nonce PING (one behind all
+    /// of them on a single server, else one each), then wake every waiter.
     ///
     /// Entries stay unconfirmed until their PING came back, and are confirmed
     /// again only under their mutex and only if still subscribed, so a
@@ -644,24 +668,40 @@ impl Registry {
             }
         }
         let connection = self.connection();
-        let mut resubscribed = Vec::new();
-        for (channel, entry) in entries {
+        // Every subscribed entry, its mutex held until its outcome is known.
+        let mut held = Vec::new();
+        for (channel, entry) in &entries {
             let sub = entry.subscribed.lock().await;
-            if !*sub {
-                continue;
+            if *sub {
+                held.push((channel.as_str(), entry, sub));
             }
-            // Each channel with its own nonce PING behind it (in a cluster,
-            // on its own node), as a waiter subscribes: a plain PING behind
-            // all of them could get PONG after a refusal (an ACL) had been
-            // dropped, and count a denied channel confirmed, so its waiters
-            // slept to the holder's lease instead of polling (found in
-            // review). A failure skips that channel only (its waiters
-            // subscribe again themselves, polling meanwhile).
-            let outcome = self.subscribe_confirmed(&channel).await;
+        }
+        // On a single server, all SUBSCRIBEs and one nonce PING in ONE
+        // pipeline: one round trip, and a refusal (an ACL) cannot be dropped
+        // unseen, since the PING waits for a reply when it arrives (a plain
+        // PING sent after the SUBSCRIBEs could get PONG after a refusal had
+        // been dropped, and count a denied channel confirmed: found in
+        // review). If the batch is not confirmed, or in a cluster, each
+        // channel is confirmed by its own nonce PING (in a cluster on its
+        // own node), as a waiter subscribes; a failure skips that channel
+        // only (its waiters subscribe again themselves, polling meanwhile).
+        let batch = !self.clustered()
+            && !held.is_empty()
+            && self
+                .subscribe_batch(held.iter().map(|(channel, ..)| *channel))
+                .await
+                .is_ok();
+        let mut resubscribed = Vec::new();
+        for (channel, entry, _sub) in &held {
+            let outcome = if batch {
+                Ok(())
+            } else {
+                self.subscribe_confirmed(channel).await
+            };
             match outcome {
                 Ok(()) => {
-                    self.record_node(&channel, &entry);
-                    resubscribed.push(entry.clone());
+                    self.record_node(channel, entry);
+                    resubscribed.push(Arc::clone(entry));
                 }
                 Err(e) => {
                     entry.estimate().failed_at = Some(Instant::now());
@@ -670,6 +710,7 @@ impl Registry {
                 }
             }
         }
+        drop(held);
         if !resubscribed.is_empty() {
             match self.same_connection(&connection) {
                 Ok(()) => {

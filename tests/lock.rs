@@ -1127,6 +1127,81 @@ async fn a_denied_channel_stays_unconfirmed_after_a_subscriber_reconnect() {
     }
 }
 
+/// After the subscriber connection is killed, every channel its waiters
+/// want is subscribed again in one pipeline behind one nonce PING (one round
+/// trip, not one per channel), and every waiter is woken by its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_resubscribes_every_channel_in_one_round_trip() {
+    const KEYS: usize = 20;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let holder = client(&server).await;
+    let waiting = client(&server).await;
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("many:{i}")).collect();
+    let mut held = Vec::new();
+    for k in &keys {
+        held.push(
+            holder
+                .lock_with(k, LockOptions::default().lease(Duration::from_secs(30)))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut waiters = Vec::new();
+    for k in &keys {
+        let (w, k) = (waiting.clone(), k.clone());
+        waiters.push(tokio::spawn(async move {
+            w.lock_with(&k, LockOptions::default().wait(Duration::from_secs(10)))
+                .await
+        }));
+    }
+    let pattern = "*{many:*".to_owned();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            support::channels(&admin, &pattern).await.len() == KEYS
+        })
+        .await
+    );
+    let before = command_calls(&admin).await;
+    let _: Value = admin
+        .custom(
+            CustomCommand::new_static("CLIENT", None, false),
+            vec!["KILL", "TYPE", "pubsub"],
+        )
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            support::channels(&admin, &pattern).await.len() == KEYS
+        })
+        .await,
+        "not every channel came back"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = command_calls(&admin).await;
+    let (subscribes, pings) = (
+        delta(&before, &after, "subscribe"),
+        delta(&before, &after, "ping"),
+    );
+    println!("resubscription of {KEYS} channels: {subscribes} SUBSCRIBE, {pings} PING");
+    assert_eq!(subscribes, KEYS as u64);
+    // One PING confirms them all; fred sends one when it connects, and a
+    // heartbeat may add one. One per channel would be 20 more.
+    assert!(pings <= 3, "{pings} PINGs for {KEYS} channels");
+    let released = Instant::now();
+    for g in held {
+        g.release().await.unwrap();
+    }
+    for w in waiters {
+        w.await.unwrap().unwrap().release().await.unwrap();
+    }
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        released.elapsed()
+    );
+}
+
 /// A sleeper bounded by an old, long lease learns from another local waiter
 /// that the current holder's lease is shorter, and takes the lock when that
 /// one ends instead of when the old one would have.
