@@ -68,10 +68,11 @@ impl LockClient {
     ///   out of range, before anything is sent;
     /// * [`Error::Timeout`] when the wait limit passes first;
     /// * [`Error::NotReplicated`] when fewer replicas than
-    ///   [`LockOptions::min_replicas`] asked for acknowledged in time (the
-    ///   lock was released, or, if even that failed, expires with its
-    ///   lease), and [`Error::LockLost`] when the lock was gone before the
-    ///   replicas could be asked;
+    ///   [`LockOptions::min_replicas`] asked for acknowledged in time, or
+    ///   (with 0 acknowledged) when the acknowledgement could not be
+    ///   attributed to this lock: the connection changed before `WAIT`, or
+    ///   the server it reached did not hold this acquisition. The lock was
+    ///   released (or, if even that failed, expires with its lease);
     /// * [`Error::Redis`] for a connection error or a command timeout, and
     ///   [`Error::UnexpectedReply`] when the key holds something relaylock
     ///   did not write. A waiter does not retry errors: retry the call.
@@ -110,10 +111,11 @@ impl LockClient {
     ///   out of range, before anything is sent;
     /// * [`Error::Timeout`] when the wait limit passes first;
     /// * [`Error::NotReplicated`] when fewer replicas than
-    ///   [`LockOptions::min_replicas`] asked for acknowledged in time (the
-    ///   lock was released, or, if even that failed, expires with its
-    ///   lease), and [`Error::LockLost`] when the lock was gone before the
-    ///   replicas could be asked;
+    ///   [`LockOptions::min_replicas`] asked for acknowledged in time, or
+    ///   (with 0 acknowledged) when the acknowledgement could not be
+    ///   attributed to this lock: the connection changed before `WAIT`, or
+    ///   the server it reached did not hold this acquisition. The lock was
+    ///   released (or, if even that failed, expires with its lease);
     /// * [`Error::Redis`] for a connection error or a command timeout, and
     ///   [`Error::UnexpectedReply`] when the key holds something relaylock
     ///   did not write. A waiter does not retry errors: retry the call.

@@ -36,12 +36,13 @@ pub enum Error {
     InvalidArgument(String),
     /// Fewer replicas than
     /// [`LockOptions::min_replicas`](crate::LockOptions::min_replicas) asked
-    /// for acknowledged the acquisition in time, or the connection changed
-    /// between the lock's write and `WAIT` (a reconnect or a failover; then
-    /// `acked` is 0: an acknowledgement that may be another server's is not
-    /// counted). The lock was released (or, if even that failed, expires
-    /// with its lease).
-    #[error("only {acked} of {required} replicas acknowledged the lock in time (0 when the connection changed before WAIT); it was released")]
+    /// for acknowledged the acquisition in time. `acked` is 0 also when an
+    /// acknowledgement could not be attributed to this lock: the connection
+    /// changed between the lock's write and `WAIT` (a reconnect or a
+    /// failover: the count could be another server's), or the server that
+    /// connection reached did not hold this acquisition. The lock was
+    /// released (or, if even that failed, expires with its lease).
+    #[error("only {acked} of {required} replicas acknowledged the lock in time (0 also when the acknowledgement could not be attributed to this lock); it was released")]
     NotReplicated {
         /// Replicas that acknowledged.
         acked: u32,

@@ -184,6 +184,11 @@ impl LockGuard {
     /// round trip: not found lost, and the last confirmed lease (from
     /// acquisition, renewal or `extend`) has not run out by this process's
     /// clock, minus a safety margin of a tenth of the lease (at most 1 s).
+    /// After an `extend` whose command may still reach Redis late (see
+    /// [`extend`](Self::extend)), no confirmed lease counts longer than
+    /// that extend's, for the rest of the guard's life: a fixed-lease guard
+    /// extended further afterwards reports the lock lost when that shorter
+    /// lease runs out.
     ///
     /// `true` is a local belief: a process paused past its lease learns
     /// otherwise only when it runs again. Fence the resource with

@@ -113,8 +113,9 @@ impl LockOptions {
     /// [`Error::NotReplicated`](crate::Error::NotReplicated), so a failover
     /// right after acquisition cannot silently drop a lock that was reported
     /// taken. An acknowledgement is only counted from the connection that
-    /// wrote the lock: if it reconnected in between, the call fails the same
-    /// way, with 0 acknowledged. If `WAIT` itself fails (a connection error),
+    /// wrote the lock, on a server that holds this acquisition: otherwise
+    /// (a reconnect or failover in between) the call fails the same way,
+    /// with 0 acknowledged. If `WAIT` itself fails (a connection error),
     /// the lock is released too and the call returns that error.
     /// `replicas` must be at least 1, `timeout` at least 1 ms and at
     /// most half the lock's lease (the lease runs while `WAIT` waits).

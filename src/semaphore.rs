@@ -132,7 +132,7 @@ impl Semaphore {
     ///   0, more permits than the limit, or a lease out of range, before
     ///   anything is sent;
     /// * [`Error::Timeout`] when the wait limit passes first;
-    /// * [`Error::NotReplicated`] and [`Error::LockLost`] with
+    /// * [`Error::NotReplicated`] with
     ///   [`min_replicas`](SemaphoreOptions::min_replicas), as for
     ///   [`LockClient::lock_with`](crate::LockClient::lock_with);
     /// * [`Error::Redis`] for a connection error or a command timeout, and
