@@ -259,6 +259,72 @@ fn stray_extend() {
     );
 }
 
+/// A stray shortening `extend` (as in [`stray_extend`]), then a clean,
+/// longer `extend` of the same guard racing a renewal round, while the
+/// network delivers the stray copy at any moment: the longer extend's
+/// confirmation must not count past the stray lease.
+fn stray_then_longer_extend() {
+    let ms = Duration::from_millis;
+    let (t0, record, redis) = start();
+    {
+        let sent = redis.lock().unwrap().tick();
+        let generation = record.extending(sent, ms(SHORT));
+        redis.lock().unwrap().stray = Some(Cmd::Extend(SHORT));
+        let at = redis.lock().unwrap().tick();
+        record.extend_ended(generation, at, Some(ms(SHORT)));
+    }
+    let longer = {
+        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
+        thread::spawn(move || {
+            let sent = redis.lock().unwrap().tick();
+            let generation = record.extending(sent, ms(5_000));
+            let id = redis.lock().unwrap().send(Cmd::Extend(5_000));
+            redis.lock().unwrap().run_until(Some(id), &record);
+            let at = redis.lock().unwrap().tick();
+            record.extend_ended(generation, at, None);
+            record.extended(generation, sent, ms(5_000));
+            redis.lock().unwrap().check(&record);
+        })
+    };
+    let renewal = {
+        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
+        thread::spawn(move || {
+            let planned = record.snapshot();
+            let sent = redis.lock().unwrap().tick();
+            let renew_ms = planned.renew_with.as_millis() as u64;
+            let id = redis.lock().unwrap().send(Cmd::Renew(renew_ms));
+            redis.lock().unwrap().run_until(Some(id), &record);
+            record.renewed(planned.generation, sent, planned.renew_with);
+            redis.lock().unwrap().check(&record);
+        })
+    };
+    let network = {
+        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
+        thread::spawn(move || redis.lock().unwrap().deliver_stray(&record))
+    };
+    longer.join().unwrap();
+    renewal.join().unwrap();
+    network.join().unwrap();
+    let mut redis = redis.lock().unwrap();
+    redis.deliver_stray(&record);
+    redis.run_until(None, &record);
+    let s = record.snapshot();
+    assert!(
+        s.sent + s.lease <= t0 + ms(redis.expires),
+        "the record says {:?} past t0, Redis {} ms",
+        s.sent + s.lease - t0,
+        redis.expires
+    );
+}
+
+#[test]
+fn a_stray_extend_then_a_longer_one_vs_a_renewal() {
+    explore(
+        "stray extend, then a longer extend vs renewal",
+        stray_then_longer_extend,
+    );
+}
+
 #[test]
 fn a_stray_shortening_extend_vs_renewals() {
     explore(
