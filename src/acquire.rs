@@ -404,7 +404,13 @@ impl<'a> LockCall<'a> {
         let renewed = self
             .inner
             .calls
-            .confirm_lease(conn, names, &self.token, fence, self.lease_ms)
+            .confirm_lease(
+                conn,
+                names,
+                &self.token,
+                (self.held_permits(), fence),
+                self.lease_ms,
+            )
             .await?;
         if renewed != [1] {
             return Err(Error::NotReplicated { acked: 0, required });

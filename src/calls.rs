@@ -338,7 +338,7 @@ impl Calls {
                 token,
                 lease_ms,
             };
-            return self.sem_renew(conn, &[item], false).await;
+            return self.sem_renew(conn, &[item], "0").await;
         }
         self.script(conn, &self.scripts.renew, || {
             let args: Vec<Value> = vec![
@@ -351,21 +351,30 @@ impl Calls {
         .await
     }
 
-    /// The write a `min_replicas` check waits for, on `conn`: renew the lock
-    /// only if its head is exactly `token:fence`, to at least `lease_ms` and
-    /// never shorter ([`RENEW`](crate::scripts::RENEW) mode `'2'`). A
-    /// semaphore or read-write hold: an exact renewal, as `set_lease`. One
-    /// code, `[1]` renewed.
+    /// The write a `min_replicas` check waits for, on `conn`: renew the hold
+    /// only if it is exactly this acquisition's (a lock's head
+    /// `token:fence`; a semaphore or read-write hold's facts `permits:fence`),
+    /// to at least `lease_ms` and never shorter, always writing
+    /// ([`RENEW`](crate::scripts::RENEW) and
+    /// [`SEM_RENEW`](crate::scripts::SEM_RENEW) mode `'2'`). One code, `[1]`
+    /// renewed.
     pub(crate) async fn confirm_lease(
         &self,
         conn: &Client,
         names: &Names,
         token: &str,
-        fence: u64,
+        (permits, fence): (u32, u64),
         lease_ms: u64,
     ) -> Result<Vec<i64>> {
         if names.kind.counted() {
-            return self.set_lease(conn, names, token, lease_ms).await;
+            let hold = format!("{token}|{permits}:{fence}");
+            let item = RenewItem {
+                lock: &names.lock,
+                kind: names.kind,
+                token: &hold,
+                lease_ms,
+            };
+            return self.sem_renew(conn, &[item], "2").await;
         }
         let head = format!("{token}:{fence}");
         self.script(conn, &self.scripts.renew, || {
@@ -384,7 +393,7 @@ impl Calls {
     /// All items must be of one kind (the watchdog's chunks are).
     pub(crate) async fn renew(&self, batch: &[RenewItem<'_>]) -> Result<Vec<i64>> {
         if batch.first().is_some_and(|r| r.kind.counted()) {
-            return self.sem_renew(&self.redis, batch, true).await;
+            return self.sem_renew(&self.redis, batch, "1").await;
         }
         self.script(&self.redis, &self.scripts.renew, || {
             let mut keys: Vec<&str> = Vec::with_capacity(batch.len());
@@ -402,18 +411,20 @@ impl Calls {
     }
 
     /// One [`SEM_RENEW`](crate::scripts::SEM_RENEW) call for semaphore
-    /// holds (all in one slot, in a cluster): one code per hold.
+    /// holds (all in one slot, in a cluster): one code per hold. `mode`:
+    /// `"0"` exact, `"1"` grow-only, `"2"` the `min_replicas` write (the
+    /// items' tokens then carry `|<n>:<fence>`).
     async fn sem_renew(
         &self,
         conn: &Client,
         batch: &[RenewItem<'_>],
-        grow_only: bool,
+        mode: &'static str,
     ) -> Result<Vec<i64>> {
         let side: Vec<(String, String)> = batch.iter().map(|r| Names::side_of(r.lock)).collect();
         self.script(conn, &self.scripts.sem_renew, || {
             let mut keys: Vec<&str> = Vec::with_capacity(batch.len() * 3);
             let mut args: Vec<Value> = Vec::with_capacity(batch.len() * 2 + 2);
-            args.push(if grow_only { "1" } else { "0" }.into());
+            args.push(mode.into());
             args.push((self.side_retention_ms as i64).into());
             for (r, (holds, facts)) in batch.iter().zip(&side) {
                 keys.extend([r.lock, holds.as_str(), facts.as_str()]);

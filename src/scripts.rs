@@ -956,13 +956,21 @@ return {0, fits()}
 /// client in one call) and `extend` (one).
 ///
 /// KEYS: `[meta, holds, facts]` per hold (in Redis Cluster all in one
-/// slot). ARGV: `[grow_only, retention_ms]`, then `token, lease_ms` per hold.
+/// slot). ARGV: `[mode, retention_ms]`, then `token, lease_ms` per hold.
 /// For each hold: if its token's entry exists and has not expired by the
-/// server clock, set its expiry to `now + lease_ms` (with `grow_only ==
-/// '1'`, only if that is later), raise each of its names' TTL to at least
-/// `lease_ms + retention_ms`, and reply `1`. Otherwise `0`: the hold is gone
-/// or expired, its permits are free (a renewal never brings one back). One
-/// code per hold, in order. Repeating a call is harmless.
+/// server clock, set its expiry to `now + lease_ms` (mode `'0'`, exact;
+/// with `'1'`, grow-only: only if that is later), raise each of its names'
+/// TTL to at least `lease_ms + retention_ms`, and reply `1`. Otherwise `0`:
+/// the hold is gone or expired, its permits are free (a renewal never brings
+/// one back). One code per hold, in order. Repeating a call is harmless.
+///
+/// Mode `'2'` is the write a `min_replicas` check waits for (as
+/// [`RENEW`]'s): `token` is `<token>|<n>:<fence>` and the hold's facts entry
+/// must equal `<n>:<fence>` (an acquire fred replayed on another server
+/// holds the same token with another fence there); the expiry becomes at
+/// least `now + lease_ms`, never earlier; and each name's TTL is set to at
+/// least `lease_ms + retention_ms` and never shorter, always with a
+/// `PEXPIRE`, so the call always writes.
 pub const SEM_RENEW: &str = r#"
 if #KEYS % 3 ~= 0 or #ARGV ~= 2 + 2 * (#KEYS / 3) then
   return redis.error_reply('relaylock: three names and two arguments per hold')
@@ -975,15 +983,33 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local retention = tonumber(ARGV[2])
+local mode = ARGV[1]
 local out = {}
 for h = 1, #KEYS / 3 do
   local k, token, lease = 3 * (h - 1), ARGV[1 + 2 * h], tonumber(ARGV[2 + 2 * h])
+  local fact = nil
+  if mode == '2' then
+    local bar = string.find(token, '|', 1, true)
+    fact = ''
+    if bar then token, fact = string.sub(token, 1, bar - 1), string.sub(token, bar + 1) end
+  end
   local score = redis.call('ZSCORE', KEYS[k + 2], token)
-  if not score or tonumber(score) <= now then
+  if not score or tonumber(score) <= now or (fact and redis.call('HGET', KEYS[k + 3], token) ~= fact) then
     out[h] = 0
+  elseif mode == '2' then
+    local want = now + lease
+    if tonumber(score) > want then want = tonumber(score) end
+    redis.call('ZADD', KEYS[k + 2], 'XX', want, token)
+    for i = 1, 3 do
+      local p = redis.call('PTTL', KEYS[k + i])
+      local keep = lease + retention
+      if p >= keep then keep = p + 1 end
+      redis.call('PEXPIRE', KEYS[k + i], keep)
+    end
+    out[h] = 1
   else
     local want = now + lease
-    if ARGV[1] ~= '1' or tonumber(score) < want then
+    if mode ~= '1' or tonumber(score) < want then
       redis.call('ZADD', KEYS[k + 2], 'XX', want, token)
       for i = 1, 3 do
         local p = redis.call('PTTL', KEYS[k + i])

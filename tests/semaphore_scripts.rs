@@ -385,6 +385,75 @@ async fn renewals_extend_live_holds_only() {
     assert!(bad.is_err());
 }
 
+/// Mode `'2'`, the write a `min_replicas` check waits for: it renews only
+/// the hold whose facts are exactly `<n>:<fence>` (the same token with
+/// another fence, or other permits, is not this acquisition), never moves
+/// its expiry or its names' TTLs earlier, and always writes.
+#[tokio::test]
+async fn the_replica_check_write_matches_the_facts_and_never_shortens() {
+    let (_server, s) = sem().await;
+    let confirm = |hold: String, lease: u64| {
+        let admin = s.admin.clone();
+        async move {
+            let args: Vec<String> = vec![
+                "2".into(),
+                SIDE_RETENTION_MS.to_string(),
+                hold,
+                lease.to_string(),
+            ];
+            admin
+                .eval::<Vec<i64>, _, _, _>(SEM_RENEW, keys("h")[..3].to_vec(), args)
+                .await
+                .unwrap()
+        }
+    };
+    let got = s.acquire("h", 2, 3, 30_000, "").await;
+    assert_eq!(got[0], 1);
+    let fence = got[1];
+    let expiry = |admin: Client| async move {
+        admin
+            .zscore::<f64, _, _>(format!("{META}:h"), "h")
+            .await
+            .unwrap()
+    };
+    let before = expiry(s.admin.clone()).await;
+    let pttl_before: i64 = s.admin.pttl(META).await.unwrap();
+    let calls = |admin: Client| async move { support::command_calls(&admin).await };
+    let c0 = calls(s.admin.clone()).await;
+    assert_eq!(confirm(format!("h|2:{fence}"), 1_000).await, [1]);
+    let c1 = calls(s.admin.clone()).await;
+    assert!(support::delta(&c0, &c1, "pexpire") >= 1, "it always writes");
+    assert!(expiry(s.admin.clone()).await >= before, "never earlier");
+    let pttl_after: i64 = s.admin.pttl(META).await.unwrap();
+    assert!(
+        pttl_after >= pttl_before - 50,
+        "{pttl_before} -> {pttl_after}"
+    );
+    assert_eq!(confirm(format!("h|2:{fence}"), 60_000).await, [1]);
+    assert!(
+        expiry(s.admin.clone()).await >= before + 29_000.0,
+        "at least the lease"
+    );
+
+    assert_eq!(
+        confirm(format!("h|2:{}", fence + 1), 60_000).await,
+        [0],
+        "another fence"
+    );
+    assert_eq!(
+        confirm(format!("h|1:{fence}"), 60_000).await,
+        [0],
+        "other permits"
+    );
+    assert_eq!(confirm("h".to_owned(), 60_000).await, [0], "no facts given");
+    assert_eq!(s.release("h", Some(fence), "").await[0], 1);
+    assert_eq!(
+        confirm(format!("h|2:{fence}"), 60_000).await,
+        [0],
+        "released"
+    );
+}
+
 /// The releasing client's own queue entry is served in its turn like any
 /// other, without a message: the release reserves for it and says so
 /// (`fits` 3: reserved, and nobody else queued; 1: reserved, others

@@ -617,6 +617,88 @@ async fn a_late_copy_of_a_shortening_extend_never_leaves_the_guard_overconfident
     g.release().await.unwrap();
 }
 
+/// `min_replicas` for a semaphore's permits and a read-write lock's read and
+/// write holds, against a real replica: acknowledged while it runs; frozen,
+/// each fails with `NotReplicated` and leaves its permits free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_covers_permits_and_read_write_holds() {
+    let primary = RedisServer::try_start(&["--repl-diskless-sync-delay", "0"]).unwrap();
+    let replica = RedisServer::start_replica_of(&primary);
+    let admin = primary.admin().await;
+    let _: () = admin.set("warm", "1", None, None, false).await.unwrap();
+    let acked: i64 = admin
+        .custom(
+            fred::types::CustomCommand::new_static("WAIT", None, true),
+            vec![1, 5000],
+        )
+        .await
+        .unwrap();
+    assert_eq!(acked, 1);
+    let lock = client(&primary, Duration::from_secs(30)).await;
+    let wait = |ms| Duration::from_millis(ms);
+    let sem = lock.semaphore("pool", 3);
+    let sem_opts = |ms| {
+        relaylock::SemaphoreOptions::default()
+            .permits(2)
+            .min_replicas(1, wait(ms))
+    };
+    let rw = lock.rw_lock("doc");
+    let rw_opts = |ms| LockOptions::default().min_replicas(1, wait(ms));
+
+    sem.acquire_with(sem_opts(2000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    rw.read_with(rw_opts(2000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    rw.write_with(rw_opts(2000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    replica.pause();
+    let refused = |r: &relaylock::Error| {
+        matches!(
+            r,
+            Error::NotReplicated {
+                acked: 0,
+                required: 1
+            }
+        )
+    };
+    let e = sem.acquire_with(sem_opts(300)).await.unwrap_err();
+    assert!(refused(&e), "{e:?}");
+    let e = rw.read_with(rw_opts(300)).await.unwrap_err();
+    assert!(refused(&e), "{e:?}");
+    let e = rw.write_with(rw_opts(300)).await.unwrap_err();
+    assert!(refused(&e), "{e:?}");
+    replica.resume();
+    // Nothing was left held: all 3 permits, and the write lock, are free.
+    let all = sem
+        .acquire_with(
+            relaylock::SemaphoreOptions::default()
+                .permits(3)
+                .wait(wait(1000)),
+        )
+        .await
+        .unwrap();
+    all.release().await.unwrap();
+    rw.write_with(LockOptions::default().wait(wait(1000)))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// `RENEW`'s mode `'2'`, the write a `min_replicas` check waits for: it
 /// renews only the exact head `<token>:<fence>` (an acquisition fred
 /// replayed on another server has the same token with another fence there),
