@@ -333,12 +333,13 @@ impl<'a> LockCall<'a> {
     /// connection, and it blocks that connection. So it runs on a connection
     /// of the replica pool, checked out for this call alone, after a write on
     /// that same connection: a renewal of this acquisition's exact head
-    /// (which also proves that server has it). Replication is one ordered stream per primary, and that
-    /// renewal was sent after the acquire's reply arrived, so a replica that
-    /// acknowledged it has the lock too. If fred opened a new connection
-    /// between the renewal and `WAIT` (a reconnect, a failover), the count
-    /// may be another server's: the call fails with `NotReplicated` (0
-    /// acknowledged), see `crate::replica_pool`.
+    /// (which also proves that server has it). Replication is one ordered
+    /// stream per primary, and that renewal was sent after the acquire's
+    /// reply arrived, so a replica that acknowledged it has the lock too. If
+    /// fred opened a new connection between the renewal and `WAIT` (a
+    /// reconnect, a failover), the count may be another server's: the call
+    /// fails with `NotReplicated` (0 acknowledged), see `crate::replica_pool`
+    /// and `crate::conn_watch`.
     ///
     /// Dropped at any await point, it releases the lock in the background:
     /// no guard exists yet to do it.
