@@ -714,16 +714,6 @@ async fn task(ctx: Arc<Ctx>, c: usize, t: usize, mut rng: Rng) -> Report {
     r
 }
 
-async fn client_kill_pubsub(admin: &Client) {
-    let _: Value = admin
-        .custom(
-            CustomCommand::new_static("CLIENT", None, false),
-            vec!["KILL", "TYPE", "pubsub"],
-        )
-        .await
-        .unwrap();
-}
-
 /// What is left under `prefix` that should not be: any key without a TTL;
 /// any key but a void marker, the queue-times record or a free lock (a tombstone, or a lapsed
 /// reservation) with nobody queued; and any subscribed channel.
@@ -833,7 +823,7 @@ async fn stress(name: &str, seed_mix: u64, faults: Faults) {
                 if Instant::now() >= until {
                     return kills;
                 }
-                client_kill_pubsub(&admin).await;
+                support::client_kill(&admin, &["TYPE", "pubsub"]).await;
                 kills += 1;
             }
         })

@@ -231,14 +231,7 @@ async fn a_failover_during_contention_loses_no_waiter() {
     let keys: Vec<String> = (0..6).map(|i| format!("hot:{i}")).collect();
     let admin = cluster.nodes[0].admin().await;
     let owner = owner_port(&admin, redis_keyslot(lock.redis_key(&keys[0]).as_bytes())).await;
-    // Its replica: the node whose INFO replication names the owner's port.
-    let mut replica = None;
-    for n in &cluster.nodes {
-        if n.info_has("replication", &format!("master_port:{owner}")) {
-            replica = Some(n);
-        }
-    }
-    let replica = replica.expect("the owner has a replica");
+    let replica = cluster.replica_of(owner).expect("the owner has a replica");
 
     let until = Instant::now() + Duration::from_secs(5);
     let waits: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
@@ -696,13 +689,6 @@ async fn min_replicas_waits_on_the_owning_shard() {
     for key in &keys {
         owners.push(owner_port(&admin, redis_keyslot(lock.redis_key(key).as_bytes())).await);
     }
-    let replica_of = |owner: u16| {
-        cluster
-            .nodes
-            .iter()
-            .find(|n| n.info_has("replication", &format!("master_port:{owner}")))
-            .expect("every primary has a replica")
-    };
     let opts = |ms| {
         LockOptions::default()
             .lease(Duration::from_secs(30))
@@ -721,7 +707,9 @@ async fn min_replicas_waits_on_the_owning_shard() {
     }
 
     let frozen_owner = owners[0];
-    let frozen = replica_of(frozen_owner);
+    let frozen = cluster
+        .replica_of(frozen_owner)
+        .expect("every primary has a replica");
     frozen.pause();
     let (mut refused, mut acknowledged) = (0, 0);
     for (key, owner) in keys.iter().zip(&owners) {

@@ -415,14 +415,8 @@ async fn a_failed_unsubscribe_is_tried_again() {
 async fn a_degraded_keys_polling_role_survives_a_waiter_timing_out() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
     let holder_client = client(&server).await;
-    let port = server.port;
-    let limited = LockClient::builder()
-        .url(format!("redis://nosub:pw@127.0.0.1:{port}"))
-        .build()
-        .await
-        .unwrap();
+    let limited = support::channel_denied_client(&admin, &server).await;
     let mut stranded = 0;
     let rounds = 4;
     for round in 0..rounds {
@@ -494,13 +488,8 @@ async fn a_degraded_keys_polling_role_survives_a_waiter_timing_out() {
 async fn no_denied_channel_counts_as_subscribed_when_keys_subscribe_at_once() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
     let holder_client = client(&server).await;
-    let limited = LockClient::builder()
-        .url(format!("redis://nosub:pw@127.0.0.1:{}", server.port))
-        .build()
-        .await
-        .unwrap();
+    let limited = support::channel_denied_client(&admin, &server).await;
     let keys: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
     let mut holders = Vec::new();
     for key in &keys {

@@ -212,16 +212,6 @@ fn assert_safe(name: &str, t: Totals) {
     assert_eq!(t.stale, 0, "{name}: a stale holder wrote: {t:?}");
 }
 
-async fn client_kill(admin: &Client, kind: &str) {
-    let _: Value = admin
-        .custom(
-            CustomCommand::new_static("CLIENT", None, false),
-            vec!["KILL", "TYPE", kind],
-        )
-        .await
-        .unwrap();
-}
-
 const CHILD_ENV: &str = "RELAYLOCK_FAULT_CHILD";
 
 /// A holder process SIGKILLed while holding: the next waiter gets the lock
@@ -338,7 +328,8 @@ async fn client_kill_during_contention_breaks_nothing() {
             let until = Instant::now() + Duration::from_secs(3);
             while Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                client_kill(&admin, if kills % 2 == 0 { "pubsub" } else { "normal" }).await;
+                let kind = if kills % 2 == 0 { "pubsub" } else { "normal" };
+                support::client_kill(&admin, &["TYPE", kind]).await;
                 kills += 1;
             }
             kills

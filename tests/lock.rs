@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use fred::types::CustomCommand;
 use relaylock::{Error, LockClient, LockOptions};
 use support::{command_calls, delta, eventually, Admin, RedisServer};
 
@@ -360,13 +359,7 @@ async fn lost_notification_after_subscriber_kill() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     let start = Instant::now();
-    let killed: i64 = admin
-        .custom(
-            CustomCommand::new_static("CLIENT", None, false),
-            vec!["KILL", "TYPE", "pubsub"],
-        )
-        .await
-        .unwrap();
+    let killed = support::client_kill(&admin, &["TYPE", "pubsub"]).await;
     assert!(killed >= 1);
     holder.release().await.unwrap(); // published while the subscriber is down
     for t in tasks {
@@ -1034,14 +1027,8 @@ async fn abandoned_acquisition_can_never_succeed_later() {
 async fn waiters_poll_when_subscribing_is_denied() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
     let holder_client = client(&server).await;
-    let port = server.port;
-    let limited = LockClient::builder()
-        .url(format!("redis://nosub:pw@127.0.0.1:{port}"))
-        .build()
-        .await
-        .unwrap();
+    let limited = support::channel_denied_client(&admin, &server).await;
     for round in 0..3 {
         let holder = holder_client
             .lock_with("k", LockOptions::default().lease(Duration::from_secs(6)))
@@ -1081,13 +1068,8 @@ async fn waiters_poll_when_subscribing_is_denied() {
 async fn a_denied_channel_stays_unconfirmed_after_a_subscriber_reconnect() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
     let holder_client = client(&server).await;
-    let limited = LockClient::builder()
-        .url(format!("redis://nosub:pw@127.0.0.1:{}", server.port))
-        .build()
-        .await
-        .unwrap();
+    let limited = support::channel_denied_client(&admin, &server).await;
     for round in 0..3 {
         let holder = holder_client
             .lock_with("k", LockOptions::default().lease(Duration::from_secs(6)))
@@ -1106,13 +1088,7 @@ async fn a_denied_channel_stays_unconfirmed_after_a_subscriber_reconnect() {
         // Kill the limited client's connections (its subscriber is not in
         // pub/sub mode: every SUBSCRIBE was refused), and give the reconnect
         // and resubscription time to finish.
-        let _: Value = admin
-            .custom(
-                CustomCommand::new_static("CLIENT", None, false),
-                vec!["KILL", "USER", "nosub"],
-            )
-            .await
-            .unwrap();
+        support::client_kill(&admin, &["USER", "nosub"]).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let released = Instant::now();
         holder.release().await.unwrap();
@@ -1163,13 +1139,7 @@ async fn a_reconnect_resubscribes_every_channel_in_one_round_trip() {
         .await
     );
     let before = command_calls(&admin).await;
-    let _: Value = admin
-        .custom(
-            CustomCommand::new_static("CLIENT", None, false),
-            vec!["KILL", "TYPE", "pubsub"],
-        )
-        .await
-        .unwrap();
+    support::client_kill(&admin, &["TYPE", "pubsub"]).await;
     assert!(
         eventually(Duration::from_secs(5), || async {
             support::channels(&admin, &pattern).await.len() == KEYS

@@ -123,18 +123,13 @@ async fn a_degraded_key_costs_the_same_whatever_its_number_of_waiters() {
     let _one = ONE_AT_A_TIME.lock().await;
     let server = RedisServer::start();
     let admin = server.admin().await;
-    support::acl_user(&admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
     let holder_client = LockClient::builder()
         .url(server.url())
         .default_lease(Duration::from_millis(900))
         .build()
         .await
         .unwrap();
-    let limited = LockClient::builder()
-        .url(format!("redis://nosub:pw@127.0.0.1:{}", server.port))
-        .build()
-        .await
-        .unwrap();
+    let limited = support::channel_denied_client(&admin, &server).await;
     // Held throughout, renewed by the watchdog.
     let holder = holder_client.lock("k").await.unwrap();
     let (cpu_few, subs_few, calls_few) = degraded_cost(&server, &admin, &limited, 10).await;

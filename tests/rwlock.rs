@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fred::interfaces::ClientLike;
 use futures::future::Either;
 use relaylock::{Error, LockClient, LockOptions};
 use support::ledger::Ledger;
@@ -496,13 +495,7 @@ async fn client_kills_and_server_pauses_break_nothing() {
             for i in 0..5 {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 let kind = if i % 2 == 0 { "pubsub" } else { "normal" };
-                let _: fred::types::Value = admin
-                    .custom(
-                        fred::types::CustomCommand::new_static("CLIENT", None, false),
-                        vec!["KILL", "TYPE", kind],
-                    )
-                    .await
-                    .unwrap();
+                support::client_kill(&admin, &["TYPE", kind]).await;
             }
             for _ in 0..2 {
                 tokio::time::sleep(Duration::from_millis(300)).await;

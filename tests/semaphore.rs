@@ -782,13 +782,7 @@ async fn client_kills_during_contention_break_nothing() {
         while Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let kind = if kills % 2 == 0 { "pubsub" } else { "normal" };
-            let _: fred::types::Value = admin
-                .custom(
-                    fred::types::CustomCommand::new_static("CLIENT", None, false),
-                    vec!["KILL", "TYPE", kind],
-                )
-                .await
-                .unwrap();
+            support::client_kill(&admin, &["TYPE", kind]).await;
             kills += 1;
         }
         kills

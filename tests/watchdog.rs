@@ -625,15 +625,7 @@ async fn min_replicas_covers_permits_and_read_write_holds() {
     let primary = RedisServer::try_start(&["--repl-diskless-sync-delay", "0"]).unwrap();
     let replica = RedisServer::start_replica_of(&primary);
     let admin = primary.admin().await;
-    let _: () = admin.set("warm", "1", None, None, false).await.unwrap();
-    let acked: i64 = admin
-        .custom(
-            fred::types::CustomCommand::new_static("WAIT", None, true),
-            vec![1, 5000],
-        )
-        .await
-        .unwrap();
-    assert_eq!(acked, 1);
+    support::until_a_replica_acknowledges(&admin).await;
     let lock = client(&primary, Duration::from_secs(30)).await;
     let wait = |ms| Duration::from_millis(ms);
     let sem = lock.semaphore("pool", 3);
@@ -783,15 +775,7 @@ async fn min_replicas_does_not_count_a_wait_on_another_server() {
     let (first_admin, second_admin) = (first.admin().await, second.admin().await);
     // Both replicas are online and acknowledging before one is frozen.
     for admin in [&first_admin, &second_admin] {
-        let _: () = admin.set("warm", "1", None, None, false).await.unwrap();
-        let acked: i64 = admin
-            .custom(
-                fred::types::CustomCommand::new_static("WAIT", None, true),
-                vec![1, 5000],
-            )
-            .await
-            .unwrap();
-        assert_eq!(acked, 1);
+        support::until_a_replica_acknowledges(admin).await;
     }
     frozen.pause();
 

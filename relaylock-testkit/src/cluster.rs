@@ -68,6 +68,14 @@ impl RedisCluster {
         })
     }
 
+    /// The replica of the primary listening on `owner`: the node whose
+    /// `INFO replication` names that port as its master.
+    pub fn replica_of(&self, owner: u16) -> Option<&RedisServer> {
+        self.nodes
+            .iter()
+            .find(|n| n.info_has("replication", &format!("master_port:{owner}")))
+    }
+
     /// `redis-cluster://` URL naming every node.
     pub fn url(&self) -> String {
         let first = &self.nodes[0];

@@ -146,6 +146,44 @@ pub async fn acl_user(admin: &Client, name: &str, rules: &[&str]) {
 /// The password [`acl_user`] sets.
 pub const PASSWORD: &str = "pw";
 
+/// A relaylock client (relaylock's defaults) of the ACL user `nosub`,
+/// created here on `server`: every command and key, but no channel, so its
+/// SUBSCRIBEs are refused and its waiters poll.
+pub async fn channel_denied_client(admin: &Client, server: &RedisServer) -> relaylock::LockClient {
+    acl_user(admin, "nosub", &["~*", "resetchannels", "+@all"]).await;
+    relaylock::LockClient::builder()
+        .url(format!(
+            "redis://nosub:{PASSWORD}@127.0.0.1:{}",
+            server.port
+        ))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// `CLIENT KILL` with `filter` (for example `["TYPE", "pubsub"]` or
+/// `["USER", "nosub"]`): the number of connections closed.
+pub async fn client_kill(admin: &Client, filter: &[&str]) -> i64 {
+    let mut args = vec!["KILL"];
+    args.extend_from_slice(filter);
+    admin
+        .custom(CustomCommand::new_static("CLIENT", None, false), args)
+        .await
+        .unwrap()
+}
+
+/// Write through `admin` and `WAIT` (5 s at most) until one replica
+/// acknowledged it: the primary's replica is online and acknowledging.
+/// Panics if none does.
+pub async fn until_a_replica_acknowledges(admin: &Client) {
+    let _: () = admin.set("warm", "1", None, None, false).await.unwrap();
+    let acked: i64 = admin
+        .custom(CustomCommand::new_static("WAIT", None, true), vec![1, 5000])
+        .await
+        .unwrap();
+    assert_eq!(acked, 1, "no replica acknowledged within 5 s");
+}
+
 /// `INFO commandstats` as command name -> calls.
 pub async fn command_calls(admin: &Client) -> HashMap<String, u64> {
     command_stats(admin, |field| field("calls=")).await
