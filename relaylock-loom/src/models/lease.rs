@@ -103,8 +103,8 @@ impl Redis {
     }
 }
 
-/// A lock acquired at `t0` with the initial lease, its record, and Redis.
-fn start() -> (Instant, Arc<LeaseRecord>, Arc<Mutex<Redis>>) {
+/// A lock acquired now with the initial lease: its record, and Redis.
+fn start() -> (Arc<LeaseRecord>, Arc<Mutex<Redis>>) {
     let t0 = Instant::now();
     let record = Arc::new(LeaseRecord::new(t0, Duration::from_millis(INITIAL)));
     let redis = Arc::new(Mutex::new(Redis {
@@ -116,93 +116,95 @@ fn start() -> (Instant, Arc<LeaseRecord>, Arc<Mutex<Redis>>) {
         expires: INITIAL,
         stray: None,
     }));
-    (t0, record, redis)
+    (record, redis)
+}
+
+type Shared = (Arc<LeaseRecord>, Arc<Mutex<Redis>>);
+
+/// Run `f` on a thread of its own with clones of the record and Redis.
+fn spawn(
+    (record, redis): (&Arc<LeaseRecord>, &Arc<Mutex<Redis>>),
+    f: impl FnOnce(Shared) + Send + 'static,
+) -> thread::JoinHandle<()> {
+    let shared = (Arc::clone(record), Arc::clone(redis));
+    thread::spawn(move || f(shared))
+}
+
+/// An `extend(lease)` as `LockGuard::extend` runs it: lower the record,
+/// send, and (`completes`) await the reply and apply it; otherwise the
+/// future is dropped right after sending and the command runs later.
+fn extend((record, redis): Shared, lease: u64, completes: bool) {
+    let ms = Duration::from_millis;
+    let sent = redis.lock().unwrap().tick();
+    let generation = record.extending(sent, ms(lease));
+    let id = redis.lock().unwrap().send(Cmd::Extend(lease));
+    if completes {
+        redis.lock().unwrap().run_until(Some(id), &record);
+        let at = redis.lock().unwrap().tick();
+        record.extend_ended(generation, at, None);
+        record.extended(generation, sent, ms(lease));
+    } else {
+        let at = redis.lock().unwrap().tick();
+        record.extend_ended(generation, at, None);
+    }
+    redis.lock().unwrap().check(&record);
+}
+
+/// A shortening `extend` whose command went out on a connection fred then
+/// replaced: it is handed to the network (`Redis::stray`), and the guard
+/// reports it as stray.
+fn stray_extend_sent(record: &LeaseRecord, redis: &Mutex<Redis>) {
+    let sent = redis.lock().unwrap().tick();
+    let generation = record.extending(sent, Duration::from_millis(SHORT));
+    redis.lock().unwrap().stray = Some(Cmd::Extend(SHORT));
+    let at = redis.lock().unwrap().tick();
+    record.extend_ended(generation, at, Some(Duration::from_millis(SHORT)));
+}
+
+/// One watchdog round: read the record, send a grow-only renewal, await
+/// its reply, `renewed`.
+fn renewal_round(record: &LeaseRecord, redis: &Mutex<Redis>) {
+    let planned = record.snapshot();
+    let sent = redis.lock().unwrap().tick();
+    let renew_ms = planned.renew_with.as_millis() as u64;
+    let id = redis.lock().unwrap().send(Cmd::Renew(renew_ms));
+    redis.lock().unwrap().run_until(Some(id), record);
+    record.renewed(planned.generation, sent, planned.renew_with);
+    redis.lock().unwrap().check(record);
+}
+
+/// The end of a model: the stray copy, if still on its way, and every
+/// queued command run, the record still ends no later than Redis.
+fn finish(threads: Vec<thread::JoinHandle<()>>, record: &LeaseRecord, redis: &Mutex<Redis>) {
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut redis = redis.lock().unwrap();
+    redis.deliver_stray(record);
+    redis.run_until(None, record);
+    redis.check(record);
 }
 
 fn model(extend_completes: bool) {
-    let ms = Duration::from_millis;
-    let (t0, record, redis) = start();
-
-    let extend = {
-        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
-        thread::spawn(move || {
-            let sent = redis.lock().unwrap().tick();
-            let generation = record.extending(sent, ms(SHORT));
-            let id = redis.lock().unwrap().send(Cmd::Extend(SHORT));
-            if extend_completes {
-                redis.lock().unwrap().run_until(Some(id), &record);
-                let at = redis.lock().unwrap().tick();
-                record.extend_ended(generation, at, None);
-                record.extended(generation, sent, ms(SHORT));
-            } else {
-                let at = redis.lock().unwrap().tick();
-                record.extend_ended(generation, at, None);
-            }
-            redis.lock().unwrap().check(&record);
-        })
-    };
-    let renewal = {
-        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
-        thread::spawn(move || {
-            let planned = record.snapshot();
-            let sent = redis.lock().unwrap().tick();
-            let renew_ms = planned.renew_with.as_millis() as u64;
-            let id = redis.lock().unwrap().send(Cmd::Renew(renew_ms));
-            redis.lock().unwrap().run_until(Some(id), &record);
-            record.renewed(planned.generation, sent, planned.renew_with);
-            redis.lock().unwrap().check(&record);
-        })
-    };
-    extend.join().unwrap();
-    renewal.join().unwrap();
-
-    let mut redis = redis.lock().unwrap();
-    redis.run_until(None, &record);
-    let s = record.snapshot();
-    let recorded_end = s.sent + s.lease;
-    let real_end = t0 + ms(redis.expires);
-    assert!(
-        recorded_end <= real_end,
-        "the record says {:?} past t0, Redis {:?}",
-        recorded_end - t0,
-        real_end - t0
-    );
+    let (record, redis) = start();
+    let shared = (&record, &redis);
+    let threads = vec![
+        spawn(shared, move |s| extend(s, SHORT, extend_completes)),
+        spawn(shared, |(record, redis)| renewal_round(&record, &redis)),
+    ];
+    finish(threads, &record, &redis);
 }
 
 /// Two `extend` calls of one guard overlap (a shorter and a longer one);
 /// each is queued when its thread gets to it, so the older may run last
 /// (as after a NOSCRIPT reload).
 fn two_extends() {
-    let ms = Duration::from_millis;
-    let (t0, record, redis) = start();
-    let threads: Vec<_> = [SHORT, 5_000]
+    let (record, redis) = start();
+    let threads = [SHORT, 5_000]
         .into_iter()
-        .map(|lease| {
-            let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
-            thread::spawn(move || {
-                let sent = redis.lock().unwrap().tick();
-                let generation = record.extending(sent, ms(lease));
-                let id = redis.lock().unwrap().send(Cmd::Extend(lease));
-                redis.lock().unwrap().run_until(Some(id), &record);
-                let at = redis.lock().unwrap().tick();
-                record.extend_ended(generation, at, None);
-                record.extended(generation, sent, ms(lease));
-                redis.lock().unwrap().check(&record);
-            })
-        })
+        .map(|lease| spawn((&record, &redis), move |s| extend(s, lease, true)))
         .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    let mut redis = redis.lock().unwrap();
-    redis.run_until(None, &record);
-    let s = record.snapshot();
-    assert!(
-        s.sent + s.lease <= t0 + ms(redis.expires),
-        "the record says {:?} past t0, Redis {} ms",
-        s.sent + s.lease - t0,
-        redis.expires
-    );
+    finish(threads, &record, &redis);
 }
 
 /// A shortening `extend` whose command went out on a connection fred then
@@ -213,50 +215,23 @@ fn two_extends() {
 /// meanwhile, and the network delivers the copy whenever loom lets it (or
 /// at the end).
 fn stray_extend() {
-    let ms = Duration::from_millis;
-    let (t0, record, redis) = start();
-    let extend = {
-        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
-        thread::spawn(move || {
-            let sent = redis.lock().unwrap().tick();
-            let generation = record.extending(sent, ms(SHORT));
-            redis.lock().unwrap().stray = Some(Cmd::Extend(SHORT));
-            let at = redis.lock().unwrap().tick();
-            record.extend_ended(generation, at, Some(ms(SHORT)));
+    let (record, redis) = start();
+    let shared = (&record, &redis);
+    let threads = vec![
+        spawn(shared, |(record, redis)| {
+            stray_extend_sent(&record, &redis);
             redis.lock().unwrap().check(&record);
-        })
-    };
-    let renewals = {
-        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
-        thread::spawn(move || {
+        }),
+        spawn(shared, |(record, redis)| {
             for _ in 0..2 {
-                let planned = record.snapshot();
-                let sent = redis.lock().unwrap().tick();
-                let renew_ms = planned.renew_with.as_millis() as u64;
-                let id = redis.lock().unwrap().send(Cmd::Renew(renew_ms));
-                redis.lock().unwrap().run_until(Some(id), &record);
-                record.renewed(planned.generation, sent, planned.renew_with);
-                redis.lock().unwrap().check(&record);
+                renewal_round(&record, &redis);
             }
-        })
-    };
-    let network = {
-        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
-        thread::spawn(move || redis.lock().unwrap().deliver_stray(&record))
-    };
-    extend.join().unwrap();
-    renewals.join().unwrap();
-    network.join().unwrap();
-    let mut redis = redis.lock().unwrap();
-    redis.deliver_stray(&record);
-    redis.run_until(None, &record);
-    let s = record.snapshot();
-    assert!(
-        s.sent + s.lease <= t0 + ms(redis.expires),
-        "the record says {:?} past t0, Redis {} ms",
-        s.sent + s.lease - t0,
-        redis.expires
-    );
+        }),
+        spawn(shared, |(record, redis)| {
+            redis.lock().unwrap().deliver_stray(&record)
+        }),
+    ];
+    finish(threads, &record, &redis);
 }
 
 /// A stray shortening `extend` (as in [`stray_extend`]), then a clean,
@@ -264,57 +239,17 @@ fn stray_extend() {
 /// network delivers the stray copy at any moment: the longer extend's
 /// confirmation must not count past the stray lease.
 fn stray_then_longer_extend() {
-    let ms = Duration::from_millis;
-    let (t0, record, redis) = start();
-    {
-        let sent = redis.lock().unwrap().tick();
-        let generation = record.extending(sent, ms(SHORT));
-        redis.lock().unwrap().stray = Some(Cmd::Extend(SHORT));
-        let at = redis.lock().unwrap().tick();
-        record.extend_ended(generation, at, Some(ms(SHORT)));
-    }
-    let longer = {
-        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
-        thread::spawn(move || {
-            let sent = redis.lock().unwrap().tick();
-            let generation = record.extending(sent, ms(5_000));
-            let id = redis.lock().unwrap().send(Cmd::Extend(5_000));
-            redis.lock().unwrap().run_until(Some(id), &record);
-            let at = redis.lock().unwrap().tick();
-            record.extend_ended(generation, at, None);
-            record.extended(generation, sent, ms(5_000));
-            redis.lock().unwrap().check(&record);
-        })
-    };
-    let renewal = {
-        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
-        thread::spawn(move || {
-            let planned = record.snapshot();
-            let sent = redis.lock().unwrap().tick();
-            let renew_ms = planned.renew_with.as_millis() as u64;
-            let id = redis.lock().unwrap().send(Cmd::Renew(renew_ms));
-            redis.lock().unwrap().run_until(Some(id), &record);
-            record.renewed(planned.generation, sent, planned.renew_with);
-            redis.lock().unwrap().check(&record);
-        })
-    };
-    let network = {
-        let (record, redis) = (Arc::clone(&record), Arc::clone(&redis));
-        thread::spawn(move || redis.lock().unwrap().deliver_stray(&record))
-    };
-    longer.join().unwrap();
-    renewal.join().unwrap();
-    network.join().unwrap();
-    let mut redis = redis.lock().unwrap();
-    redis.deliver_stray(&record);
-    redis.run_until(None, &record);
-    let s = record.snapshot();
-    assert!(
-        s.sent + s.lease <= t0 + ms(redis.expires),
-        "the record says {:?} past t0, Redis {} ms",
-        s.sent + s.lease - t0,
-        redis.expires
-    );
+    let (record, redis) = start();
+    stray_extend_sent(&record, &redis);
+    let shared = (&record, &redis);
+    let threads = vec![
+        spawn(shared, |s| extend(s, 5_000, true)),
+        spawn(shared, |(record, redis)| renewal_round(&record, &redis)),
+        spawn(shared, |(record, redis)| {
+            redis.lock().unwrap().deliver_stray(&record)
+        }),
+    ];
+    finish(threads, &record, &redis);
 }
 
 #[test]
