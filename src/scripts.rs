@@ -996,24 +996,19 @@ for h = 1, #KEYS / 3 do
   local score = redis.call('ZSCORE', KEYS[k + 2], token)
   if not score or tonumber(score) <= now or (fact and redis.call('HGET', KEYS[k + 3], token) ~= fact) then
     out[h] = 0
-  elseif mode == '2' then
-    local want = now + lease
-    if tonumber(score) > want then want = tonumber(score) end
-    redis.call('ZADD', KEYS[k + 2], 'XX', want, token)
-    for i = 1, 3 do
-      local p = redis.call('PTTL', KEYS[k + i])
-      local keep = lease + retention
-      if p >= keep then keep = p + 1 end
-      redis.call('PEXPIRE', KEYS[k + i], keep)
-    end
-    out[h] = 1
   else
-    local want = now + lease
-    if mode ~= '1' or tonumber(score) < want then
+    -- Mode '2' (`fact` given): never earlier, never shorter, always written.
+    local want, keep = now + lease, lease + retention
+    if fact and tonumber(score) > want then want = tonumber(score) end
+    if fact or mode ~= '1' or tonumber(score) < want then
       redis.call('ZADD', KEYS[k + 2], 'XX', want, token)
       for i = 1, 3 do
         local p = redis.call('PTTL', KEYS[k + i])
-        if p == -1 or (p >= 0 and p < lease + retention) then redis.call('PEXPIRE', KEYS[k + i], lease + retention) end
+        if fact then
+          if p >= keep then redis.call('PEXPIRE', KEYS[k + i], p + 1) else redis.call('PEXPIRE', KEYS[k + i], keep) end
+        elseif p == -1 or (p >= 0 and p < keep) then
+          redis.call('PEXPIRE', KEYS[k + i], keep)
+        end
       end
     end
     out[h] = 1
