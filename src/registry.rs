@@ -405,21 +405,8 @@ impl Registry {
         } else {
             pipeline.unsubscribe(channel).await?;
         }
-        let nonce = crate::token::new();
-        if self.clustered() {
-            let options = Options {
-                cluster_hash: Some(ClusterHash::Custom(self.routing_slot(channel))),
-                ..Default::default()
-            };
-            pipeline
-                .with_options(&options)
-                .ping::<()>(Some(nonce.clone()))
-                .await?;
-        } else {
-            pipeline.ping::<()>(Some(nonce.clone())).await?;
-        }
-        let reply = self.with_command_timeout(pipeline.last::<Value>()).await?;
-        echoed(&reply, &nonce)
+        let slot = self.clustered().then(|| self.routing_slot(channel));
+        self.nonce_ping_last(pipeline, slot).await
     }
 
     /// SUBSCRIBE every channel of `channels` (single server) with one nonce
@@ -434,8 +421,31 @@ impl Registry {
         for channel in channels {
             pipeline.subscribe(channel).await?;
         }
+        self.nonce_ping_last(pipeline, None).await
+    }
+
+    /// Queue a `PING <nonce>` last in `pipeline` (in a cluster, routed by
+    /// `slot`), send it all, and check that the PING answered with its own
+    /// nonce (see [`echoed`]).
+    async fn nonce_ping_last(
+        &self,
+        pipeline: Pipeline<SubscriberClient>,
+        slot: Option<u16>,
+    ) -> Result<(), fred::error::Error> {
         let nonce = crate::token::new();
-        pipeline.ping::<()>(Some(nonce.clone())).await?;
+        match slot {
+            Some(slot) => {
+                let options = Options {
+                    cluster_hash: Some(ClusterHash::Custom(slot)),
+                    ..Default::default()
+                };
+                pipeline
+                    .with_options(&options)
+                    .ping::<()>(Some(nonce.clone()))
+                    .await?;
+            }
+            None => pipeline.ping::<()>(Some(nonce.clone())).await?,
+        }
         let reply = self.with_command_timeout(pipeline.last::<Value>()).await?;
         echoed(&reply, &nonce)
     }
