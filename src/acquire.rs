@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use fred::interfaces::ClientLike;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
-use fred::util::redis_keyslot;
 use metrics::SharedString;
 use tokio::sync::Notify;
 
@@ -385,17 +384,11 @@ impl<'a> LockCall<'a> {
         let checkout = self.inner.replicas.checkout().await?;
         let conn = checkout.client();
         let names = &self.names;
-        // In a cluster, to the node of the lock's slot, which the renewal
-        // below goes to.
-        let slot = self
-            .inner
-            .calls
-            .redis()
-            .is_clustered()
-            .then(|| redis_keyslot(names.lock.as_bytes()));
         // WAIT counts only if it runs on the connection that made the write
-        // (see `crate::replica_pool`): watched from before the write.
-        let mut watch = checkout.watch(slot);
+        // (see `crate::replica_pool`): watched from before the write (in a
+        // cluster, the connection of the lock's node, which the renewal below
+        // goes to).
+        let mut watch = checkout.watch(&names.lock);
         // The write WAIT waits for: it always writes, matches this
         // acquisition's exact head (token AND fence: fred may have replayed
         // the acquire on another server, where the token holds with another
@@ -430,7 +423,7 @@ impl<'a> LockCall<'a> {
             timeout: Some(limit),
             max_attempts: Some(1),
             cluster_node: watch.node().cloned(),
-            cluster_hash: slot.map(ClusterHash::Custom),
+            cluster_hash: watch.slot().map(ClusterHash::Custom),
             ..Default::default()
         };
         let conn = conn.with_options(&options);

@@ -8,14 +8,16 @@
 //! before the first command and asked after the last reply.
 
 use fred::clients::Client;
-use fred::interfaces::{ClusterInterface, EventInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface};
 use fred::types::config::Server;
+use fred::util::redis_keyslot;
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::broadcast::Receiver;
 
-/// Watch `client`'s connection (of `slot`'s node in a cluster) from now on.
-/// See [`Watch`].
-pub(crate) fn same_connection(client: &Client, slot: Option<u16>) -> Watch {
+/// Watch `client`'s connection for commands on `key` (in a cluster, the
+/// connection of its slot's node) from now on. See [`Watch`].
+pub(crate) fn same_connection(client: &Client, key: &str) -> Watch {
+    let slot = client.is_clustered().then(|| redis_keyslot(key.as_bytes()));
     // Subscribed BEFORE anything is sent: fred announces a new connection
     // (`broadcast_reconnect`) before it writes any caller's command on it
     // (only its handshake goes first), so every connection a later command
@@ -46,6 +48,11 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
+    /// In a cluster, the key's hash slot.
+    pub(crate) fn slot(&self) -> Option<u16> {
+        self.slot
+    }
+
     /// In a cluster, the node the slot was routed to when the watch began
     /// (commands pinned to it cannot silently go elsewhere).
     pub(crate) fn node(&self) -> Option<&Server> {
@@ -147,19 +154,19 @@ mod tests {
             .unwrap();
         client.init().await.unwrap();
 
-        let mut watch = same_connection(&client, None);
+        let mut watch = same_connection(&client, "k");
         let _: () = client.set("k", "1", None, None, false).await.unwrap();
         let _: Option<String> = client.get("k").await.unwrap();
         assert!(watch.unchanged(&client), "nothing reconnected");
 
-        let mut watch = same_connection(&client, None);
+        let mut watch = same_connection(&client, "k");
         let _: () = client.set("k", "2", None, None, false).await.unwrap();
         client.force_reconnection().await.unwrap();
         let _: Option<String> = client.get("k").await.unwrap();
         assert!(!watch.unchanged(&client), "the reconnect must be seen");
 
         // Begun after the reconnect: that one is not counted.
-        let mut watch = same_connection(&client, None);
+        let mut watch = same_connection(&client, "k");
         let _: Option<String> = client.get("k").await.unwrap();
         assert!(watch.unchanged(&client));
 

@@ -9,8 +9,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use fred::clients::Client;
-use fred::interfaces::ClientLike;
-use fred::util::redis_keyslot;
 use metrics::SharedString;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -292,10 +290,7 @@ impl LockGuard {
         // Whether the command ran only on the connection it was sent on:
         // otherwise a copy may still be on a connection fred replaced (see
         // `Tracked`).
-        let slot = redis
-            .is_clustered()
-            .then(|| redis_keyslot(self.names.lock.as_bytes()));
-        let watch = same_connection(redis, slot);
+        let watch = same_connection(redis, &self.names.lock);
         let call = self
             .inner
             .calls

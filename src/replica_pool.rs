@@ -152,12 +152,12 @@ impl Checkout<'_> {
         &self.pool.pool.clients()[self.index]
     }
 
-    /// Start watching this connection: [`Watch::unchanged`] later tells
-    /// whether every command sent in between went to the same connection.
-    /// `slot`: in Redis Cluster, the hash slot the commands go to (their
-    /// node's connection is the one watched).
-    pub(crate) fn watch(&self, slot: Option<u16>) -> Watch {
-        same_connection(self.client(), slot)
+    /// Start watching this connection for commands on `key`:
+    /// [`Watch::unchanged`] later tells whether every command sent in
+    /// between went to the same connection (in Redis Cluster, that of the
+    /// key's node).
+    pub(crate) fn watch(&self, key: &str) -> Watch {
+        same_connection(self.client(), key)
     }
 }
 
