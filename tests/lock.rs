@@ -1025,6 +1025,56 @@ async fn abandoned_acquisition_can_never_succeed_later() {
 /// lease ends, and never believe a failed subscription confirmed.
 #[tokio::test]
 async fn waiters_poll_when_subscribing_is_denied() {
+    denied_waiter_rounds(
+        Duration::from_secs(4),
+        async |_| {},
+        |round, waited, _| {
+            assert!(
+                waited < Duration::from_millis(1500),
+                "round {round}: took {waited:?}"
+            );
+        },
+    )
+    .await;
+}
+
+/// The same denied user after its subscriber connection was killed: the
+/// reconnect resubscribes every channel its waiters want, the denied one
+/// too, and must not count that one confirmed (found in review: a plain
+/// PING behind all the SUBSCRIBEs got PONG after the refusal had been
+/// dropped, so the waiter slept until the holder's lease instead of
+/// polling).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_channel_stays_unconfirmed_after_a_subscriber_reconnect() {
+    denied_waiter_rounds(
+        Duration::from_secs(5),
+        async |admin| {
+            // Kill the limited client's connections (its subscriber is not
+            // in pub/sub mode: every SUBSCRIBE was refused), and give the
+            // reconnect and resubscription time to finish.
+            support::client_kill(admin, &["USER", "nosub"]).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        },
+        |round, _, after_release| {
+            assert!(
+                after_release < Duration::from_millis(1000),
+                "round {round}: acquired {after_release:?} after the release"
+            );
+        },
+    )
+    .await;
+}
+
+/// Three rounds of the denied-subscription tests: a holder takes "k" for
+/// 6 s, a client whose user may use no channel waits for it (at most
+/// `wait`), `before_release` runs once the waiter is queued, then the holder
+/// releases. `check(round, waited, after_release)` judges how long the
+/// waiter waited in all and after the release.
+async fn denied_waiter_rounds(
+    wait: Duration,
+    before_release: impl AsyncFn(&Client),
+    check: impl Fn(usize, Duration, Duration),
+) {
     let server = RedisServer::start();
     let admin = server.admin().await;
     let holder_client = client(&server).await;
@@ -1039,66 +1089,20 @@ async fn waiters_poll_when_subscribing_is_denied() {
             tokio::spawn(async move {
                 let start = Instant::now();
                 let g = limited
-                    .lock_with("k", LockOptions::default().wait(Duration::from_secs(4)))
+                    .lock_with("k", LockOptions::default().wait(wait))
                     .await;
-                (g.map(|g| g.fencing_token()), start.elapsed())
+                (g.map(|g| g.fencing_token()), start, Instant::now())
             })
         };
         support::until_queued(&admin, &limited, "k").await;
-        holder.release().await.unwrap();
-        let (got, waited) = waiter.await.unwrap();
-        got.unwrap_or_else(|e| panic!("round {round}: {e}"));
-        assert!(
-            waited < Duration::from_millis(1500),
-            "round {round}: took {waited:?}"
-        );
-        // The limited client cannot publish its own release: its guard was dropped,
-        // so clear the key for the next round.
-        let _: i64 = admin.del(holder_client.redis_key("k")).await.unwrap();
-    }
-}
-
-/// The same denied user after its subscriber connection was killed: the
-/// reconnect resubscribes every channel its waiters want, the denied one
-/// too, and must not count that one confirmed (found in review: a plain
-/// PING behind all the SUBSCRIBEs got PONG after the refusal had been
-/// dropped, so the waiter slept until the holder's lease instead of
-/// polling).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_denied_channel_stays_unconfirmed_after_a_subscriber_reconnect() {
-    let server = RedisServer::start();
-    let admin = server.admin().await;
-    let holder_client = client(&server).await;
-    let limited = support::channel_denied_client(&admin, &server).await;
-    for round in 0..3 {
-        let holder = holder_client
-            .lock_with("k", LockOptions::default().lease(Duration::from_secs(6)))
-            .await
-            .unwrap();
-        let waiter = {
-            let limited = limited.clone();
-            tokio::spawn(async move {
-                let g = limited
-                    .lock_with("k", LockOptions::default().wait(Duration::from_secs(5)))
-                    .await;
-                (g.map(|g| g.fencing_token()), Instant::now())
-            })
-        };
-        support::until_queued(&admin, &limited, "k").await;
-        // Kill the limited client's connections (its subscriber is not in
-        // pub/sub mode: every SUBSCRIBE was refused), and give the reconnect
-        // and resubscription time to finish.
-        support::client_kill(&admin, &["USER", "nosub"]).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        before_release(&admin).await;
         let released = Instant::now();
         holder.release().await.unwrap();
-        let (got, at) = waiter.await.unwrap();
+        let (got, start, at) = waiter.await.unwrap();
         got.unwrap_or_else(|e| panic!("round {round}: {e}"));
-        let waited = at - released;
-        assert!(
-            waited < Duration::from_millis(1000),
-            "round {round}: acquired {waited:?} after the release"
-        );
+        check(round, at - start, at - released);
+        // The limited client cannot publish its own release: its guard was
+        // dropped, so clear the key for the next round.
         let _: i64 = admin.del(holder_client.redis_key("k")).await.unwrap();
     }
 }
