@@ -617,6 +617,65 @@ async fn a_late_copy_of_a_shortening_extend_never_leaves_the_guard_overconfident
     g.release().await.unwrap();
 }
 
+/// An extend whose reply is lost with its connection: Redis ran it, fred
+/// reconnects and sends it again, and the second run's reply arrives. The
+/// extend succeeds (RENEW is safe to run twice); past the first lease the
+/// lock is still held, the guard never says held while Redis does not hold
+/// its token, and the release finds the lock. (A reconnect during the call
+/// makes the extend "stray", see `LockGuard::is_held`: with a lease that
+/// only grows, that cap changes nothing here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_whose_reply_is_lost_succeeds_by_its_replay() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let proxy = support::proxy::Proxy::start(server.port).await;
+    counter("", &[]);
+    let lock = support::preset(&proxy.url())
+        .build()
+        .await
+        .expect("connect");
+    // A fixed lease: no watchdog, so the extend is the only RENEW.
+    let g = lock
+        .lock_with("k", named("replayed").lease(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let key = lock.redis_key("k");
+    let mine = format!("{}:", g.token());
+    let connections = proxy.accepted();
+
+    // Loaded first, so the reply cut is the script's, not a NOSCRIPT.
+    let renew: String = admin.script_load(relaylock::scripts::RENEW).await.unwrap();
+    proxy.cut_instead_of_reply_to(renew.as_bytes());
+    let before = support::command_runs(&admin).await;
+    g.extend(Duration::from_secs(4))
+        .await
+        .expect("the replay's reply");
+    assert_eq!(proxy.cuts(), 1, "the extend's reply was not cut");
+    assert!(proxy.accepted() > connections, "fred did not reconnect");
+    let after = support::command_runs(&admin).await;
+    assert_eq!(
+        delta(&before, &after, "evalsha"),
+        2,
+        "Redis ran the extend, then its replay"
+    );
+    let pttl: i64 = admin.pttl(&key).await.unwrap();
+    assert!(pttl > 3000, "Redis holds the lock for {pttl} ms");
+
+    // 2.5 s, past the first lease: held, and Redis holds the token.
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        assert!(g.is_held(), "the extended lock must count as held");
+        let value: Option<String> = admin.get(&key).await.unwrap();
+        assert!(
+            value.as_deref().is_some_and(|v| v.starts_with(&mine)),
+            "the guard says held, Redis has {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(lost("replayed"), 0);
+    g.release().await.expect("released, not lost");
+}
+
 /// `min_replicas` for a semaphore's permits and a read-write lock's read and
 /// write holds, against a real replica: acknowledged while it runs; frozen,
 /// each fails with `NotReplicated` and leaves its permits free.

@@ -43,10 +43,13 @@ struct Shared {
     accepted: AtomicU64,
 }
 
-/// A one-shot fault, see [`Proxy::cut_after_reply_to`].
+/// A one-shot fault, see [`Proxy::cut_after_reply_to`] and
+/// [`Proxy::cut_instead_of_reply_to`].
 struct Cut {
     pattern: Vec<u8>,
     then_target: u16,
+    /// Whether the reply is forwarded before the cut.
+    reply: bool,
 }
 
 pub struct Proxy {
@@ -138,10 +141,26 @@ impl Proxy {
         *self.shared.cut.lock().unwrap() = Some(Cut {
             pattern: pattern.to_vec(),
             then_target,
+            reply: true,
         });
     }
 
-    /// Cuts done by [`cut_after_reply_to`](Self::cut_after_reply_to).
+    /// A one-shot fault, as a reply lost with its connection looks: the
+    /// first connection whose client sends bytes containing `pattern` is
+    /// closed when the server's next chunk (the reply) comes back, and that
+    /// chunk is dropped. The server ran the command; the client sees its
+    /// connection close with the command unanswered. New connections go
+    /// where they went before.
+    pub fn cut_instead_of_reply_to(&self, pattern: &[u8]) {
+        *self.shared.cut.lock().unwrap() = Some(Cut {
+            pattern: pattern.to_vec(),
+            then_target: self.shared.target.load(Ordering::SeqCst),
+            reply: false,
+        });
+    }
+
+    /// Cuts done by [`cut_after_reply_to`](Self::cut_after_reply_to) and
+    /// [`cut_instead_of_reply_to`](Self::cut_instead_of_reply_to).
     pub fn cuts(&self) -> u64 {
         self.shared.cuts.load(Ordering::SeqCst)
     }
@@ -173,7 +192,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     s: Arc<Shared>,
     subscriber: Arc<AtomicBool>,
-    armed: Arc<Mutex<Option<u16>>>,
+    armed: Arc<Mutex<Option<(u16, bool)>>>,
     client_side: bool,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
@@ -196,7 +215,7 @@ async fn pump(
                 .as_ref()
                 .is_some_and(|c| chunk.windows(c.pattern.len()).any(|w| w == &c.pattern[..]));
             if hit {
-                *armed.lock().unwrap() = cut.take().map(|c| c.then_target);
+                *armed.lock().unwrap() = cut.take().map(|c| (c.then_target, c.reply));
             }
         }
         match mode_of(&s, subscriber.load(Ordering::SeqCst)) {
@@ -204,18 +223,20 @@ async fn pump(
             Mode::Delay(d) => tokio::time::sleep(d).await,
             Mode::Blackhole => continue,
         }
-        if to.write_all(chunk).await.is_err() {
+        let cut = if client_side {
+            None
+        } else {
+            armed.lock().unwrap().take()
+        };
+        if cut.is_none_or(|(_, reply)| reply) && to.write_all(chunk).await.is_err() {
             return;
         }
-        if !client_side {
-            let then_target = armed.lock().unwrap().take();
-            if let Some(port) = then_target {
-                // The reply went out: redirect new connections, then close
-                // this one (returning ends both directions).
-                s.target.store(port, Ordering::SeqCst);
-                s.cuts.fetch_add(1, Ordering::SeqCst);
-                return;
-            }
+        if let Some((port, _)) = cut {
+            // The reply went out or was dropped: redirect new connections,
+            // then close this one (returning ends both directions).
+            s.target.store(port, Ordering::SeqCst);
+            s.cuts.fetch_add(1, Ordering::SeqCst);
+            return;
         }
     }
 }
