@@ -908,3 +908,80 @@ async fn a_long_silence_causes_no_reconnect_storm() {
     drop((lock, holder));
     assert_clean(&admin, prefix).await;
 }
+
+/// A reply lost with its connection, for each script that takes or gives
+/// back a lock or a permit: Redis ran the call, fred reconnects and sends it
+/// again. Each replay is recognised as the same call: the acquire returns
+/// the one hold Redis has, the release reports no loss, and another client
+/// finds everything free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
+    use relaylock::scripts::{ACQUIRE, RELEASE, SEM_ACQUIRE, SEM_RELEASE};
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let proxy = Proxy::start(server.port).await;
+    let lock = lock_client(&proxy.url(), "lost-reply").await;
+    let other = lock_client(&server.url(), "lost-reply").await;
+    // Loaded first, so each cut reply is the script's, not a NOSCRIPT.
+    for script in [ACQUIRE, RELEASE, SEM_ACQUIRE, SEM_RELEASE] {
+        let _: String = admin.script_load(script).await.unwrap();
+    }
+    // Fixed leases: no watchdog, so the scripts below are the only ones.
+    let lease = Duration::from_secs(10);
+    let mut cuts = 0;
+    // Runs `call` with the reply of its `script` cut; Redis must have run
+    // the script twice (the call and its replay).
+    macro_rules! with_reply_lost {
+        ($script:expr, $call:expr) => {{
+            proxy.cut_instead_of_reply_to(fred::util::sha1_hash($script).as_bytes());
+            let before = support::command_runs(&admin).await;
+            let out = $call.await;
+            cuts += 1;
+            assert_eq!(proxy.cuts(), cuts, "the reply was not cut");
+            let after = support::command_runs(&admin).await;
+            assert_eq!(
+                support::delta(&before, &after, "evalsha"),
+                2,
+                "run, then replayed"
+            );
+            out
+        }};
+    }
+
+    let g = with_reply_lost!(
+        ACQUIRE,
+        lock.lock_with("m", LockOptions::default().lease(lease))
+    )
+    .expect("the replay's reply");
+    let value: Option<String> = admin.get(lock.redis_key("m")).await.unwrap();
+    let held = format!("{}:{}|", g.token(), g.fencing_token());
+    assert!(
+        value.as_deref().is_some_and(|v| v.starts_with(&held)),
+        "the guard has {held}, Redis {value:?}"
+    );
+    with_reply_lost!(RELEASE, g.release()).expect("released, not lost");
+    let g = other
+        .try_lock("m")
+        .await
+        .unwrap()
+        .expect("the lock is free");
+    g.release().await.unwrap();
+
+    let sem = lock.semaphore("s", 2);
+    let opts = relaylock::SemaphoreOptions::default().lease(lease);
+    let p = with_reply_lost!(SEM_ACQUIRE, sem.acquire_with(opts)).expect("the replay's reply");
+    let both = relaylock::SemaphoreOptions::default().permits(2);
+    let taken = other
+        .semaphore("s", 2)
+        .try_acquire_with(both.clone())
+        .await
+        .unwrap();
+    assert!(taken.is_none(), "one permit is held: two do not fit");
+    with_reply_lost!(SEM_RELEASE, p.release()).expect("released, not lost");
+    let p = other
+        .semaphore("s", 2)
+        .try_acquire_with(both)
+        .await
+        .unwrap();
+    p.expect("both permits are free").release().await.unwrap();
+}
