@@ -219,6 +219,46 @@ async fn a_waiter_still_subscribing_gets_a_live_lease() {
     proxy.set_subscriber_mode(None);
 }
 
+/// The release that hands the lock to a local waiter loses its reply with
+/// its connection: Redis gave the lock to the waiter, fred sends the release
+/// again, and the replay answers "already released". The waiter, still
+/// waiting, gets the lock Redis gave it within a second, not after a lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_whose_reply_is_lost_still_reaches_the_waiter() {
+    use fred::interfaces::LuaInterface;
+    use relaylock::scripts::RELEASE;
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let proxy = support::proxy::Proxy::start(server.port).await;
+    let client = support::preset(&proxy.url())
+        .default_lease(Duration::from_secs(10))
+        .build()
+        .await
+        .expect("connect");
+    let name = client.redis_key("k");
+    // Loaded first, so the reply cut is the release's, not a NOSCRIPT.
+    let _: String = admin.script_load(RELEASE).await.unwrap();
+    for round in 0..3 {
+        let held = client.lock("k").await.unwrap();
+        let waiter = spawn_waiter(&client, LockOptions::default());
+        support::until_queued(&admin, &client, "k").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        proxy.cut_instead_of_reply_to(fred::util::sha1_hash(RELEASE).as_bytes());
+        held.release().await.expect("released, not lost");
+        assert_eq!(proxy.cuts(), round + 1, "the release's reply was not cut");
+        let got = tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the waiter still waits"))
+            .unwrap()
+            .unwrap();
+        let value = support::lock_value(&admin, &name).await.expect("held");
+        assert_eq!(value.token(), Some(got.token()), "round {round}");
+        assert_eq!(value.fence(), Some(got.fencing_token()), "round {round}");
+        got.release().await.unwrap();
+        assert_freed(&admin, &name, Duration::from_secs(1), "released").await;
+    }
+}
+
 /// The release that hands the lock to a local waiter is replayed by fred
 /// (its connection dropped before the reply) while the waiter gives up:
 /// whichever copy ran first gave the lock to the waiter, and the other
