@@ -328,7 +328,9 @@ impl LockGuard {
     /// Fails with [`Error::LockLost`] when the lease had already run out (so
     /// another owner may have run its critical section concurrently); the key
     /// of a new owner is never touched. A release replayed by the client after
-    /// a lost reply is recognised as ours and does not report a false loss.
+    /// a lost reply is recognised as ours and does not report a false loss,
+    /// unless 32 other releases of the key came between the two (hand-overs
+    /// faster than fred's reconnect; see docs/design.md, "Release").
     ///
     /// # Errors
     ///
