@@ -157,6 +157,12 @@ impl LockClientBuilder {
     /// connects the client if it is not connected yet; if that does not
     /// succeed within the connect timeout, it stops the reconnect loop it
     /// started. Otherwise relaylock never quits it.
+    ///
+    /// The client keeps its own reconnect policy, and the subscriber gets
+    /// the same one ([`reconnect_policy`] when the client has none). A
+    /// client without a policy never reconnects; one whose first attempt is
+    /// slow lets a replayed release report a false [`Error::LockLost`] more
+    /// often (see [`reconnect_policy`]).
     pub fn fred_client(mut self, client: Client) -> Self {
         self.fred_client = Some(client);
         self
@@ -329,7 +335,7 @@ impl LockClientBuilder {
                 builder.set_policy(
                     client
                         .client_reconnect_policy()
-                        .unwrap_or_else(default_policy),
+                        .unwrap_or_else(reconnect_policy),
                 );
                 (client, false, builder)
             }
@@ -356,7 +362,7 @@ impl LockClientBuilder {
                         c.internal_command_timeout = self.connect_timeout;
                         c.tcp.nodelay = Some(true);
                     })
-                    .set_policy(default_policy());
+                    .set_policy(reconnect_policy());
                 bound_commands(&mut builder, self.command_timeout, self.message_buffer);
                 (builder.build()?, true, builder)
             }
@@ -529,19 +535,39 @@ fn bound_commands(builder: &mut Builder, command_timeout: Duration, message_buff
         });
 }
 
-/// Reconnect forever: the first attempt 1 ms after the drop, then 4, 16,
-/// 64, 256 and 1024 ms, then every 2 s, each with up to 10 ms of jitter.
+/// The reconnect policy relaylock gives the connections it opens: reconnect
+/// forever, the first attempt 1 ms after a drop, then after 2, 4, 8, ... ms,
+/// doubling up to 2 s (10 attempts in the first second, then one every 2 s).
+/// Up to 10 ms of jitter is added to each delay below 2 s.
+///
+/// A client passed to [`LockClientBuilder::fred_client`] keeps its own
+/// policy; give it this one to get the same behaviour:
+///
+/// ```no_run
+/// # async fn demo() -> relaylock::Result<()> {
+/// use fred::prelude::*;
+///
+/// let redis = Builder::from_config(Config::from_url("redis://127.0.0.1:6379")?)
+///     .set_policy(relaylock::reconnect_policy())
+///     .build()?;
+/// let locks = relaylock::LockClient::builder().fred_client(redis).build().await?;
+/// # drop(locks); Ok(()) }
+/// ```
 ///
 /// The first attempt is quick because fred resends the commands that were
-/// in flight once it has reconnected, and a replayed release is recognised
-/// by the release ring only while fewer than 32 other releases of its key
-/// came in between (docs/design.md, "Release"). fred's usual first delay
-/// (50 ms plus up to 100 ms of jitter) let two clients trading a key turn
-/// the ring over first: 5 to 12 false `LockLost` in 10 lost replies, for
-/// locks and permits alike (`tests/faults.rs`,
-/// `releases_replayed_under_load_are_not_false_losses` and its permit twin).
-fn default_policy() -> ReconnectPolicy {
-    let mut policy = ReconnectPolicy::new_exponential(0, 1, 2_000, 4);
+/// in flight only once it has reconnected, and a replayed release is
+/// recognised by the release ring only while fewer than 32 other releases
+/// of its key came in between (docs/design.md, "Release"). fred's usual
+/// first delay (50 ms plus up to 100 ms of jitter) let two clients trading
+/// a key turn the ring over first: 5 to 15 false [`Error::LockLost`] in 10
+/// lost replies, for locks and permits alike (`tests/faults.rs`,
+/// `releases_replayed_under_load_are_not_false_losses` and its permit
+/// twin). The small jitter keeps that window short; it also means many
+/// processes that lost their connections together reconnect within a few
+/// tens of milliseconds of each other. A large fleet that prefers to spread
+/// them out can pass its own client with more jitter.
+pub fn reconnect_policy() -> ReconnectPolicy {
+    let mut policy = ReconnectPolicy::new_exponential(0, 1, 2_000, 2);
     policy.set_jitter(10);
     policy
 }

@@ -72,7 +72,7 @@ mod sync;
 mod token;
 mod watchdog;
 
-pub use builder::LockClientBuilder;
+pub use builder::{reconnect_policy, LockClientBuilder};
 pub use client::LockClient;
 pub use error::{Error, Result};
 pub use guard::LockGuard;

@@ -48,7 +48,7 @@ const HOLD: Duration = Duration::from_millis(20);
 
 /// What a wait may take beyond one lease once the failover completed (the
 /// old primary is demoted and its clients disconnected):
-/// * fred reconnects (50 ms doubling backoff plus jitter), asks a sentinel
+/// * fred reconnects (1 ms doubling backoff plus up to 10 ms of jitter), asks a sentinel
 ///   for the primary and checks its `ROLE`: well under 0.5 s on loopback;
 /// * a `min_replicas` acquisition is only acknowledged once the demoted
 ///   server finished its full resync from the new primary

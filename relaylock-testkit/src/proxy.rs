@@ -43,11 +43,16 @@ struct Shared {
     accepted: AtomicU64,
 }
 
+/// A cut armed on one connection: where new connections go after it
+/// (`None`: where they went), and whether the reply is forwarded first.
+type Armed = (Option<u16>, bool);
+
 /// A one-shot fault, see [`Proxy::cut_after_reply_to`] and
 /// [`Proxy::cut_instead_of_reply_to`].
 struct Cut {
     pattern: Vec<u8>,
-    then_target: u16,
+    /// Where new connections go after the cut (`None`: where they went).
+    then_target: Option<u16>,
     /// Whether the reply is forwarded before the cut.
     reply: bool,
 }
@@ -140,7 +145,7 @@ impl Proxy {
     pub fn cut_after_reply_to(&self, pattern: &[u8], then_target: u16) {
         *self.shared.cut.lock().unwrap() = Some(Cut {
             pattern: pattern.to_vec(),
-            then_target,
+            then_target: Some(then_target),
             reply: true,
         });
     }
@@ -154,7 +159,7 @@ impl Proxy {
     pub fn cut_instead_of_reply_to(&self, pattern: &[u8]) {
         *self.shared.cut.lock().unwrap() = Some(Cut {
             pattern: pattern.to_vec(),
-            then_target: self.shared.target.load(Ordering::SeqCst),
+            then_target: None,
             reply: false,
         });
     }
@@ -192,7 +197,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     s: Arc<Shared>,
     subscriber: Arc<AtomicBool>,
-    armed: Arc<Mutex<Option<(u16, bool)>>>,
+    armed: Arc<Mutex<Option<Armed>>>,
     client_side: bool,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
@@ -231,10 +236,13 @@ async fn pump(
         if cut.is_none_or(|(_, reply)| reply) && to.write_all(chunk).await.is_err() {
             return;
         }
-        if let Some((port, _)) = cut {
-            // The reply went out or was dropped: redirect new connections,
-            // then close this one (returning ends both directions).
-            s.target.store(port, Ordering::SeqCst);
+        if let Some((then_target, _)) = cut {
+            // The reply went out or was dropped: redirect new connections
+            // (if asked), then close this one (returning ends both
+            // directions).
+            if let Some(port) = then_target {
+                s.target.store(port, Ordering::SeqCst);
+            }
             s.cuts.fetch_add(1, Ordering::SeqCst);
             return;
         }
