@@ -224,6 +224,26 @@ pub(crate) struct Connection {
     reconnects: u64,
 }
 
+/// How a resubscription batch went (see `Registry::resubscribe_all`).
+enum Batch {
+    /// Every channel confirmed by the batch's PING.
+    Confirmed,
+    /// No reply came (timeout, closed connection): every channel failed.
+    NoReply(fred::error::Error),
+    /// Refused or shifted, or no batch (a cluster): each channel on its own.
+    PerChannel,
+}
+
+/// Whether `e` means that no reply came at all (a timeout or a lost
+/// connection), as opposed to a reply that was an error.
+fn no_reply(e: &fred::error::Error) -> bool {
+    use fred::error::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
+    )
+}
+
 /// `Ok` if `reply` is the answer to `PING <nonce>`: `<nonce>`, or
 /// `["pong", <nonce>]` on a RESP2 connection with subscriptions. Any other
 /// reply means the connection's replies are shifted (a refused (UN)SUBSCRIBE
@@ -691,22 +711,33 @@ impl Registry {
         // unseen, since the PING waits for a reply when it arrives (a plain
         // PING sent after the SUBSCRIBEs could get PONG after a refusal had
         // been dropped, and count a denied channel confirmed: found in
-        // review). If the batch is not confirmed, or in a cluster, each
-        // channel is confirmed by its own nonce PING (in a cluster on its
-        // own node), as a waiter subscribes; a failure skips that channel
-        // only (its waiters subscribe again themselves, polling meanwhile).
-        let batch = !self.clustered()
-            && !held.is_empty()
-            && self
+        // review). If the batch is refused or its replies are shifted, or in
+        // a cluster, each channel is confirmed by its own nonce PING (in a
+        // cluster on its own node), as a waiter subscribes; a failure skips
+        // that channel only (its waiters subscribe again themselves, polling
+        // meanwhile). If the batch got no reply at all (timeout, closed
+        // connection), every channel failed: one attempt per channel on the
+        // same silent connection would cost a command timeout per channel,
+        // one after another, with every entry's lock held (so every new
+        // waiter of those keys waits for all of them).
+        let batch = if self.clustered() || held.is_empty() {
+            Batch::PerChannel
+        } else {
+            match self
                 .subscribe_batch(held.iter().map(|(channel, ..)| *channel))
                 .await
-                .is_ok();
+            {
+                Ok(()) => Batch::Confirmed,
+                Err(e) if no_reply(&e) => Batch::NoReply(e),
+                Err(_) => Batch::PerChannel,
+            }
+        };
         let mut resubscribed = Vec::new();
         for (channel, entry, _sub) in &held {
-            let outcome = if batch {
-                Ok(())
-            } else {
-                self.subscribe_confirmed(channel).await
+            let outcome = match &batch {
+                Batch::Confirmed => Ok(()),
+                Batch::NoReply(e) => Err(e.clone()),
+                Batch::PerChannel => self.subscribe_confirmed(channel).await,
             };
             match outcome {
                 Ok(()) => {
