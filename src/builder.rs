@@ -536,9 +536,9 @@ fn bound_commands(builder: &mut Builder, command_timeout: Duration, message_buff
 }
 
 /// The reconnect policy relaylock gives the connections it opens: reconnect
-/// forever, the first attempt 1 ms after a drop, then after 2, 4, 8, ... ms,
-/// doubling up to 2 s (10 attempts in the first second, then one every 2 s).
-/// Up to 10 ms of jitter is added to each delay below 2 s.
+/// forever, the first attempt 1 ms after a drop, then after 2, 4, 8, ...,
+/// 1024 ms, then every 2 s (9 attempts in the first second). Up to 10 ms of
+/// jitter is added to each delay below 2 s.
 ///
 /// A client passed to [`LockClientBuilder::fred_client`] keeps its own
 /// policy; give it this one to get the same behaviour:
@@ -559,10 +559,10 @@ fn bound_commands(builder: &mut Builder, command_timeout: Duration, message_buff
 /// recognised by the release ring only while fewer than 32 other releases
 /// of its key came in between (docs/design.md, "Release"). fred's usual
 /// first delay (50 ms plus up to 100 ms of jitter) let two clients trading
-/// a key turn the ring over first: 5 to 15 false [`Error::LockLost`] in 10
-/// lost replies, for locks and permits alike (`tests/faults.rs`,
-/// `releases_replayed_under_load_are_not_false_losses` and its permit
-/// twin). The small jitter keeps that window short; it also means many
+/// a key turn the ring over first: 5 to 14 false [`Error::LockLost`] per
+/// 10 lost replies, for locks and permits alike, and none with this policy
+/// (`tests/faults.rs`, `releases_replayed_under_load_are_not_false_losses`
+/// and its permit twin; docs/results/replayed-releases.txt). The small jitter keeps that window short; it also means many
 /// processes that lost their connections together reconnect within a few
 /// tens of milliseconds of each other. A large fleet that prefers to spread
 /// them out can pass its own client with more jitter.
