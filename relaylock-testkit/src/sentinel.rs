@@ -402,15 +402,32 @@ impl Sentinels {
     /// initial replica: the sentinels reconfigured it (and with that closed
     /// its client connections). Panics after `limit`.
     pub async fn wait_demoted(&self, limit: Duration) -> Instant {
+        self.wait_demoted_between(limit).await.1
+    }
+
+    /// As [`wait_demoted`](Self::wait_demoted), with when the demotion
+    /// happened at the earliest: the start of the last check that still saw
+    /// the old primary undemoted. The demotion happened between the two
+    /// instants returned.
+    pub async fn wait_demoted_between(&self, limit: Duration) -> (Instant, Instant) {
         let (old, new) = (
             self.initial_primary.port,
             self.initial_replica.port.to_string(),
         );
-        self.poll(limit, "the old primary was not demoted", || {
-            let r = role(old);
-            r.first().map(String::as_str) == Some("slave") && r.get(2) == Some(&new)
-        })
-        .await
+        let mut not_before = Instant::now();
+        let seen = self
+            .poll(limit, "the old primary was not demoted", || {
+                let checked = Instant::now();
+                let r = role(old);
+                let demoted =
+                    r.first().map(String::as_str) == Some("slave") && r.get(2) == Some(&new);
+                if !demoted {
+                    not_before = checked;
+                }
+                demoted
+            })
+            .await;
+        (not_before, seen)
     }
 
     /// Wait until the server on `port` is a replica whose link is up
