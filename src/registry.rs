@@ -22,8 +22,11 @@
 //!   stream wakes EVERY waiter of every key ([`Registry::wake_all`]).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -224,6 +227,29 @@ pub(crate) struct Connection {
     reconnects: u64,
 }
 
+/// Queue `PING <nonce>` in `pipeline` (in a cluster, routed by `slot`);
+/// returns the nonce. Nothing is sent.
+async fn queue_nonce_ping(
+    pipeline: &Pipeline<SubscriberClient>,
+    slot: Option<u16>,
+) -> Result<String, fred::error::Error> {
+    let nonce = crate::token::new();
+    match slot {
+        Some(slot) => {
+            let options = Options {
+                cluster_hash: Some(ClusterHash::Custom(slot)),
+                ..Default::default()
+            };
+            pipeline
+                .with_options(&options)
+                .ping::<()>(Some(nonce.clone()))
+                .await?;
+        }
+        None => pipeline.ping::<()>(Some(nonce.clone())).await?,
+    }
+    Ok(nonce)
+}
+
 /// How a resubscription batch went (see `Registry::resubscribe_all`).
 enum Batch {
     /// Every channel confirmed by the batch's PING.
@@ -232,6 +258,23 @@ enum Batch {
     NoReply(fred::error::Error),
     /// Refused or shifted, or no batch (a cluster): each channel on its own.
     PerChannel,
+}
+
+impl Batch {
+    /// A batch that failed with `e`.
+    fn failed(e: fred::error::Error) -> Batch {
+        if no_reply(&e) {
+            Batch::NoReply(e)
+        } else {
+            Batch::PerChannel
+        }
+    }
+}
+
+/// Poll `future` once: its outcome if it is ready, `Pending` otherwise (it
+/// has then started, and can be awaited to its end).
+async fn poll_once<F: Future + ?Sized>(mut future: Pin<&mut F>) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
 }
 
 /// Whether `e` means that no reply came at all (a timeout or a lost
@@ -429,19 +472,21 @@ impl Registry {
         self.nonce_ping_last(pipeline, slot).await
     }
 
-    /// SUBSCRIBE every channel of `channels` (single server) with one nonce
-    /// PING behind them all, in one pipeline (see
-    /// [`with_ping_behind`](Self::with_ping_behind)): `Ok` only if the PING
-    /// answered with its own nonce, so no SUBSCRIBE was refused.
+    /// The resubscription batch (single server): SUBSCRIBE every channel of
+    /// `channels` and one `PING <nonce>` behind them all, queued in one
+    /// pipeline, nothing sent yet. Send it with `last()`: `Ok` only if the
+    /// PING answers with its own nonce (see [`echoed`]), so no SUBSCRIBE was
+    /// refused.
     async fn subscribe_batch<'a>(
         &self,
         channels: impl Iterator<Item = &'a str>,
-    ) -> Result<(), fred::error::Error> {
+    ) -> Result<(Pipeline<SubscriberClient>, String), fred::error::Error> {
         let pipeline = Pipeline::from(self.subscriber.clone());
         for channel in channels {
             pipeline.subscribe(channel).await?;
         }
-        self.nonce_ping_last(pipeline, None).await
+        let nonce = queue_nonce_ping(&pipeline, None).await?;
+        Ok((pipeline, nonce))
     }
 
     /// Queue a `PING <nonce>` last in `pipeline` (in a cluster, routed by
@@ -452,20 +497,7 @@ impl Registry {
         pipeline: Pipeline<SubscriberClient>,
         slot: Option<u16>,
     ) -> Result<(), fred::error::Error> {
-        let nonce = crate::token::new();
-        match slot {
-            Some(slot) => {
-                let options = Options {
-                    cluster_hash: Some(ClusterHash::Custom(slot)),
-                    ..Default::default()
-                };
-                pipeline
-                    .with_options(&options)
-                    .ping::<()>(Some(nonce.clone()))
-                    .await?;
-            }
-            None => pipeline.ping::<()>(Some(nonce.clone())).await?,
-        }
+        let nonce = queue_nonce_ping(&pipeline, slot).await?;
         let reply = self.with_command_timeout(pipeline.last::<Value>()).await?;
         echoed(&reply, &nonce)
     }
@@ -698,7 +730,9 @@ impl Registry {
             }
         }
         let connection = self.connection();
-        // Every subscribed entry, its mutex held until its outcome is known.
+        // Every subscribed entry, its mutex held while its SUBSCRIBE is
+        // handed to fred, so that it is ordered before any UNSUBSCRIBE a
+        // cleanup sends afterwards.
         let mut held = Vec::new();
         for (channel, entry) in &entries {
             let sub = entry.subscribed.lock().await;
@@ -706,38 +740,75 @@ impl Registry {
                 held.push((channel.as_str(), entry, sub));
             }
         }
+        let channels: Vec<(&str, &Arc<KeyWaiters>)> = held
+            .iter()
+            .map(|&(channel, entry, _)| (channel, entry))
+            .collect();
         // On a single server, all SUBSCRIBEs and one nonce PING in ONE
         // pipeline: one round trip, and a refusal (an ACL) cannot be dropped
         // unseen, since the PING waits for a reply when it arrives (a plain
         // PING sent after the SUBSCRIBEs could get PONG after a refusal had
         // been dropped, and count a denied channel confirmed: found in
-        // review). If the batch is refused or its replies are shifted, or in
-        // a cluster, each channel is confirmed by its own nonce PING (in a
-        // cluster on its own node), as a waiter subscribes; a failure skips
-        // that channel only (its waiters subscribe again themselves, polling
-        // meanwhile). If the batch got no reply at all (timeout, closed
-        // connection), every channel failed: one attempt per channel on the
-        // same silent connection would cost a command timeout per channel,
-        // one after another, with every entry's lock held (so every new
-        // waiter of those keys waits for all of them).
+        // review). The entries' locks are let go once the pipeline is with
+        // fred, before its reply: on a silent connection the reply takes a
+        // command timeout, and every new waiter of these keys would wait for
+        // it in `ensure_subscribed` (a deaf subscriber's client made 24
+        // acquisitions in 6 s against the other client's 759 while the locks
+        // were held to the reply: tests/faults.rs,
+        // `a_blackholed_subscriber_only_delays_waiters`).
+        //
+        // If the batch is refused or its replies are shifted, or in a
+        // cluster, each channel is confirmed by its own nonce PING (in a
+        // cluster on its own node), as a waiter subscribes: under its lock,
+        // if still subscribed; a failure skips that channel only (its
+        // waiters subscribe again themselves, polling meanwhile). If the
+        // batch got no reply at all (timeout, closed connection), every
+        // channel failed: one attempt per channel on the same silent
+        // connection would cost a command timeout per channel, one after
+        // another.
         let batch = if self.clustered() || held.is_empty() {
+            drop(held);
             Batch::PerChannel
         } else {
             match self
-                .subscribe_batch(held.iter().map(|(channel, ..)| *channel))
+                .subscribe_batch(channels.iter().map(|&(channel, _)| channel))
                 .await
             {
-                Ok(()) => Batch::Confirmed,
-                Err(e) if no_reply(&e) => Batch::NoReply(e),
-                Err(_) => Batch::PerChannel,
+                Err(e) => {
+                    drop(held);
+                    Batch::failed(e)
+                }
+                Ok((pipeline, nonce)) => {
+                    let reply = self.with_command_timeout(pipeline.last::<Value>());
+                    let mut reply = std::pin::pin!(reply);
+                    // The first poll hands the pipeline to fred's router:
+                    // fred sends it before it awaits anything.
+                    let first = poll_once(reply.as_mut()).await;
+                    drop(held);
+                    let reply = match first {
+                        Poll::Ready(reply) => reply,
+                        Poll::Pending => reply.await,
+                    };
+                    match reply.and_then(|reply| echoed(&reply, &nonce)) {
+                        Ok(()) => Batch::Confirmed,
+                        Err(e) => Batch::failed(e),
+                    }
+                }
             }
         };
         let mut resubscribed = Vec::new();
-        for (channel, entry, _sub) in &held {
+        for &(channel, entry) in &channels {
             let outcome = match &batch {
                 Batch::Confirmed => Ok(()),
                 Batch::NoReply(e) => Err(e.clone()),
-                Batch::PerChannel => self.subscribe_confirmed(channel).await,
+                Batch::PerChannel => {
+                    let sub = entry.subscribed.lock().await;
+                    if !*sub {
+                        // Cleaned up meanwhile: nothing to confirm.
+                        continue;
+                    }
+                    self.subscribe_confirmed(channel).await
+                }
             };
             match outcome {
                 Ok(()) => {
@@ -751,7 +822,6 @@ impl Registry {
                 }
             }
         }
-        drop(held);
         if !resubscribed.is_empty() {
             match self.same_connection(&connection) {
                 Ok(()) => {
