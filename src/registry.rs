@@ -59,6 +59,10 @@ pub(crate) struct KeyWaiters {
     /// Every SUBSCRIBE/UNSUBSCRIBE of this channel happens under this mutex,
     /// so they reach Redis in the order the registry decided them.
     subscribed: Mutex<bool>,
+    /// Counts the SUBSCRIBEs and UNSUBSCRIBEs of this channel (changed only
+    /// under `subscribed`): a resubscription confirms a channel only if no
+    /// other one came after its own (see [`Registry::resubscribe_all`]).
+    subscription_changes: AtomicU64,
     /// What this client knows of the holder's lease (see [`Estimate`]).
     estimate: sync::Mutex<Estimate>,
     /// Woken (`notify_waiters`) when the next re-check moves EARLIER, or the
@@ -131,6 +135,7 @@ impl KeyWaiters {
             notify: Notify::new(),
             presence: Presence::new(),
             subscribed: Mutex::new(false),
+            subscription_changes: AtomicU64::new(0),
             estimate: sync::Mutex::new(Estimate::default()),
             estimate_moved: Notify::new(),
             announcements: AtomicU64::new(0),
@@ -710,10 +715,11 @@ impl Registry {
     /// of them on a single server, else one each), then wake every waiter.
     ///
     /// Entries stay unconfirmed until their PING came back, and are confirmed
-    /// again only under their mutex and only if still subscribed, so a
-    /// concurrent cleanup (which may have unsubscribed meanwhile) is never
-    /// overridden. If anything fails, they stay unconfirmed: their waiters
-    /// subscribe again themselves, polling meanwhile.
+    /// again only under their mutex, only if still subscribed, and only if
+    /// no other SUBSCRIBE or UNSUBSCRIBE of the channel came after this one
+    /// (a cleanup, then a waiter's own SUBSCRIBE that may have failed), so
+    /// neither is ever overridden. If anything fails, they stay unconfirmed:
+    /// their waiters subscribe again themselves, polling meanwhile.
     pub(crate) async fn resubscribe_all(&self) {
         // A confirmation in flight may have gone to the old connection.
         self.reconnects.fetch_add(1, SeqCst);
@@ -740,9 +746,13 @@ impl Registry {
                 held.push((channel.as_str(), entry, sub));
             }
         }
-        let channels: Vec<(&str, &Arc<KeyWaiters>)> = held
+        // With the count of SUBSCRIBEs and UNSUBSCRIBEs seen under the lock:
+        // if another one came after this one (a cleanup, then a waiter's
+        // own SUBSCRIBE, while the batch's reply was awaited), this
+        // resubscription's outcome says nothing of the channel's state.
+        let channels: Vec<(&str, &Arc<KeyWaiters>, u64)> = held
             .iter()
-            .map(|&(channel, entry, _)| (channel, entry))
+            .map(|&(channel, entry, _)| (channel, entry, entry.subscription_changes.load(SeqCst)))
             .collect();
         // On a single server, all SUBSCRIBEs and one nonce PING in ONE
         // pipeline: one round trip, and a refusal (an ACL) cannot be dropped
@@ -771,7 +781,7 @@ impl Registry {
             Batch::PerChannel
         } else {
             match self
-                .subscribe_batch(channels.iter().map(|&(channel, _)| channel))
+                .subscribe_batch(channels.iter().map(|&(channel, ..)| channel))
                 .await
             {
                 Err(e) => {
@@ -797,26 +807,31 @@ impl Registry {
             }
         };
         let mut resubscribed = Vec::new();
-        for &(channel, entry) in &channels {
+        for &(channel, entry, changes) in &channels {
+            let mut changes = changes;
             let outcome = match &batch {
                 Batch::Confirmed => Ok(()),
                 Batch::NoReply(e) => Err(e.clone()),
                 Batch::PerChannel => {
                     let sub = entry.subscribed.lock().await;
-                    if !*sub {
-                        // Cleaned up meanwhile: nothing to confirm.
+                    if !*sub || entry.presence.is_confirmed() {
+                        // Cleaned up, or confirmed by a waiter, meanwhile.
                         continue;
                     }
+                    changes = entry.subscription_changes.load(SeqCst);
                     self.subscribe_confirmed(channel).await
                 }
             };
             match outcome {
                 Ok(()) => {
                     self.record_node(channel, entry);
-                    resubscribed.push(Arc::clone(entry));
+                    resubscribed.push((Arc::clone(entry), changes));
                 }
                 Err(e) => {
-                    entry.estimate().failed_at = Some(Instant::now());
+                    // Not over a waiter's confirmation made meanwhile.
+                    if !entry.presence.is_confirmed() {
+                        entry.estimate().failed_at = Some(Instant::now());
+                    }
                     tracing::warn!(error = %e, %channel,
                         "relaylock: resubscribe failed; its waiters subscribe again themselves");
                 }
@@ -825,9 +840,9 @@ impl Registry {
         if !resubscribed.is_empty() {
             match self.same_connection(&connection) {
                 Ok(()) => {
-                    for entry in &resubscribed {
+                    for (entry, changes) in &resubscribed {
                         let sub = entry.subscribed.lock().await;
-                        if *sub {
+                        if *sub && entry.subscription_changes.load(SeqCst) == *changes {
                             entry.presence.set_confirmed(true);
                             entry.estimate().failed_at = None;
                         }
@@ -836,7 +851,7 @@ impl Registry {
                 Err(e) => {
                     // Unconfirmed, and recorded as failed: the keys' pollers
                     // subscribe again, and their success wakes the sleepers.
-                    for entry in &resubscribed {
+                    for (entry, _) in &resubscribed {
                         entry.estimate().failed_at = Some(Instant::now());
                     }
                     tracing::warn!(error = %e, "relaylock: could not confirm resubscription");
@@ -993,6 +1008,7 @@ impl Registry {
                     continue;
                 }
                 *sub = false;
+                entry.subscription_changes.fetch_add(1, SeqCst);
             }
             let removed = self
                 .map
@@ -1187,6 +1203,7 @@ impl Waiter {
         // is queued), and a repeated SUBSCRIBE is harmless. The flag is raised
         // first, so a cleanup always undoes whatever reached Redis.
         *sub = true;
+        self.entry.subscription_changes.fetch_add(1, SeqCst);
         let connection = registry.connection();
         // Same connection: checked, since fred sends the PING on a new one
         // if the old one died in between.
