@@ -13,7 +13,7 @@ parses anything, so relaylock's own version of each would cost more.
 Prints a markdown table.
 """
 
-from redis_harness import print_pairs, redis_server, runs
+from redis_harness import CAD, print_pairs, redis_server, runs
 
 FENCE = "1798000000000000"
 
@@ -24,7 +24,7 @@ with redis_server() as (r, cpu):
             p.execute_command(*c)
         p.execute_command("EXEC")
 
-    CAD = r.script_load("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+    cad = r.script_load(CAD)
     # Release that deletes the lock and keeps the last fence and the ring in a
     # second name (the tombstone), 60 s.
     DEL_TOMB = r.script_load(
@@ -37,11 +37,11 @@ with redis_server() as (r, cpu):
     cases = {
         "bare: SET NX PX; compare-and-delete script": (
             lambda p, k, t: p.set(f"b:{k}", t, nx=True, px=30000),
-            lambda p, k, t, a: p.evalsha(CAD, 1, f"b:{k}", t),
+            lambda p, k, t, a: p.evalsha(cad, 1, f"b:{k}", t),
         ),
         "acquire without Lua, fence from TIME: MULTI SET NX PX GET, TIME, EXEC; compare-and-delete script (no tombstone, no ring)": (
             lambda p, k, t: multi(p, ("SET", f"m:{{{k}}}", t, "NX", "PX", 30000, "GET"), ("TIME",)),
-            lambda p, k, t, a: p.evalsha(CAD, 1, f"m:{{{k}}}", t),
+            lambda p, k, t, a: p.evalsha(cad, 1, f"m:{{{k}}}", t),
         ),
         "the same, keeping the last fence and the ring in a tombstone: MULTI SET NX PX GET, GET tombstone, TIME, EXEC; script GET, GET, DEL, SET": (
             lambda p, k, t: multi(p, ("SET", f"t:{{{k}}}", t, "NX", "PX", 30000, "GET"), ("GET", f"t:{{{k}}}:t"), ("TIME",)),
@@ -53,7 +53,7 @@ with redis_server() as (r, cpu):
         ),
         "an acquire script of one call (SET NX PX); compare-and-delete script": (
             lambda p, k, t: p.evalsha(SETNX_SCRIPT, 1, f"o:{k}", t, 30000),
-            lambda p, k, t, a: p.evalsha(CAD, 1, f"o:{k}", t),
+            lambda p, k, t, a: p.evalsha(cad, 1, f"o:{k}", t),
         ),
     }
     results = runs(r, cpu, cases, 3)

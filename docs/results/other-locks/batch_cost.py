@@ -16,9 +16,7 @@ import random
 import uuid
 
 import redis_harness as h
-from redis_harness import lua, print_pairs, redis_server
-
-CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
+from redis_harness import CAD, lua, print_pairs, redis_server, relaylock_acquire, relaylock_release
 
 
 def many(body, nkeys, nargs):
@@ -36,18 +34,6 @@ def many(body, nkeys, nargs):
     )
 
 
-def name(k):
-    return f"p:2:{{{k}}}"
-
-
-def acquire_args(k, t):
-    return [name(k), f"{name(k)}:void:{t}", f"{name(k)}:void"], [t, 30000, "", f"{name(k)}:ch", "PUBLISH"]
-
-
-def release_args(k, t, fence):
-    return [name(k)], [t, fence, f"{name(k)}:ch", 60000, 544, "c", 50, "PUBLISH", "0"]
-
-
 def batched(r, cpu, acq, rel, n):
     """Server CPU µs per pair, `n` acquisitions per ACQUIRE call and `n`
     releases per RELEASE call (as redis_harness.pairs measures)."""
@@ -60,7 +46,7 @@ def batched(r, cpu, acq, rel, n):
         for grp in groups:
             ks, args = [], []
             for i in grp:
-                a, b = acquire_args(keys[i], toks[i])
+                a, b = relaylock_acquire(keys[i], toks[i])
                 ks += a
                 args += b
             p.evalsha(acq, len(ks), *ks, *args)
@@ -71,7 +57,7 @@ def batched(r, cpu, acq, rel, n):
         for grp in groups:
             ks, args = [], []
             for i in grp:
-                a, b = release_args(keys[i], toks[i], replies[i][1])
+                a, b = relaylock_release(keys[i], toks[i], replies[i][1])
                 ks += a
                 args += b
             p.evalsha(rel, len(ks), *ks, *args)
@@ -85,8 +71,8 @@ with redis_server() as (r, cpu):
     ACQM, RELM = r.script_load(many(lua("ACQUIRE"), 3, 5)), r.script_load(many(lua("RELEASE"), 1, 9))
     cad = r.script_load(CAD)
     one = (
-        lambda p, k, t: p.evalsha(ACQ, 3, *sum(acquire_args(k, t), [])),
-        lambda p, k, t, a: p.evalsha(REL, 1, *sum(release_args(k, t, a[1]), [])),
+        lambda p, k, t: p.evalsha(ACQ, 3, *sum(relaylock_acquire(k, t), [])),
+        lambda p, k, t, a: p.evalsha(REL, 1, *sum(relaylock_release(k, t, a[1]), [])),
     )
     bare = (
         lambda p, k, t: p.set(f"b:{k}", t, nx=True, px=30000),

@@ -10,11 +10,7 @@ the two scripts of one call each, and the bare lock as the reference.
 Needs redis-py (run.sh installs it into .venv). Prints a markdown table.
 """
 
-from redis_harness import lua, print_pairs, redis_server, runs
-
-ONE_A = "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'GET')"
-ONE_R = "return redis.call('SET', KEYS[1], '-', 'XX', 'PX', 60000, 'GET')"
-CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
+from redis_harness import CAD, ONE_A, ONE_R, lua, print_pairs, redis_server, relaylock_acquire, relaylock_release, runs
 
 
 def library(bodies):
@@ -31,14 +27,11 @@ with redis_server() as (r, cpu):
     r.function_load(library(bodies), replace=True)
     sha = {f: r.script_load(b) for f, b in bodies.items()}
 
-    def name(k):
-        return f"p:2:{{{k}}}"
-
     def acq_args(k, t):
-        return (name(k), f"{name(k)}:void:{t}", f"{name(k)}:void", t, 30000, "", f"{name(k)}:ch", "PUBLISH")
+        return sum(relaylock_acquire(k, t), [])
 
     def rel_args(k, t, a):
-        return (name(k), t, a[1], f"{name(k)}:ch", 60000, 544, "c", 50, "PUBLISH", "0")
+        return sum(relaylock_release(k, t, a[1]), [])
 
     cases = {
         "relaylock, EVALSHA": (

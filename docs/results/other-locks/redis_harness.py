@@ -60,6 +60,34 @@ def redis_server():
         server.wait()
 
 
+# The bare lock's release: the seeds' compare-and-delete script.
+CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
+
+# The cheapest any lock that runs one script to acquire and one to release
+# could be: each script makes a single call (SET ... GET), with no parsing.
+ONE_A = "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'GET')"
+ONE_R = "return redis.call('SET', KEYS[1], '-', 'XX', 'PX', 60000, 'GET')"
+
+
+def relaylock_name(k):
+    """The value's name of key number `k` (prefix `p`, protocol 2)."""
+    return f"p:2:{{{k}}}"
+
+
+def relaylock_acquire(k, t):
+    """The KEYS and ARGV of relaylock's ACQUIRE for key number `k` and token
+    `t`: a 30 s lease, a caller that will not wait."""
+    name = relaylock_name(k)
+    return [name, f"{name}:void:{t}", f"{name}:void"], [t, 30000, "", f"{name}:ch", "PUBLISH"]
+
+
+def relaylock_release(k, t, fence):
+    """The KEYS and ARGV of relaylock's RELEASE as relaylock sends a release
+    that knows its fence: the lock's name alone."""
+    name = relaylock_name(k)
+    return [name], [t, fence, f"{name}:ch", 60000, 544, "c", 50, "PUBLISH", "0"]
+
+
 # Pairs are sent in pipelined batches of BATCH random keys of KEYS, ROUNDS
 # batches per measurement.
 KEYS, BATCH, ROUNDS = 10_000, 64, 400

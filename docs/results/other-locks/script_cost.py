@@ -15,11 +15,11 @@ script to acquire and another to release.
 Needs redis-py (run.sh installs it into .venv). Prints a markdown table.
 """
 
-from redis_harness import lua, print_pairs, redis_server, runs
+from redis_harness import CAD, ONE_A, ONE_R, lua, print_pairs, redis_server, relaylock_acquire, relaylock_release, runs
 
 with redis_server() as (r, cpu):
     ACQ, REL = r.script_load(lua("ACQUIRE")), r.script_load(lua("RELEASE"))
-    CAD = r.script_load("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
+    cad = r.script_load(CAD)
     FLOOR_A = r.script_load(
         "local v = redis.call('GET', KEYS[1]) local t = redis.call('TIME') "
         "redis.call('SET', KEYS[1], ARGV[1] .. ':' .. t[1] .. t[2] .. '|||', 'PX', ARGV[2]) return {1, 1, 0}"
@@ -28,31 +28,24 @@ with redis_server() as (r, cpu):
         "local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '-' .. ARGV[2] .. '|||', 'PX', 60000) return 1"
     )
 
-    # The cheapest any lock that runs one script to acquire and one to release
-    # could be: each script makes a single call (SET ... GET), with no parsing.
-    ONE_A = r.script_load("return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'GET')")
-    ONE_R = r.script_load("return redis.call('SET', KEYS[1], '-', 'XX', 'PX', 60000, 'GET')")
-
-    def name(k):
-        return f"p:2:{{{k}}}"
+    one_a, one_r = r.script_load(ONE_A), r.script_load(ONE_R)
 
     cases = {
         "relaylock (ACQUIRE + RELEASE)": (
-            lambda p, k, t: p.evalsha(ACQ, 3, name(k), f"{name(k)}:void:{t}", f"{name(k)}:void", t, 30000, "", f"{name(k)}:ch", "PUBLISH"),
-            # As relaylock sends a release that knows its fence: the lock's name alone.
-            lambda p, k, t, a: p.evalsha(REL, 1, name(k), t, a[1], f"{name(k)}:ch", 60000, 544, "c", 50, "PUBLISH", "0"),
+            lambda p, k, t: p.evalsha(ACQ, 3, *sum(relaylock_acquire(k, t), [])),
+            lambda p, k, t, a: p.evalsha(REL, 1, *sum(relaylock_release(k, t, a[1]), [])),
         ),
         "two minimal scripts (GET TIME SET; GET SET)": (
             lambda p, k, t: p.evalsha(FLOOR_A, 1, f"f:{{{k}}}", t, 30000),
             lambda p, k, t, a: p.evalsha(FLOOR_R, 1, f"f:{{{k}}}", t, a[1]),
         ),
         "two scripts of one call each (SET PX GET; SET XX PX GET)": (
-            lambda p, k, t: p.evalsha(ONE_A, 1, f"o:{{{k}}}", t, 30000),
-            lambda p, k, t, a: p.evalsha(ONE_R, 1, f"o:{{{k}}}"),
+            lambda p, k, t: p.evalsha(one_a, 1, f"o:{{{k}}}", t, 30000),
+            lambda p, k, t, a: p.evalsha(one_r, 1, f"o:{{{k}}}"),
         ),
         "bare (SET NX PX; compare-and-delete script)": (
             lambda p, k, t: p.set(f"b:{k}", t, nx=True, px=30000),
-            lambda p, k, t, a: p.evalsha(CAD, 1, f"b:{k}", t),
+            lambda p, k, t, a: p.evalsha(cad, 1, f"b:{k}", t),
         ),
     }
     results = runs(r, cpu, cases, 3)
