@@ -953,12 +953,11 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         lock.lock_with("m", LockOptions::default().lease(lease))
     )
     .expect("the replay's reply");
-    let value: Option<String> = admin.get(lock.redis_key("m")).await.unwrap();
-    let held = format!("{}:{}|", g.token(), g.fencing_token());
-    assert!(
-        value.as_deref().is_some_and(|v| v.starts_with(&held)),
-        "the guard has {held}, Redis {value:?}"
-    );
+    let value = support::lock_value(&admin, &lock.redis_key("m"))
+        .await
+        .expect("held");
+    assert_eq!(value.token(), Some(g.token()), "the hold Redis has");
+    assert_eq!(value.fence(), Some(g.fencing_token()), "the hold Redis has");
     with_reply_lost!(RELEASE, g.release()).expect("released, not lost");
     let g = other
         .try_lock("m")
