@@ -186,6 +186,19 @@ async fn contend(
     stats
 }
 
+/// Injects a fault for 3 s: every `period`, `fault(n)` for n = 0, 1, ...
+/// (each after a sleep of `period`). Returns how many it injected.
+async fn repeatedly(period: Duration, mut fault: impl AsyncFnMut(usize)) -> usize {
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut n = 0;
+    while Instant::now() < until {
+        tokio::time::sleep(period).await;
+        fault(n).await;
+        n += 1;
+    }
+    n
+}
+
 fn key_set(n: usize) -> Arc<Vec<String>> {
     Arc::new((0..n).map(|i| format!("k{i}")).collect())
 }
@@ -321,31 +334,22 @@ async fn client_kill_during_contention_breaks_nothing() {
     let lock = lock_client(&server.url(), prefix).await;
     let keys = key_set(3);
     let run = Duration::from_secs(4);
-    let killer = {
-        let admin = admin.clone();
-        tokio::spawn(async move {
-            let mut kills = 0;
-            let until = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                let kind = if kills % 2 == 0 { "pubsub" } else { "normal" };
-                support::client_kill(&admin, &["TYPE", kind]).await;
-                kills += 1;
-            }
-            kills
-        })
-    };
-    let stats = contend(
-        &lock,
-        &ledger,
-        &keys,
-        24,
-        run,
-        Duration::from_millis(2),
-        Duration::from_secs(10),
-    )
-    .await;
-    let kills = killer.await.unwrap();
+    let killer = repeatedly(Duration::from_millis(200), async |kills| {
+        let kind = if kills % 2 == 0 { "pubsub" } else { "normal" };
+        support::client_kill(&admin, &["TYPE", kind]).await;
+    });
+    let (stats, kills) = tokio::join!(
+        contend(
+            &lock,
+            &ledger,
+            &keys,
+            24,
+            run,
+            Duration::from_millis(2),
+            Duration::from_secs(10),
+        ),
+        killer
+    );
     let t = ledger.totals(&keys).await;
     println!("client kill: {kills} kills; {}; ledger {t:?}", stats.line());
     assert_safe("client kill", t);
@@ -619,16 +623,9 @@ async fn dropped_connections_recover() {
         _server,
     } = proxied(prefix).await;
     let keys = key_set(2);
-    let dropper = async {
-        let until = Instant::now() + Duration::from_secs(3);
-        let mut drops = 0;
-        while Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            proxy.drop_connections();
-            drops += 1;
-        }
-        drops
-    };
+    let dropper = repeatedly(Duration::from_millis(300), async |_| {
+        proxy.drop_connections()
+    });
     let run = Duration::from_secs(4);
     let hold = Duration::from_millis(5);
     let bound = Duration::from_secs(10);
@@ -1005,17 +1002,10 @@ async fn lost_replies_during_contention_are_replayed_safely() {
         _server,
     } = proxied(prefix).await;
     let keys = key_set(2);
-    let cutter = async {
-        let scripts = [ACQUIRE, RELEASE].map(fred::util::sha1_hash);
-        let until = Instant::now() + Duration::from_secs(3);
-        let mut armed = 0;
-        while Instant::now() < until {
-            proxy.cut_instead_of_reply_to(scripts[armed % scripts.len()].as_bytes());
-            armed += 1;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        armed
-    };
+    let scripts = [ACQUIRE, RELEASE].map(fred::util::sha1_hash);
+    let cutter = repeatedly(Duration::from_millis(100), async |armed| {
+        proxy.cut_instead_of_reply_to(scripts[armed % scripts.len()].as_bytes());
+    });
     let run = Duration::from_secs(4);
     let hold = Duration::from_millis(5);
     let bound = Duration::from_secs(10);
