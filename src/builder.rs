@@ -562,10 +562,12 @@ fn bound_commands(builder: &mut Builder, command_timeout: Duration, message_buff
 /// a key turn the ring over first: 5 to 14 false [`Error::LockLost`] per
 /// 10 lost replies, for locks and permits alike, and none with this policy
 /// (`tests/faults.rs`, `releases_replayed_under_load_are_not_false_losses`
-/// and its permit twin; docs/results/replayed-releases.txt). The small jitter keeps that window short; it also means many
-/// processes that lost their connections together reconnect within a few
-/// tens of milliseconds of each other. A large fleet that prefers to spread
-/// them out can pass its own client with more jitter.
+/// and its permit twin; docs/results/replayed-releases.txt).
+///
+/// The small jitter keeps that window short; it also means many processes
+/// that lost their connections together reconnect within a few tens of
+/// milliseconds of each other. A large fleet that prefers to spread them
+/// out can pass its own client with more jitter.
 pub fn reconnect_policy() -> ReconnectPolicy {
     let mut policy = ReconnectPolicy::new_exponential(0, 1, 2_000, 2);
     policy.set_jitter(10);

@@ -807,8 +807,7 @@ impl Registry {
             }
         };
         let mut resubscribed = Vec::new();
-        for &(channel, entry, changes) in &channels {
-            let mut changes = changes;
+        for &(channel, entry, mut changes) in &channels {
             let outcome = match &batch {
                 Batch::Confirmed => Ok(()),
                 Batch::NoReply(e) => Err(e.clone()),
