@@ -429,15 +429,41 @@ async fn main() -> Result<(), BoxError> {
         listener.local_addr()?,
     );
     let state = AppState {
-        locks,
+        locks: locks.clone(),
         store,
         metrics,
         lock_wait,
         work,
     };
-    serve(listener, state, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    // Graceful shutdown: on Ctrl-C (or SIGTERM from an orchestrator) axum
+    // stops accepting and lets the requests in progress finish; then the
+    // lock client releases whatever this instance still holds (a guard a
+    // handler dropped releases in the background, and the process is about
+    // to exit) and leaves every queue, so that no key of this instance
+    // stays held for its lease during a rolling deploy.
+    serve(listener, state, stop_requested()).await?;
+    locks.shutdown().await?;
     Ok(())
+}
+
+/// Completes on Ctrl-C, or on SIGTERM on Unix.
+async fn stop_requested() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
 }

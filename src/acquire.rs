@@ -93,6 +93,31 @@ struct LockCall<'a> {
     replicas: Option<(u32, u64)>,
     /// A semaphore call: the permits it takes and its limit. `None`: a lock.
     permits: Option<(u32, u32)>,
+    /// The fencing token of a hold this call has in Redis and has not
+    /// handed to a guard yet. Dropping the call (cancelled, or unwound by a
+    /// panic) releases it: ownership of a lock is never only a value on the
+    /// stack.
+    owned: std::sync::Mutex<Option<u64>>,
+}
+
+impl Drop for LockCall<'_> {
+    fn drop(&mut self) {
+        let owned = self
+            .owned
+            .get_mut()
+            .map(|o| o.take())
+            .unwrap_or_else(|e| e.into_inner().take());
+        if let Some(fence) = owned {
+            release_in_background(
+                Arc::clone(self.inner),
+                self.names.clone(),
+                self.token.clone(),
+                Some(fence),
+                self.held_permits(),
+                None,
+            );
+        }
+    }
 }
 
 /// What one call acquires: a lock, or `n` permits of a semaphore whose
@@ -116,32 +141,51 @@ pub(crate) async fn lock(
     shape: Shape,
 ) -> Result<LockGuard> {
     let call = LockCall::new(inner, key, options, shape)?;
-    let deadline = options.wait.map(|w| call.started.checked_add(w));
-    let outcome = match (deadline, inner.strategy) {
-        // wait(0): exactly one try
-        (Some(Some(d)), _) if d <= call.started => {
-            match Box::pin(call.attempt(None, false)).await {
-                Ok(Attempt::Acquired(fence, sent)) => Ok((fence, sent)),
-                Ok(Attempt::Held) => Err(Error::Timeout),
-                Err(e) => Err(e),
+    // A shutdown ends the wait (dropping it is cancel-safe) and waits for
+    // this call to wind down.
+    let _busy = inner.background.token();
+    let outcome = tokio::select! {
+        biased;
+        _ = inner.closing.cancelled() => Err(Error::Shutdown),
+        outcome = call.wait(options) => outcome,
+    };
+    outcome.and_then(|(fence, sent)| call.into_guard(fence, sent))
+}
+
+impl LockCall<'_> {
+    /// Wait for the lock as the options say; with `min_replicas`, until
+    /// enough replicas have it. Records the call's metrics.
+    async fn wait(&self, options: &LockOptions) -> Result<(u64, Instant)> {
+        let call = self;
+        let deadline = options.wait.map(|w| call.started.checked_add(w));
+        let outcome = match (deadline, call.inner.strategy) {
+            // wait(0): exactly one try
+            (Some(Some(d)), _) if d <= call.started => {
+                match Box::pin(call.attempt(None, false)).await {
+                    Ok(Attempt::Acquired(fence, sent)) => Ok((fence, sent)),
+                    Ok(Attempt::Held) => Err(Error::Timeout),
+                    Err(e) => Err(e),
+                }
             }
-        }
-        (deadline, WaitStrategy::PubSub) => call.wait_pubsub(deadline.flatten()).await,
-        (deadline, WaitStrategy::Poll(every)) => call.wait_poll(every, deadline.flatten()).await,
-    };
-    let outcome = match outcome {
-        Ok((fence, sent)) => Box::pin(call.replicated(fence))
-            .await
-            .map(|()| (fence, sent)),
-        Err(e) => Err(e),
-    };
-    let kind = match &outcome {
-        Ok(_) => Outcome::Acquired,
-        Err(Error::Timeout) => Outcome::Timeout,
-        Err(_) => Outcome::Error,
-    };
-    m::finished(call.name, call.names.kind, kind, call.started.elapsed());
-    outcome.map(|(fence, sent)| call.into_guard(fence, sent))
+            (deadline, WaitStrategy::PubSub) => call.wait_pubsub(deadline.flatten()).await,
+            (deadline, WaitStrategy::Poll(every)) => {
+                call.wait_poll(every, deadline.flatten()).await
+            }
+        };
+        let outcome = match outcome {
+            Ok((fence, sent)) => Box::pin(call.replicated(fence))
+                .await
+                .map(|()| (fence, sent)),
+            Err(e) => Err(e),
+        };
+        let kind = match &outcome {
+            Ok(_) => Outcome::Acquired,
+            Err(Error::Timeout) => Outcome::Timeout,
+            Err(_) => Outcome::Error,
+        };
+        m::finished(call.name, call.names.kind, kind, call.started.elapsed());
+        outcome
+    }
 }
 
 pub(crate) async fn try_lock(
@@ -151,7 +195,13 @@ pub(crate) async fn try_lock(
     shape: Shape,
 ) -> Result<Option<LockGuard>> {
     let call = LockCall::new(inner, key, options, shape)?;
-    match call.attempt(None, false).await? {
+    let _busy = inner.background.token();
+    let attempt = tokio::select! {
+        biased;
+        _ = inner.closing.cancelled() => Err(Error::Shutdown),
+        attempt = call.attempt(None, false) => attempt,
+    };
+    match attempt? {
         Attempt::Acquired(fence, sent) => {
             if let Err(e) = call.replicated(fence).await {
                 m::finished(
@@ -168,7 +218,7 @@ pub(crate) async fn try_lock(
                 Outcome::Acquired,
                 call.started.elapsed(),
             );
-            Ok(Some(call.into_guard(fence, sent)))
+            call.into_guard(fence, sent).map(Some)
         }
         Attempt::Held => Ok(None),
     }
@@ -322,6 +372,7 @@ impl<'a> LockCall<'a> {
             renew: options.watchdog.unwrap_or(options.lease.is_none()),
             replicas,
             permits,
+            owned: std::sync::Mutex::new(None),
         })
     }
 
@@ -346,21 +397,10 @@ impl<'a> LockCall<'a> {
         let Some((required, timeout_ms)) = self.replicas else {
             return Ok(());
         };
-        let orphan = OnDrop(Some(|| {
-            release_in_background(
-                Arc::clone(self.inner),
-                self.names.clone(),
-                self.token.clone(),
-                Some(fence),
-                self.held_permits(),
-                None,
-            )
-        }));
+        // Dropped at an await point below, the call's own drop releases the
+        // hold it owns (`owned`).
         let failure = match self.wait_for_replicas(required, timeout_ms, fence).await {
-            Ok(()) => {
-                orphan.disarm();
-                return Ok(());
-            }
+            Ok(()) => return Ok(()),
             Err(e) => e,
         };
         tracing::warn!(key = %self.names.lock, error = %failure,
@@ -376,7 +416,7 @@ impl<'a> LockCall<'a> {
             tracing::warn!(key = %self.names.lock, error = %e,
                 "relaylock: could not release an unreplicated lock; it expires with its lease");
         }
-        orphan.disarm();
+        self.disown();
         Err(failure)
     }
 
@@ -453,14 +493,28 @@ impl<'a> LockCall<'a> {
         self.permits.map_or(1, |(n, _)| n)
     }
 
-    fn into_guard(self, fence: u64, sent: Instant) -> LockGuard {
+    /// This call now has the hold `fence` in Redis (see `owned`).
+    fn own(&self, fence: u64) {
+        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) = Some(fence);
+    }
+
+    /// The hold was released, or handed on.
+    fn disown(&self) {
+        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The guard of the hold `fence` (refused, and the hold released,
+    /// once the client's shutdown began).
+    fn into_guard(mut self, fence: u64, sent: Instant) -> Result<LockGuard> {
         let permits = self.held_permits();
+        // The guard owns the hold from here on.
+        self.disown();
         LockGuard::new(
             Arc::clone(self.inner),
             Acquired {
                 key: self.key.to_owned(),
-                names: self.names,
-                token: self.token,
+                names: std::mem::replace(&mut self.names, Names::new("", "")),
+                token: std::mem::take(&mut self.token),
                 fence,
                 permits,
                 name: self.name.cloned(),
@@ -566,6 +620,7 @@ impl<'a> LockCall<'a> {
                     }
                     _ => sent,
                 };
+                self.own(fence);
                 if let Some(w) = queue {
                     w.note_taken();
                     if more {
@@ -591,6 +646,7 @@ impl<'a> LockCall<'a> {
                     }
                     _ => sent,
                 };
+                self.own(fence);
                 if let Some(w) = queue {
                     w.note_acquired(sent, self.lease);
                 }
@@ -611,6 +667,7 @@ impl<'a> LockCall<'a> {
     /// A release of this client gave the lock to this call: `fence`, lease
     /// counted from `sent` (when the release was sent).
     fn granted(&self, waiter: &Waiter, fence: u64, sent: Instant) -> (u64, Instant) {
+        self.own(fence);
         tracing::trace!(target: "relaylock::hop", hop = "handed_over");
         if self.permits.is_none() {
             waiter.note_acquired(sent, self.lease);

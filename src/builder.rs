@@ -9,10 +9,13 @@ use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::Builder;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
 use crate::client::LockClient;
 use crate::error::{connect_within, with_timeout, Error, Result};
+use crate::holds::Holds;
 use crate::inner::{ClientInner, Tasks};
 use crate::options::{
     validate_lease, validate_prefix, validate_url_scheme, WaitStrategy, MAX_LEASE,
@@ -124,6 +127,15 @@ impl Default for LockClientBuilder {
 }
 
 impl LockClientBuilder {
+    /// The longest `connect_timeout`, `command_timeout`,
+    /// `unsubscribe_linger` and [`WaitStrategy::Poll`] interval (1 h): every
+    /// setting has an upper bound, checked by [`build`](Self::build).
+    pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+    /// The largest [`message_buffer`](Self::message_buffer): 1,048,576
+    /// messages.
+    pub const MAX_MESSAGE_BUFFER: usize = 1 << 20;
+
     /// The Redis URL, as fred parses it: `redis://[[user]:password@]host[:port][/db]`.
     /// Default: `redis://127.0.0.1:6379`.
     pub fn url(mut self, url: impl Into<String>) -> Self {
@@ -210,16 +222,18 @@ impl LockClientBuilder {
 
     /// How long a channel stays subscribed after its last local waiter left,
     /// so a key in steady use is not resubscribed at every hand-over.
-    /// Default 500 ms. Zero unsubscribes at once.
+    /// Default 500 ms. Zero unsubscribes at once; at most
+    /// [`MAX_DURATION`](Self::MAX_DURATION).
     pub fn unsubscribe_linger(mut self, linger: Duration) -> Self {
         self.unsubscribe_linger = linger;
         self
     }
 
     /// Release messages fred buffers for the subscriber task before it counts
-    /// as lagging (then every waiter re-checks). Default 1024.
+    /// as lagging (then every waiter re-checks). Default 1024, between 1 and
+    /// [`MAX_MESSAGE_BUFFER`](Self::MAX_MESSAGE_BUFFER).
     pub fn message_buffer(mut self, messages: usize) -> Self {
-        self.message_buffer = messages.max(1);
+        self.message_buffer = messages;
         self
     }
 
@@ -283,11 +297,24 @@ impl LockClientBuilder {
         .into_iter()
         .chain(poll)
         {
-            if d.is_zero() || d > Duration::from_secs(3600) {
+            if d < Duration::from_millis(1) || d > Self::MAX_DURATION {
                 return Err(Error::InvalidArgument(format!(
                     "{what} {d:?} must be between 1 ms and 1 h"
                 )));
             }
+        }
+        if self.unsubscribe_linger > Self::MAX_DURATION {
+            return Err(Error::InvalidArgument(format!(
+                "unsubscribe_linger {:?} must be at most 1 h",
+                self.unsubscribe_linger
+            )));
+        }
+        if !(1..=Self::MAX_MESSAGE_BUFFER).contains(&self.message_buffer) {
+            return Err(Error::InvalidArgument(format!(
+                "message_buffer {} must be between 1 and {}",
+                self.message_buffer,
+                Self::MAX_MESSAGE_BUFFER
+            )));
         }
         if self.side_retention < Duration::from_secs(1) || self.side_retention > MAX_LEASE {
             return Err(Error::InvalidArgument(format!(
@@ -442,6 +469,7 @@ impl LockClientBuilder {
         // 16 hex digits of a random UUID: unique among the clients of a lock
         // with overwhelming probability, short in the lock's queue and messages.
         let client_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+        let background = TaskTracker::new();
         let registry = Arc::new(Registry::new(
             subscriber.clone(),
             redis.clone(),
@@ -450,6 +478,7 @@ impl LockClientBuilder {
             self.unsubscribe_linger,
             self.command_timeout,
             sharded,
+            background.clone(),
         ));
         let subscriber_task = crate::subscriber::spawn(
             &subscriber,
@@ -484,6 +513,10 @@ impl LockClientBuilder {
                     watchdog_task,
                     owns_redis,
                 },
+                holds: Holds::default(),
+                closing: CancellationToken::new(),
+                background,
+                shut_down: tokio::sync::OnceCell::new(),
             }),
         })
     }

@@ -62,6 +62,11 @@ impl LockClient {
     /// default lease, renewed by the watchdog while the guard lives. Same as
     /// [`lock_with`](Self::lock_with) with default options.
     ///
+    /// Locks are not reentrant: a task (or any task of any clone) that holds
+    /// the lock on `key` and calls `lock(key)` again waits for its own guard
+    /// to be released, like a second `tokio::sync::Mutex::lock` in the same
+    /// task. Pass the guard down instead of locking again.
+    ///
     /// # Errors
     ///
     /// * [`Error::InvalidArgument`] for an empty or over-long key, or a lease
@@ -75,7 +80,9 @@ impl LockClient {
     ///   released (or, if even that failed, expires with its lease);
     /// * [`Error::Redis`] for a connection error or a command timeout, and
     ///   [`Error::UnexpectedReply`] when the key holds something relaylock
-    ///   did not write. A waiter does not retry errors: retry the call.
+    ///   did not write. A waiter does not retry errors: retry the call;
+    /// * [`Error::Shutdown`] once [`shutdown`](Self::shutdown) began (a wait
+    ///   in progress ends with it).
     ///
     /// # Cancel safety
     ///
@@ -83,7 +90,9 @@ impl LockClient {
     /// held and no waiter registered: a wake-up it had received is passed to
     /// the next local waiter, and an acquire script in flight (which may have
     /// taken the lock without the reply reaching us) is followed by a release
-    /// of its token in the background.
+    /// of its token in the background. The same holds when the future is
+    /// unwound by a panic (in a `metrics` recorder, say): a lock it had
+    /// taken but not yet handed over as a guard is released.
     pub async fn lock(&self, key: &str) -> Result<LockGuard> {
         self.lock_with(key, LockOptions::default()).await
     }
@@ -118,7 +127,9 @@ impl LockClient {
     ///   released (or, if even that failed, expires with its lease);
     /// * [`Error::Redis`] for a connection error or a command timeout, and
     ///   [`Error::UnexpectedReply`] when the key holds something relaylock
-    ///   did not write. A waiter does not retry errors: retry the call.
+    ///   did not write. A waiter does not retry errors: retry the call;
+    /// * [`Error::Shutdown`] once [`shutdown`](Self::shutdown) began (a wait
+    ///   in progress ends with it).
     ///
     /// # Cancel safety
     ///
@@ -126,7 +137,9 @@ impl LockClient {
     /// held and no waiter registered: a wake-up it had received is passed to
     /// the next local waiter, and an acquire script in flight (which may have
     /// taken the lock without the reply reaching us) is followed by a release
-    /// of its token in the background.
+    /// of its token in the background. The same holds when the future is
+    /// unwound by a panic (in a `metrics` recorder, say): a lock it had
+    /// taken but not yet handed over as a guard is released.
     pub async fn lock_with(&self, key: &str, options: LockOptions) -> Result<LockGuard> {
         // Boxed: the wait loop's state machine is large (several kB in a
         // debug build), and a caller's own future stays small with it on the
@@ -238,6 +251,10 @@ impl LockClient {
     /// (so a stale deploy with a smaller limit throttles only itself). A
     /// limit of 0 makes every call fail with [`Error::InvalidArgument`].
     ///
+    /// Not reentrant: permits are counted per acquisition, not per task, so
+    /// a task that holds all the permits and asks for one more waits for its
+    /// own release.
+    ///
     /// ```no_run
     /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
     /// let sem = client.semaphore("payments", 8);
@@ -252,6 +269,10 @@ impl LockClient {
 
     /// A read-write lock named `key` (see [`RwLock`]): many readers or one
     /// writer, writer-preferring. Nothing is sent until it is used.
+    ///
+    /// Not reentrant, as `tokio::sync::RwLock`: a task holding a read that
+    /// asks for the write (or, with a writer queued, for a second read)
+    /// waits for itself. Release the read before taking the write.
     ///
     /// ```no_run
     /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {

@@ -57,6 +57,12 @@ pub enum Error {
     /// is used by something other than relaylock, or of a version mismatch.
     #[error("unexpected reply from Redis: {0}")]
     UnexpectedReply(String),
+    /// The client was shut down with
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown): every call
+    /// made on any of its clones after the shutdown began fails with this,
+    /// and so do the guards it released (`release`, `extend`).
+    #[error("the lock client was shut down")]
+    Shutdown,
     /// An error reported by the Redis client (`fred`): connection loss, command
     /// timeout, a server error reply. A command that ran out of time arrives
     /// here with [`ErrorKind::Timeout`](fred::error::ErrorKind::Timeout),

@@ -17,6 +17,7 @@ use crate::calls::Released;
 use crate::conn_watch::{same_connection, Watch};
 use crate::error::{Error, Result};
 use crate::handoff::{Claim, Orphan};
+use crate::holds::Hold;
 use crate::inner::ClientInner;
 use crate::metrics as m;
 use crate::options::validate_lease;
@@ -36,7 +37,10 @@ use crate::watchdog::Lease;
 /// Release it with [`release`](Self::release) to learn whether it was still
 /// held. Dropping a guard without releasing releases it in the background: the
 /// drop never blocks and never panics (with no tokio runtime left to run the
-/// release on, the lock simply expires at the end of its lease).
+/// release on, the lock simply expires at the end of its lease). A process
+/// about to exit calls [`LockClient::shutdown`](crate::LockClient::shutdown)
+/// first, which waits for those background releases (and releases what live
+/// guards still hold).
 ///
 /// ```no_run
 /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
@@ -72,6 +76,8 @@ pub struct LockGuard {
     watch: OnceLock<u64>,
     /// Where the guard is in its life; decides what dropping it does.
     state: State,
+    /// Its id in the client's holds (see `crate::holds`).
+    hold: u64,
 }
 
 /// What an acquisition hands to [`LockGuard::new`].
@@ -114,10 +120,27 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    /// The guard of a lock just acquired; a renewed lock is registered with
-    /// the watchdog at once.
-    pub(crate) fn new(inner: Arc<ClientInner>, a: Acquired) -> LockGuard {
+    /// The guard of a lock just acquired, registered in the client's
+    /// holds; a renewed lock is registered with the watchdog at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Shutdown`] when the client's shutdown began: the hold is
+    /// then released in the background.
+    pub(crate) fn new(inner: Arc<ClientInner>, a: Acquired) -> Result<LockGuard> {
         let lease_state = Lease::new(a.sent, a.lease);
+        let hold = inner.holds.insert(Hold {
+            names: a.names.clone(),
+            token: a.token.clone(),
+            fence: a.fence,
+            permits: a.permits,
+            name: a.name.clone(),
+            lease: Arc::clone(&lease_state),
+        });
+        let Some(hold) = hold else {
+            release_in_background(inner, a.names, a.token, Some(a.fence), a.permits, None);
+            return Err(Error::Shutdown);
+        };
         let watch = OnceLock::new();
         if a.renew {
             let id = inner
@@ -125,7 +148,7 @@ impl LockGuard {
                 .watch(&a.names, &a.token, &lease_state, a.name.clone(), true);
             let _ = watch.set(id);
         }
-        LockGuard {
+        Ok(LockGuard {
             inner,
             key: a.key,
             names: a.names,
@@ -138,7 +161,8 @@ impl LockGuard {
             lease_state,
             watch,
             state: State::Held,
-        }
+            hold,
+        })
     }
 
     /// The key this guard locks, as given to `lock`.
@@ -278,6 +302,7 @@ impl LockGuard {
     /// (the watchdog renews more often to match), so it never reports the
     /// lock held after that late copy could have ended it.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
+        self.inner.check_open()?;
         let lease_ms = validate_lease(lease)?;
         let sent = Instant::now();
         // A shorter lease counts from now on, before the reply: the call may
@@ -345,15 +370,24 @@ impl LockGuard {
     /// background, as dropping the guard does (a release that already ran is
     /// recognised, so the lock is released once).
     pub async fn release(mut self) -> Result<()> {
+        // A shutdown waits for this release.
+        let _busy = self.inner.background.token();
+        let ours = self.inner.holds.remove(self.hold);
         self.close();
+        if !ours {
+            // The shutdown took the hold and releases it.
+            self.state = State::Done;
+            return Err(Error::Shutdown);
+        }
+        // Dropped (or unwound) from here until the outcome is known, `Drop`
+        // releases in the background (a repeated release is recognised as
+        // ours).
+        self.state = State::Releasing;
         m::held(
             self.name.as_ref(),
             self.names.kind,
             self.acquired_at.elapsed(),
         );
-        // Dropped from here until the outcome is known, `Drop` releases in
-        // the background (a repeated release is recognised as ours).
-        self.state = State::Releasing;
         let outcome = release(
             &self.inner,
             &self.names,
@@ -423,33 +457,41 @@ impl<F> Drop for Tracked<'_, F> {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        match self.state {
+        let held = match self.state {
             State::Done => return,
-            State::Releasing => {}
+            State::Releasing => false,
             State::Held => {
-                self.close();
-                m::held(
-                    self.name.as_ref(),
-                    self.names.kind,
-                    self.acquired_at.elapsed(),
-                );
+                if !self.inner.holds.remove(self.hold) {
+                    // The shutdown took the hold and releases it.
+                    self.close();
+                    return;
+                }
+                true
             }
-        }
+        };
+        // The release first: a panic in what follows (the metrics recorder
+        // is user code) must not leave the lock held.
         let names = std::mem::replace(&mut self.names, Names::new("", ""));
+        let kind = names.kind;
+        let name = self.name.take();
         release_in_background(
             Arc::clone(&self.inner),
             names,
             std::mem::take(&mut self.token),
             Some(self.fence),
             self.permits,
-            Some((self.name.take(), Arc::clone(&self.lease_state))),
+            Some((name.clone(), Arc::clone(&self.lease_state))),
         );
+        if held {
+            self.close();
+            m::held(name.as_ref(), kind, self.acquired_at.elapsed());
+        }
     }
 }
 
 /// Count a release's outcome; a loss counts only if nobody counted it before
 /// (the watchdog, `extend`).
-fn account(
+pub(crate) fn account(
     name: Option<&SharedString>,
     kind: Kind,
     outcome: &Result<Released>,
@@ -684,21 +726,25 @@ pub(crate) fn release_in_background(
         );
         return;
     };
-    handle.spawn(async move {
-        let outcome = release(&inner, &names, &token, fence, permits).await;
-        match (&outcome, report) {
-            (Err(e), _) => tracing::warn!(key = %names.lock, error = %e,
-                "relaylock: background release failed; the lock stays held until its lease ends"),
-            (Ok(Released::Freed | Released::HandedOver | Released::Granted(_)), None) => {
-                tracing::debug!(key = %names.lock,
-                "relaylock: released an acquisition whose caller went away")
+    let background = inner.background.clone();
+    background.spawn_on(
+        async move {
+            let outcome = release(&inner, &names, &token, fence, permits).await;
+            match (&outcome, report) {
+                (Err(e), _) => tracing::warn!(key = %names.lock, error = %e,
+                    "relaylock: background release failed; the lock stays held until its lease ends"),
+                (Ok(Released::Freed | Released::HandedOver | Released::Granted(_)), None) => {
+                    tracing::debug!(key = %names.lock,
+                    "relaylock: released an acquisition whose caller went away")
+                }
+                (Ok(_), None) => {}
+                (Ok(_), Some((name, lease))) => {
+                    account(name.as_ref(), names.kind, &outcome, Some(&lease))
+                }
             }
-            (Ok(_), None) => {}
-            (Ok(_), Some((name, lease))) => {
-                account(name.as_ref(), names.kind, &outcome, Some(&lease))
-            }
-        }
-    });
+        },
+        &handle,
+    );
 }
 
 /// A hold that is a [`LockGuard`] underneath: the lock's own guard, a

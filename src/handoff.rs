@@ -110,11 +110,13 @@ impl<W: Wake> Inbox<W> {
         inbox.compact(&mut slots);
         slots.iter().find_map(|slot| {
             let mut state = sync::lock(&slot.state);
-            (*state == State::Open || *state == State::Recheck).then(|| {
+            let was_recheck = *state == State::Recheck;
+            (*state == State::Open || was_recheck).then(|| {
                 *state = State::Claimed;
                 Claim {
                     inbox: Arc::clone(inbox),
                     slot: Some(Arc::clone(slot)),
+                    was_recheck,
                 }
             })
         })
@@ -287,6 +289,10 @@ impl<W> Drop for Offer<W> {
 pub(crate) struct Claim<W: Wake> {
     inbox: Arc<Inbox<W>>,
     slot: Option<Arc<Slot<W>>>,
+    /// The slot was waiting to re-check when claimed: a claim that ends
+    /// without a grant sends it back to re-check, never to plain waiting
+    /// (its token may hold the lock after an earlier unknown outcome).
+    was_recheck: bool,
 }
 
 /// What must be cleaned up when a claim is resolved or a slot left.
@@ -340,10 +346,15 @@ impl<W: Wake> Claim<W> {
     /// With `recheck` the waiter tries itself (the lock may be free); else
     /// it sleeps on (the lock went to another client). Either way it is
     /// woken, to learn that the claim ended. If the waiter left, an earlier
-    /// unknown outcome is still the claimer's to clean up.
+    /// unknown outcome is still the claimer's to clean up. A slot that was
+    /// due to re-check when claimed re-checks still.
     pub(crate) fn not_granted(mut self, recheck: bool) -> Orphan {
         let slot = self.slot.take().expect("resolved once");
-        let next = if recheck { State::Recheck } else { State::Open };
+        let next = if recheck || self.was_recheck {
+            State::Recheck
+        } else {
+            State::Open
+        };
         resolve(&self.inbox, &slot, next, false, |doubt| {
             if doubt {
                 Orphan::Unknown
@@ -519,6 +530,28 @@ mod tests {
         assert_eq!(Inbox::claim(&inbox).unwrap().unknown(), Orphan::None);
         c.acquired();
         assert_eq!(c.leave(), Orphan::None);
+    }
+
+    /// A waiter whose claim ended with an unknown outcome (its token may
+    /// hold the lock) and is then claimed by another batch that is refused
+    /// still re-checks: it is not sent back to plain waiting, which would
+    /// let it sleep while holding (issue 22, item 4).
+    #[test]
+    fn a_refused_claim_keeps_a_doubted_waiter_rechecking() {
+        let inbox = Arc::new(Inbox::default());
+        let a = Inbox::offer(&inbox, "a", 10, Count::default());
+        // A batch leader claims `a`, and is cancelled in flight.
+        Inbox::claim(&inbox).unwrap().unknown();
+        assert_eq!(woken(&a), 1);
+        // Before `a` runs, another reader's batch claims it and is refused
+        // (a writer queued ahead).
+        Inbox::claim(&inbox)
+            .expect("a re-checking slot is claimable")
+            .not_granted(false);
+        assert_eq!(woken(&a), 2);
+        assert_eq!(a.outcome(), Outcome::Recheck);
+        // Its doubt is kept for the clean-up too.
+        assert_eq!(a.leave(), Orphan::Unknown);
     }
 
     #[test]

@@ -10,9 +10,12 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::interfaces::ClientLike;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
 use crate::error::{Error, Result};
+use crate::holds::Holds;
 use crate::options::{validate_key, WaitStrategy};
 use crate::registry::Registry;
 use crate::replica_pool::Replicas;
@@ -33,6 +36,16 @@ pub(crate) struct ClientInner {
     pub(crate) command_timeout: Duration,
     /// What to stop and close when the last clone goes away.
     pub(crate) tasks: Tasks,
+    /// The holds guards still own, for the shutdown.
+    pub(crate) holds: Holds,
+    /// Cancelled when the shutdown begins: lock calls in progress end with
+    /// [`Error::Shutdown`], new ones are refused.
+    pub(crate) closing: CancellationToken,
+    /// What the shutdown waits for: background releases and queue leaves,
+    /// lock calls and releases in progress.
+    pub(crate) background: TaskTracker,
+    /// Set once a shutdown completed (a later one returns at once).
+    pub(crate) shut_down: tokio::sync::OnceCell<()>,
 }
 
 /// The background tasks and connections a client owns.
@@ -53,7 +66,11 @@ impl ClientInner {
     /// Checks a key: the limits, and in Redis Cluster that it can be a hash
     /// tag (a key starting with `}` gives `{}`, an empty tag, and its names
     /// would land in different slots).
+    ///
+    /// Every public call checks its key first, so this is also where a call
+    /// made after [`shutdown`](crate::LockClient::shutdown) began is refused.
     pub(crate) fn check_key(&self, key: &str) -> Result<()> {
+        self.check_open()?;
         validate_key(key)?;
         if self.calls.redis().is_clustered() && key.starts_with('}') {
             return Err(Error::InvalidArgument(
@@ -65,25 +82,43 @@ impl ClientInner {
     }
 }
 
-impl Drop for ClientInner {
-    fn drop(&mut self) {
+impl ClientInner {
+    /// [`Error::Shutdown`] once the shutdown began.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closing.is_cancelled() {
+            return Err(Error::Shutdown);
+        }
+        Ok(())
+    }
+
+    /// Stop the background tasks, and close the connections relaylock
+    /// opened: what the shutdown ends with, and what dropping the last
+    /// clone does (in the background).
+    pub(crate) fn stop(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         self.registry.close();
         self.tasks.subscriber_task.abort();
         self.tasks.watchdog_task.abort();
+        let subscriber = self.tasks.subscriber.clone();
+        let redis = self.tasks.owns_redis.then(|| self.calls.redis().clone());
+        let pool = self.replicas.close();
+        let limit = self.command_timeout;
+        async move {
+            let _ = tokio::time::timeout(limit, subscriber.quit()).await;
+            if let Some(redis) = redis {
+                let _ = tokio::time::timeout(limit, redis.quit()).await;
+            }
+            if let Some(pool) = pool {
+                let _ = tokio::time::timeout(limit, pool.quit()).await;
+            }
+        }
+    }
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        let stopping = self.stop();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let subscriber = self.tasks.subscriber.clone();
-            let redis = self.tasks.owns_redis.then(|| self.calls.redis().clone());
-            let pool = self.replicas.close();
-            let limit = self.command_timeout;
-            handle.spawn(async move {
-                let _ = tokio::time::timeout(limit, subscriber.quit()).await;
-                if let Some(redis) = redis {
-                    let _ = tokio::time::timeout(limit, redis.quit()).await;
-                }
-                if let Some(pool) = pool {
-                    let _ = tokio::time::timeout(limit, pool.quit()).await;
-                }
-            });
+            handle.spawn(stopping);
         }
     }
 }

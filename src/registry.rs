@@ -46,6 +46,16 @@ use crate::metrics as m;
 use crate::presence::Presence;
 use crate::scripts::{evalsha_reloading, Kind, Names, Scripts, HANDOFF_GRACE_MS};
 use crate::sync;
+use tokio_util::task::TaskTracker;
+
+/// `d` from now, saturating where the clock cannot represent it (a
+/// deadline in a drop path or a background task must never panic).
+fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(now)
+}
 
 /// The local waiters of one key.
 #[derive(Debug)]
@@ -221,6 +231,8 @@ pub(crate) struct Registry {
     sharded: bool,
     /// The client is gone: clean-up tasks stop retrying.
     closed: AtomicBool,
+    /// The client's tasks that a shutdown waits for: queue leaves here.
+    background: TaskTracker,
 }
 
 /// Which subscriber connection a command went to, as far as can be told:
@@ -311,6 +323,9 @@ fn echoed(reply: &Value, nonce: &str) -> Result<(), fred::error::Error> {
 }
 
 impl Registry {
+    // The client's parts the registry uses; grouping them would only move
+    // the list into a struct built once, in `build`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         subscriber: SubscriberClient,
         redis: Client,
@@ -319,6 +334,7 @@ impl Registry {
         linger: Duration,
         command_timeout: Duration,
         sharded: bool,
+        background: TaskTracker,
     ) -> Self {
         Registry {
             map: DashMap::new(),
@@ -334,6 +350,7 @@ impl Registry {
             reconnects: AtomicU64::new(0),
             sharded,
             closed: AtomicBool::new(false),
+            background,
         }
     }
 
@@ -911,7 +928,8 @@ impl Registry {
         let entry = Arc::clone(entry);
         let names = Names::of_channel(channel);
         let semaphore = names.kind.counted();
-        handle.spawn(async move {
+        let background = self.background.clone();
+        background.spawn_on(async move {
             // A read-write lock's leave names both of its channels.
             let (channel, wchannel) = names.script_channels();
             let (holds, facts) = names.side();
@@ -950,7 +968,7 @@ impl Registry {
             // A waiter that arrived meanwhile may have queued before the LEAVE
             // ran and been taken out with it: wake one to try (and queue) again.
             entry.wake_one_if_waiting();
-        });
+        }, &handle);
     }
 
     /// Keep `entry`'s subscription for the linger after its last waiter
@@ -1003,7 +1021,7 @@ impl Registry {
                     tracing::debug!(error = %e, %channel,
                         "relaylock: unsubscribe failed; trying again");
                     drop(sub);
-                    *entry.linger_until() = Some(Instant::now() + UNSUBSCRIBE_RETRY);
+                    *entry.linger_until() = Some(after(UNSUBSCRIBE_RETRY));
                     continue;
                 }
                 *sub = false;
@@ -1025,7 +1043,7 @@ impl Registry {
             // loop spun a core while a slow release was in flight).
             drop(sub);
             if entry.presence.count() == 0 {
-                *entry.linger_until() = Some(Instant::now() + REMOVE_RETRY);
+                *entry.linger_until() = Some(after(REMOVE_RETRY));
             }
         }
     }
@@ -1037,7 +1055,7 @@ impl Registry {
         let start = {
             let mut until = entry.linger_until();
             let first = until.is_none();
-            *until = Some(Instant::now() + self.linger);
+            *until = Some(after(self.linger));
             first
         };
         if !start {
@@ -1410,6 +1428,7 @@ mod tests {
             Duration::from_millis(50),
             Duration::from_secs(1),
             false,
+            TaskTracker::new(),
         ))
     }
 

@@ -35,7 +35,8 @@ use tokio::task::JoinHandle;
 
 use crate::registry::Registry;
 
-/// Spawn the subscriber task. It ends when the subscriber client quits (its
+/// Spawn the subscriber task, run again should it panic (see
+/// `crate::supervise`). It ends when the subscriber client quits (its
 /// streams close) or when the handle is aborted.
 pub(crate) fn spawn(
     subscriber: &SubscriberClient,
@@ -43,6 +44,29 @@ pub(crate) fn spawn(
     registry: Arc<Registry>,
     command_timeout: Duration,
 ) -> JoinHandle<()> {
+    let (subscriber, commands) = (subscriber.clone(), commands.clone());
+    crate::supervise::supervise("subscriber", move |panics| {
+        run(
+            &subscriber,
+            &commands,
+            Arc::clone(&registry),
+            command_timeout,
+            panics > 0,
+        )
+    })
+}
+
+/// One run of the subscriber task. Its streams are taken before it returns
+/// the future, so nothing published after that is missed. A run after a
+/// panic (`restarted`) may have missed messages: it subscribes every
+/// channel again and wakes every waiter first, as after a reconnect.
+fn run(
+    subscriber: &SubscriberClient,
+    commands: &Client,
+    registry: Arc<Registry>,
+    command_timeout: Duration,
+    restarted: bool,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let heartbeat = (command_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
@@ -56,7 +80,10 @@ pub(crate) fn spawn(
     let clustered = subscriber.is_clustered();
     let mut cluster_events = clustered;
     let subscriber = subscriber.clone();
-    tokio::spawn(async move {
+    async move {
+        if restarted {
+            registry.resubscribe_all().await;
+        }
         let mut beats = tokio::time::interval(heartbeat);
         beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut probe: Option<JoinHandle<()>> = None;
@@ -110,7 +137,7 @@ pub(crate) fn spawn(
             p.abort();
         }
         tracing::debug!("relaylock: subscriber task ended");
-    })
+    }
 }
 
 /// PING the subscriber connection. If it stays silent for `limit` while fred

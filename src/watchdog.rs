@@ -464,10 +464,23 @@ impl Watchdog {
     }
 }
 
-/// Start the client's watchdog task.
+/// Start the client's watchdog task, run again should it panic (see
+/// `crate::supervise`; a round in flight then is planned again).
 pub(crate) fn spawn(dog: &Arc<Watchdog>) -> JoinHandle<()> {
     let dog = Arc::clone(dog);
-    tokio::spawn(async move {
+    crate::supervise::supervise("watchdog", move |panics| {
+        if panics > 0 {
+            // The round in flight died with the run: its locks are due again.
+            for e in dog.entries().values_mut() {
+                e.in_flight = false;
+            }
+        }
+        run(Arc::clone(&dog))
+    })
+}
+
+async fn run(dog: Arc<Watchdog>) {
+    {
         let mut round: Option<Round> = None;
         loop {
             let next = dog.plan(&mut round);
@@ -480,7 +493,7 @@ pub(crate) fn spawn(dog: &Arc<Watchdog>) -> JoinHandle<()> {
                 _ = dog.wake.notified() => {}
             }
         }
-    })
+    }
 }
 
 #[cfg(test)]
