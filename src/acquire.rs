@@ -140,10 +140,11 @@ pub(crate) async fn lock(
     options: &LockOptions,
     shape: Shape,
 ) -> Result<LockGuard> {
-    let call = LockCall::new(inner, key, options, shape)?;
     // A shutdown ends the wait (dropping it is cancel-safe) and waits for
-    // this call to wind down.
+    // this call to wind down. Taken before the call, so it is let go after
+    // the call's own drop spawned whatever it releases.
     let _busy = inner.background.token();
+    let call = LockCall::new(inner, key, options, shape)?;
     let outcome = tokio::select! {
         biased;
         _ = inner.closing.cancelled() => Err(Error::Shutdown),
@@ -194,33 +195,34 @@ pub(crate) async fn try_lock(
     options: &LockOptions,
     shape: Shape,
 ) -> Result<Option<LockGuard>> {
-    let call = LockCall::new(inner, key, options, shape)?;
+    // As in `lock`.
     let _busy = inner.background.token();
-    let attempt = tokio::select! {
+    let call = LockCall::new(inner, key, options, shape)?;
+    let outcome = tokio::select! {
         biased;
         _ = inner.closing.cancelled() => Err(Error::Shutdown),
-        attempt = call.attempt(None, false) => attempt,
+        outcome = call.try_once() => outcome,
     };
-    match attempt? {
-        Attempt::Acquired(fence, sent) => {
-            if let Err(e) = call.replicated(fence).await {
-                m::finished(
-                    call.name,
-                    call.names.kind,
-                    Outcome::Error,
-                    call.started.elapsed(),
-                );
-                return Err(e);
-            }
-            m::finished(
-                call.name,
-                call.names.kind,
-                Outcome::Acquired,
-                call.started.elapsed(),
-            );
-            call.into_guard(fence, sent).map(Some)
-        }
-        Attempt::Held => Ok(None),
+    match outcome? {
+        Some((fence, sent)) => call.into_guard(fence, sent).map(Some),
+        None => Ok(None),
+    }
+}
+
+impl LockCall<'_> {
+    /// One try; with `min_replicas`, then until enough replicas have it.
+    /// Records the call's metrics when it acquired (or failed after).
+    async fn try_once(&self) -> Result<Option<(u64, Instant)>> {
+        let Attempt::Acquired(fence, sent) = self.attempt(None, false).await? else {
+            return Ok(None);
+        };
+        let replicated = self.replicated(fence).await;
+        let kind = match replicated {
+            Ok(()) => Outcome::Acquired,
+            Err(_) => Outcome::Error,
+        };
+        m::finished(self.name, self.names.kind, kind, self.started.elapsed());
+        replicated.map(|()| Some((fence, sent)))
     }
 }
 
@@ -595,16 +597,23 @@ impl<'a> LockCall<'a> {
                     .await?
             }
         };
+        // The orphan guard stays armed until `owned` records a hold the
+        // reply gives us: a panic in between (a tracing layer) releases it.
+        let parsed = match self.permits {
+            None => acquire_reply(&reply, self.inner.default_lease),
+            Some(_) => sem_acquire_reply(&reply, self.inner.default_lease),
+        };
+        if let Ok(AcquireReply::Acquired(fence, _)) = &parsed {
+            let fence = *fence;
+            self.own(fence);
+        }
         orphan.disarm();
         batch.resolve(&reply, sent);
         if let Some(w) = queue {
             w.queued_try_in_flight(false);
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
-        let parsed = match self.permits {
-            None => acquire_reply(&reply, self.inner.default_lease)?,
-            Some(_) => sem_acquire_reply(&reply, self.inner.default_lease)?,
-        };
+        let parsed = parsed?;
         match parsed {
             // A semaphore: the permits this call took say nothing of when
             // the others come back (only a refusal's bound does). What is
@@ -620,7 +629,6 @@ impl<'a> LockCall<'a> {
                     }
                     _ => sent,
                 };
-                self.own(fence);
                 if let Some(w) = queue {
                     w.note_taken();
                     if more {
@@ -646,7 +654,6 @@ impl<'a> LockCall<'a> {
                     }
                     _ => sent,
                 };
-                self.own(fence);
                 if let Some(w) = queue {
                     w.note_acquired(sent, self.lease);
                 }

@@ -285,7 +285,12 @@ impl LockClientBuilder {
     /// Every setting against its limits (nothing is sent yet).
     fn validate(&self) -> Result<()> {
         validate_prefix(&self.prefix)?;
-        validate_lease(self.default_lease)?;
+        validate_lease(self.default_lease).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!(
+                "default_lease: {m} (between 1 ms and {MAX_LEASE:?})"
+            )),
+            e => e,
+        })?;
         let poll = match self.wait_strategy {
             WaitStrategy::Poll(interval) => Some(("poll interval", interval)),
             WaitStrategy::PubSub => None,

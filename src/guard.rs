@@ -369,9 +369,17 @@ impl LockGuard {
     /// Dropping the future before it completes releases the lock in the
     /// background, as dropping the guard does (a release that already ran is
     /// recognised, so the lock is released once).
-    pub async fn release(mut self) -> Result<()> {
-        // A shutdown waits for this release.
+    pub async fn release(self) -> Result<()> {
+        // A shutdown waits for this release; the token is taken before the
+        // guard is moved in, so that it is let go after the guard's drop
+        // (which releases in the background if this future is dropped).
         let _busy = self.inner.background.token();
+        let mut this = self;
+        this.release_now().await
+    }
+
+    /// The body of [`release`](Self::release).
+    async fn release_now(&mut self) -> Result<()> {
         let ours = self.inner.holds.remove(self.hold);
         self.close();
         if !ours {
@@ -457,6 +465,9 @@ impl<F> Drop for Tracked<'_, F> {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        // Held from before the hold leaves the registry until the release
+        // is spawned: a shutdown in between waits for it.
+        let _busy = self.inner.background.token();
         let held = match self.state {
             State::Done => return,
             State::Releasing => false,
@@ -549,10 +560,18 @@ pub(crate) async fn release(
         return release_permits(inner, names, token, fence, permits).await;
     }
     let registry = &inner.registry;
-    let requeued = registry.requeue(&names.channel);
+    // During a shutdown the local waiters are leaving: no requeue for
+    // them, and no hand-over to one (it would make a new hold).
+    let closing = inner.closing.is_cancelled();
+    let requeued = (!closing)
+        .then(|| registry.requeue(&names.channel))
+        .flatten();
     // The client stays queued after giving the lock to `next` only if other
     // local tasks still wait (`keep`: `next`'s own task is not the only one).
-    let (claim, keep) = match fence.and_then(|_| registry.claim(&names.channel)) {
+    let claim = fence
+        .filter(|_| !closing)
+        .and_then(|_| registry.claim(&names.channel));
+    let (claim, keep) = match claim {
         Some((claim, others)) => (Some(claim), others),
         None => (None, false),
     };
@@ -633,7 +652,10 @@ async fn release_permits(
     permits: u32,
 ) -> Result<Released> {
     let registry = &inner.registry;
-    let requeued = registry.requeue(&names.channel);
+    // As in `release`: no requeue during a shutdown.
+    let requeued = (!inner.closing.is_cancelled())
+        .then(|| registry.requeue(&names.channel))
+        .flatten();
     let need = requeued.as_ref().map(|r| r.need());
     let outcome = inner
         .calls
@@ -784,6 +806,8 @@ where
     };
     match outcome {
         Some(value) => held.into_lock_guard().release().await.map(|()| value),
+        // The shutdown released the hold: not a loss.
+        None if held.lock_guard().inner.closing.is_cancelled() => Err(Error::Shutdown),
         None => Err(Error::LockLost),
     }
 }

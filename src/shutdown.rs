@@ -46,7 +46,10 @@ impl LockClient {
     /// `Err(Error::Shutdown)`.
     ///
     /// Idempotent: a second call (on any clone) after the first completed
-    /// returns `Ok(())` at once; calls made while one runs wait for it.
+    /// returns `Ok(())` at once; calls made while one runs wait for it and
+    /// then return `Ok(())` (the errors are the running call's to report).
+    /// A `with_lock` (or `with_permit`, `with_read`, `with_write`) whose
+    /// hold the shutdown released fails with `Error::Shutdown`.
     ///
     /// ```no_run
     /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {

@@ -6,6 +6,7 @@
 //! lease-bound re-checks.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
@@ -20,7 +21,9 @@ impl Drop for AbortOnDrop {
 }
 
 /// Spawn the task `start(0)` returns and, each time a run panics, log it
-/// and spawn `start(n)`, with `n` the number of panics so far. Ends when a
+/// and spawn `start(n)`, with `n` the number of panics so far, after a
+/// pause that doubles from 20 ms to 1.28 s (a recorder that panics on
+/// every message must not turn each into a restart storm). Ends when a
 /// run returns; aborting the returned handle aborts the run too.
 ///
 /// `start(0)` is called before this returns, so what it sets up
@@ -44,6 +47,7 @@ where
                         panics,
                         "relaylock: a background task panicked; running it again"
                     );
+                    tokio::time::sleep(Duration::from_millis(10 << panics.min(7))).await;
                     next = start(panics);
                 }
                 _ => return,

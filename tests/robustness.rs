@@ -323,6 +323,21 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
     };
     support::until_queued(&admin, &client, "queued").await;
     let lost = live.lost_token();
+    // A critical section in progress: ended by the shutdown, not a loss.
+    let section = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .with_lock("section", LockOptions::default(), async |_| {
+                    tokio::time::sleep(Duration::from_secs(30)).await
+                })
+                .await
+        })
+    };
+    let started = support::eventually(Duration::from_secs(5), || async {
+        other.is_locked("section").await.unwrap()
+    });
+    assert!(started.await);
 
     let started = Instant::now();
     client.clone().shutdown().await.unwrap();
@@ -358,6 +373,12 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
         .unwrap()
         .unwrap();
     assert!(matches!(waited, Err(Error::Shutdown)), "{waited:?}");
+    let ended = tokio::time::timeout(Duration::from_secs(2), section)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(ended, Err(Error::Shutdown)), "{ended:?}");
+    assert!(!other.is_locked("section").await.unwrap());
     let name = client.redis_key("queued");
     assert!(!support::is_queued(&admin, &name, client.client_id()).await);
     blocker.release().await.unwrap();
