@@ -117,28 +117,43 @@ async fn until_free(other: &LockClient, key: &str, limit: Duration) -> Option<Du
     None
 }
 
+/// Build with `set` applied to each of `values`: every build must fail with
+/// `InvalidArgument` naming `setting`. Then build with `bound` (accepted).
+async fn refused_past_bound<T: Copy + std::fmt::Debug>(
+    server: &RedisServer,
+    setting: &str,
+    values: &[T],
+    bound: T,
+    set: fn(relaylock::LockClientBuilder, T) -> relaylock::LockClientBuilder,
+) -> LockClient {
+    for &value in values {
+        match set(LockClient::builder().url(server.url()), value)
+            .build()
+            .await
+        {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(setting), "{m}"),
+            other => panic!("{setting} {value:?}: {other:?}"),
+        }
+    }
+    set(LockClient::builder().url(server.url()), bound)
+        .build()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn an_unbounded_linger_is_refused_at_build() {
     let server = RedisServer::start();
-    for linger in [Duration::MAX, Duration::from_secs(3601)] {
-        let built = LockClient::builder()
-            .url(server.url())
-            .unsubscribe_linger(linger)
-            .build()
-            .await;
-        match built {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains("unsubscribe_linger"), "{m}"),
-            other => panic!("{linger:?}: {other:?}"),
-        }
-    }
-    // The bound itself is accepted, and a hand-over to a waiter of the same
-    // client works with it.
-    let client = LockClient::builder()
-        .url(server.url())
-        .unsubscribe_linger(Duration::from_secs(3600))
-        .build()
-        .await
-        .unwrap();
+    let linger = [Duration::MAX, Duration::from_secs(3601)];
+    let client = refused_past_bound(
+        &server,
+        "unsubscribe_linger",
+        &linger,
+        Duration::from_secs(3600),
+        |b, d| b.unsubscribe_linger(d),
+    )
+    .await;
+    // At the bound, a hand-over to a waiter of the same client works.
     let g = client.lock("k").await.unwrap();
     let waiter = support::spawn_waiter(&client, "k");
     support::until_queued(&server.admin().await, &client, "k").await;
@@ -152,31 +167,13 @@ async fn an_unbounded_linger_is_refused_at_build() {
 #[tokio::test]
 async fn an_oversized_message_buffer_is_refused_at_build() {
     let server = RedisServer::start();
-    for messages in [0, usize::MAX, usize::MAX / 2 + 1, (1 << 20) + 1] {
-        let built = LockClient::builder()
-            .url(server.url())
-            .message_buffer(messages)
-            .build()
-            .await;
-        match built {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains("message_buffer"), "{m}"),
-            other => panic!("{messages}: {other:?}"),
-        }
-    }
-    let client = LockClient::builder()
-        .url(server.url())
-        .message_buffer(1 << 20)
-        .build()
-        .await
-        .unwrap();
-    client
-        .try_lock("k")
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let messages = [0, usize::MAX, usize::MAX / 2 + 1, (1 << 20) + 1];
+    let client = refused_past_bound(&server, "message_buffer", &messages, 1 << 20, |b, n| {
+        b.message_buffer(n)
+    })
+    .await;
+    let g = client.try_lock("k").await.unwrap().expect("free");
+    g.release().await.unwrap();
 }
 
 /// A lock handed over to a waiter whose task panics right after the grant
