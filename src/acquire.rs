@@ -102,11 +102,7 @@ struct LockCall<'a> {
 
 impl Drop for LockCall<'_> {
     fn drop(&mut self) {
-        let owned = self
-            .owned
-            .get_mut()
-            .map(|o| o.take())
-            .unwrap_or_else(|e| e.into_inner().take());
+        let owned = crate::sync::lock(&self.owned).take();
         if let Some(fence) = owned {
             release_in_background(
                 Arc::clone(self.inner),
@@ -157,24 +153,23 @@ impl LockCall<'_> {
     /// Wait for the lock as the options say; with `min_replicas`, until
     /// enough replicas have it. Records the call's metrics.
     async fn wait(&self, options: &LockOptions) -> Result<(u64, Instant)> {
-        let call = self;
-        let deadline = options.wait.map(|w| call.started.checked_add(w));
-        let outcome = match (deadline, call.inner.strategy) {
+        let deadline = options.wait.map(|w| self.started.checked_add(w));
+        let outcome = match (deadline, self.inner.strategy) {
             // wait(0): exactly one try
-            (Some(Some(d)), _) if d <= call.started => {
-                match Box::pin(call.attempt(None, false)).await {
+            (Some(Some(d)), _) if d <= self.started => {
+                match Box::pin(self.attempt(None, false)).await {
                     Ok(Attempt::Acquired(fence, sent)) => Ok((fence, sent)),
                     Ok(Attempt::Held) => Err(Error::Timeout),
                     Err(e) => Err(e),
                 }
             }
-            (deadline, WaitStrategy::PubSub) => call.wait_pubsub(deadline.flatten()).await,
+            (deadline, WaitStrategy::PubSub) => self.wait_pubsub(deadline.flatten()).await,
             (deadline, WaitStrategy::Poll(every)) => {
-                call.wait_poll(every, deadline.flatten()).await
+                self.wait_poll(every, deadline.flatten()).await
             }
         };
         let outcome = match outcome {
-            Ok((fence, sent)) => Box::pin(call.replicated(fence))
+            Ok((fence, sent)) => Box::pin(self.replicated(fence))
                 .await
                 .map(|()| (fence, sent)),
             Err(e) => Err(e),
@@ -184,7 +179,7 @@ impl LockCall<'_> {
             Err(Error::Timeout) => Outcome::Timeout,
             Err(_) => Outcome::Error,
         };
-        m::finished(call.name, call.names.kind, kind, call.started.elapsed());
+        m::finished(self.name, self.names.kind, kind, self.started.elapsed());
         outcome
     }
 }
@@ -497,12 +492,12 @@ impl<'a> LockCall<'a> {
 
     /// This call now has the hold `fence` in Redis (see `owned`).
     fn own(&self, fence: u64) {
-        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) = Some(fence);
+        *crate::sync::lock(&self.owned) = Some(fence);
     }
 
     /// The hold was released, or handed on.
     fn disown(&self) {
-        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *crate::sync::lock(&self.owned) = None;
     }
 
     /// The guard of the hold `fence` (refused, and the hold released,
@@ -604,8 +599,7 @@ impl<'a> LockCall<'a> {
             Some(_) => sem_acquire_reply(&reply, self.inner.default_lease),
         };
         if let Ok(AcquireReply::Acquired(fence, _)) = &parsed {
-            let fence = *fence;
-            self.own(fence);
+            self.own(*fence);
         }
         orphan.disarm();
         batch.resolve(&reply, sent);

@@ -465,21 +465,19 @@ impl<F> Drop for Tracked<'_, F> {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if self.state == State::Done {
+            return;
+        }
         // Held from before the hold leaves the registry until the release
         // is spawned: a shutdown in between waits for it.
         let _busy = self.inner.background.token();
-        let held = match self.state {
-            State::Done => return,
-            State::Releasing => false,
-            State::Held => {
-                if !self.inner.holds.remove(self.hold) {
-                    // The shutdown took the hold and releases it.
-                    self.close();
-                    return;
-                }
-                true
-            }
-        };
+        // Releasing: `release()` already took the hold out of the registry.
+        let held = self.state == State::Held;
+        if held && !self.inner.holds.remove(self.hold) {
+            // The shutdown took the hold and releases it.
+            self.close();
+            return;
+        }
         // The release first: a panic in what follows (the metrics recorder
         // is user code) must not leave the lock held.
         let names = std::mem::replace(&mut self.names, Names::new("", ""));
@@ -560,12 +558,10 @@ pub(crate) async fn release(
         return release_permits(inner, names, token, fence, permits).await;
     }
     let registry = &inner.registry;
-    // During a shutdown the local waiters are leaving: no requeue for
-    // them, and no hand-over to one (it would make a new hold).
+    // During a shutdown the local waiters are leaving: no hand-over to one
+    // (it would make a new hold), and no requeue.
     let closing = inner.closing.is_cancelled();
-    let requeued = (!closing)
-        .then(|| registry.requeue(&names.channel))
-        .flatten();
+    let requeued = requeue(inner, names);
     // The client stays queued after giving the lock to `next` only if other
     // local tasks still wait (`keep`: `next`'s own task is not the only one).
     let claim = fence
@@ -633,6 +629,15 @@ pub(crate) async fn release(
     outcome
 }
 
+/// The requeue of a release (see `Registry::requeue`), none during a
+/// shutdown: the local waiters are leaving.
+fn requeue(inner: &ClientInner, names: &Names) -> Option<crate::registry::Requeue> {
+    if inner.closing.is_cancelled() {
+        return None;
+    }
+    inner.registry.requeue(&names.channel)
+}
+
 /// Release a semaphore hold of `permits` permits (`fence` `None`: an
 /// acquisition abandoned in flight, whose token is voided too). The script
 /// queues this client again when it still has local waiters (with the
@@ -652,10 +657,7 @@ async fn release_permits(
     permits: u32,
 ) -> Result<Released> {
     let registry = &inner.registry;
-    // As in `release`: no requeue during a shutdown.
-    let requeued = (!inner.closing.is_cancelled())
-        .then(|| registry.requeue(&names.channel))
-        .flatten();
+    let requeued = requeue(inner, names);
     let need = requeued.as_ref().map(|r| r.need());
     let outcome = inner
         .calls

@@ -42,7 +42,7 @@ pub(crate) struct Holds {
 impl Holds {
     fn state(&self) -> MutexGuard<'_, State> {
         // Nothing panics under this lock; a poisoned one is still consistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// Register a hold; `None` once the client is shut down (the caller

@@ -126,9 +126,7 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
                 None
             }
         };
-        if first_error.is_none() {
-            first_error = error;
-        }
+        first_error = first_error.or(error);
     }
     inner.background.close();
     let limit = inner.command_timeout.saturating_mul(4);
