@@ -95,6 +95,8 @@ pub enum Sweep {
     Workers(Vec<usize>),
     /// Keys the workers pick from.
     Keys(Vec<usize>),
+    /// Worker processes, each with its own client.
+    Processes(Vec<usize>),
 }
 
 fn parse_sweep(s: &str) -> Result<Sweep, String> {
@@ -102,8 +104,13 @@ fn parse_sweep(s: &str) -> Result<Sweep, String> {
         (Sweep::Workers, v)
     } else if let Some(v) = s.strip_prefix("keys=") {
         (Sweep::Keys, v)
+    } else if let Some(v) = s.strip_prefix("processes=") {
+        (Sweep::Processes, v)
     } else {
-        return Err("a sweep is over workers or keys: workers=8,64,256 or keys=1,16,256".into());
+        return Err(
+            "a sweep is over workers, keys or processes: workers=8,64,256, keys=1,16,256 or processes=1,4,12"
+                .into(),
+        );
     };
     let v: Vec<usize> = values
         .split(',')
@@ -113,6 +120,13 @@ fn parse_sweep(s: &str) -> Result<Sweep, String> {
         return Err("sweep values must be positive".into());
     }
     Ok(kind(v))
+}
+
+/// A figure that could not be computed (no acquisition, no RTT probe with
+/// `--no-rtt`) is NaN, which JSON writes as `null`: read it back as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    use serde::Deserialize;
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// One line of the report.
@@ -126,18 +140,33 @@ pub struct Row {
     pub duration_s: f64,
     pub acquisitions: u64,
     pub acq_per_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub wait_p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub wait_p99_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub wait_max_ms: f64,
     pub handoff_p50_ms: Option<f64>,
     pub handoff_p99_ms: Option<f64>,
+    #[serde(deserialize_with = "nan_if_null")]
     pub hold_p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub redis_requests_per_acq: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub redis_cmds_per_acq: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub redis_cpu_us_per_acq: f64,
+    /// The worker processes' own CPU time (user + system, every thread) per
+    /// acquisition, from `go` to `stop`. Absent in results saved before it
+    /// was measured.
+    #[serde(default)]
+    pub client_cpu_us_per_acq: Option<f64>,
+    #[serde(deserialize_with = "nan_if_null")]
     pub attempts_per_acq: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub jain_fairness: f64,
     pub violations: u64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub rtt_p50_ms: f64,
     pub handoff_p50_rtts: Option<f64>,
     pub peak_rss_mib: f64,
@@ -233,6 +262,7 @@ struct Scenario {
     strategy: Strategy,
     workers: usize,
     keys: usize,
+    processes: usize,
 }
 
 async fn admin_client(url: &str) -> Result<Client, String> {
@@ -261,11 +291,11 @@ async fn run_one(
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let label = format!(
         "{} workers={} processes={}",
-        sc.strategy, sc.workers, args.processes
+        sc.strategy, sc.workers, sc.processes
     );
 
     let mut children = Vec::new();
-    for i in 0..args.processes {
+    for i in 0..sc.processes {
         let mut cmd = tokio::process::Command::new(&exe);
         cmd.arg("worker")
             .args(["--url", url, "--strategy", &sc.strategy.to_string()])
@@ -297,7 +327,7 @@ async fn run_one(
 
     // Wait for every worker to connect, then forward their ticks.
     let ticks: Arc<Vec<AtomicU64>> =
-        Arc::new((0..args.processes).map(|_| AtomicU64::new(0)).collect());
+        Arc::new((0..sc.processes).map(|_| AtomicU64::new(0)).collect());
     let mut stdins = Vec::new();
     let mut readers = Vec::new();
     for (i, child) in children.iter_mut().enumerate() {
@@ -376,7 +406,7 @@ async fn run_one(
     }
 
     let mut reports = Vec::new();
-    for i in 0..args.processes {
+    for i in 0..sc.processes {
         let path = dir.join(format!("worker-{i}.json"));
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         reports.push(serde_json::from_slice::<WorkerReport>(&bytes).map_err(|e| e.to_string())?);
@@ -433,7 +463,7 @@ async fn run_one(
             p => format!("{} {p}", sc.strategy),
         },
         workers: sc.workers,
-        processes: args.processes,
+        processes: sc.processes,
         keys: sc.keys,
         hold_ms: args.hold_ms,
         duration_s: elapsed,
@@ -448,6 +478,7 @@ async fn run_one(
         redis_requests_per_acq: per_acq(requests as f64),
         redis_cmds_per_acq: per_acq(commands as f64),
         redis_cpu_us_per_acq: per_acq((after.cpu_s - before.cpu_s) * 1e6),
+        client_cpu_us_per_acq: Some(per_acq(reports.iter().map(|r| r.cpu_us).sum::<u64>() as f64)),
         attempts_per_acq: per_acq(reports.iter().map(|r| r.attempts).sum::<u64>() as f64),
         jain_fairness: jain(&counts),
         violations: h.violations + reports.iter().map(|r| r.local_violations).sum::<u64>(),
@@ -511,22 +542,36 @@ fn host_port(url: &str) -> Option<(String, u16)> {
     Some((host.to_owned(), port.parse().ok()?))
 }
 
+/// A CPU figure in µs with one decimal, or `-` where it was not measured.
+fn fmt_us(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+impl Row {
+    /// Capacity: acquisitions one Redis core serves per second of its CPU
+    /// at this cost (1 / Redis CPU per acquisition).
+    pub fn capacity(&self) -> f64 {
+        1e6 / self.redis_cpu_us_per_acq
+    }
+}
+
 fn fmt_opt(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.3}"))
 }
 
 pub fn print_table(rows: &[Row]) {
     println!(
-        "{:<9} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>6} {:>4} {:>7}",
-        "strategy", "workers", "acq", "acq/s", "wait50", "wait99", "handoff50", "handoff99", "req/acq",
-        "cmd/acq", "cpu_us", "att/acq", "rtt50", "jain", "viol", "rss_MiB"
+        "{:<9} {:>7} {:>5} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>9} {:>8} {:>6} {:>4} {:>7}",
+        "strategy", "workers", "procs", "acq", "acq/s", "wait50", "wait99", "handoff50", "handoff99", "req/acq",
+        "cmd/acq", "cpu_us", "acq/cpu_s", "cli_us", "att/acq", "rtt50", "jain", "viol", "rss_MiB"
     );
     for r in rows {
         println!(
-            "{:<9} {:>7} {:>8} {:>9.0} {:>8.3} {:>8.3} {:>9} {:>9} {:>9.3} {:>8.3} {:>8.2} {:>9.3} {:>8.3} {:>6.3} {:>4} {:>7.1}",
-            r.strategy, r.workers, r.acquisitions, r.acq_per_s, r.wait_p50_ms, r.wait_p99_ms,
+            "{:<9} {:>7} {:>5} {:>8} {:>9.0} {:>8.3} {:>8.3} {:>9} {:>9} {:>9.3} {:>8.3} {:>8.2} {:>9.0} {:>8} {:>9.3} {:>8.3} {:>6.3} {:>4} {:>7.1}",
+            r.strategy, r.workers, r.processes, r.acquisitions, r.acq_per_s, r.wait_p50_ms, r.wait_p99_ms,
             fmt_opt(r.handoff_p50_ms), fmt_opt(r.handoff_p99_ms), r.redis_requests_per_acq,
-            r.redis_cmds_per_acq, r.redis_cpu_us_per_acq, r.attempts_per_acq, r.rtt_p50_ms,
+            r.redis_cmds_per_acq, r.redis_cpu_us_per_acq, r.capacity(),
+            fmt_us(r.client_cpu_us_per_acq), r.attempts_per_acq, r.rtt_p50_ms,
             r.jain_fairness, r.violations, r.peak_rss_mib
         );
         if let (Some(rate), Some(ratio)) =
@@ -548,15 +593,16 @@ pub fn print_table(rows: &[Row]) {
 /// The report as a markdown table (for docs/benchmarks.md).
 pub fn print_markdown(rows: &[Row]) {
     println!(
-        "| strategy | waiters | acq/s | wait p50 ms | wait p99 ms | handoff p50 ms | handoff p99 ms | rtt p50 ms | requests/acq | cmds/acq | Redis CPU us/acq | attempts/acq | Jain | violations | peak RSS MiB |"
+        "| strategy | waiters | processes | keys | acq/s | wait p50 ms | wait p99 ms | handoff p50 ms | handoff p99 ms | rtt p50 ms | requests/acq | cmds/acq | Redis CPU us/acq | acq per Redis CPU-s | client CPU us/acq | attempts/acq | Jain | violations | peak RSS MiB |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         println!(
-            "| {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.3} | {:.2} | {:.1} | {:.1} | {:.3} | {:.3} | {} | {:.1} |",
-            r.strategy, r.workers, r.acq_per_s, r.wait_p50_ms, r.wait_p99_ms,
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.3} | {:.2} | {:.1} | {:.1} | {:.0} | {} | {:.3} | {:.3} | {} | {:.1} |",
+            r.strategy, r.workers, r.processes, r.keys, r.acq_per_s, r.wait_p50_ms, r.wait_p99_ms,
             fmt_opt(r.handoff_p50_ms), fmt_opt(r.handoff_p99_ms), r.rtt_p50_ms,
             r.redis_requests_per_acq, r.redis_cmds_per_acq, r.redis_cpu_us_per_acq,
+            r.capacity(), fmt_us(r.client_cpu_us_per_acq),
             r.attempts_per_acq, r.jain_fairness, r.violations, r.peak_rss_mib
         );
     }
@@ -626,20 +672,23 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     if matches!(&args.sweep, Some(Sweep::Keys(k)) if k.contains(&0)) {
         return Err("--sweep keys= values must be positive".into());
     }
-    let points: Vec<(usize, usize)> = match &args.sweep {
-        None => vec![(args.workers, args.keys)],
-        Some(Sweep::Workers(w)) => w.iter().map(|&w| (w, args.keys)).collect(),
-        Some(Sweep::Keys(k)) => k.iter().map(|&k| (args.workers, k)).collect(),
+    let (w, k, p) = (args.workers, args.keys, args.processes);
+    let points: Vec<(usize, usize, usize)> = match &args.sweep {
+        None => vec![(w, k, p)],
+        Some(Sweep::Workers(ws)) => ws.iter().map(|&w| (w, k, p)).collect(),
+        Some(Sweep::Keys(ks)) => ks.iter().map(|&k| (w, k, p)).collect(),
+        Some(Sweep::Processes(ps)) => ps.iter().map(|&p| (w, k, p)).collect(),
     };
     let mut rows = Vec::new();
     let mut run = 0;
-    for &(w, k) in &points {
+    for &(workers, keys, processes) in &points {
         for strategy in &args.strategies {
             run += 1;
             let scenario = Scenario {
                 strategy: *strategy,
-                workers: w,
-                keys: k,
+                workers,
+                keys,
+                processes,
             };
             let mut row = run_one(&args, &url, &admin, &scenario, run).await?;
             if args.redis_benchmark && admin.is_clustered() {
@@ -690,6 +739,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_saved_row_with_nan_figures_reads_back() {
+        let line = r#"{"strategy":"pubsub","workers":1,"processes":1,"keys":1,"hold_ms":0.0,"duration_s":1.0,"acquisitions":0,"acq_per_s":0.0,"wait_p50_ms":null,"wait_p99_ms":null,"wait_max_ms":null,"handoff_p50_ms":null,"handoff_p99_ms":null,"hold_p50_ms":null,"redis_requests_per_acq":null,"redis_cmds_per_acq":null,"redis_cpu_us_per_acq":null,"attempts_per_acq":null,"jain_fairness":null,"violations":0,"rtt_p50_ms":null,"handoff_p50_rtts":null,"peak_rss_mib":1.0,"errors":0,"lost":0,"first_error":null,"redis_benchmark_evalsha_per_s":null,"pairs_vs_half_evalsha":null}"#;
+        let row: Row = serde_json::from_str(line).unwrap();
+        assert!(row.rtt_p50_ms.is_nan() && row.redis_cpu_us_per_acq.is_nan());
+        assert_eq!(row.client_cpu_us_per_acq, None);
+    }
+
+    #[test]
     fn sweep_values() {
         assert_eq!(
             parse_sweep("workers=8,64").unwrap(),
@@ -699,7 +756,12 @@ mod tests {
             parse_sweep("keys=1,10000").unwrap(),
             Sweep::Keys(vec![1, 10000])
         );
-        assert!(parse_sweep("processes=8").is_err());
+        assert_eq!(
+            parse_sweep("processes=1,4,12").unwrap(),
+            Sweep::Processes(vec![1, 4, 12])
+        );
+        assert!(parse_sweep("processes=0").is_err());
+        assert!(parse_sweep("hold=8").is_err());
         assert!(parse_sweep("keys=0").is_err());
         assert!(parse_sweep("workers=0").is_err());
         assert!(parse_sweep("workers=").is_err());

@@ -20,9 +20,10 @@ const COLORS: [RGBColor; 6] = [
 type Metric = (&'static str, fn(&Row) -> f64);
 
 pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
-    let metrics: [Metric; 3] = [
+    let metrics: [Metric; 4] = [
         ("Redis commands per acquisition", |r| r.redis_cmds_per_acq),
         ("Redis CPU per acquisition (us)", |r| r.redis_cpu_us_per_acq),
+        ("acquisitions per Redis CPU-second", Row::capacity),
         ("p99 wait (ms)", |r| r.wait_p99_ms),
     ];
     let mut strategies: Vec<&str> = Vec::new();
@@ -31,12 +32,15 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
             strategies.push(&r.strategy);
         }
     }
-    // A keys sweep varies the keys at fixed workers; otherwise the x axis
-    // is the waiters.
+    // The x axis is what the sweep varies: the keys, the processes, or
+    // (otherwise) the waiters.
     let by_keys = rows.iter().any(|r| r.keys != rows[0].keys);
+    let by_processes = rows.iter().any(|r| r.processes != rows[0].processes);
     let x = |r: &Row| {
         if by_keys {
             r.keys as f64
+        } else if by_processes {
+            r.processes as f64
         } else {
             r.workers as f64
         }
@@ -47,12 +51,17 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
     let (x_min, x_max) = (x_min / 1.3, x_max * 1.3);
     let err = |e: &dyn std::fmt::Display| e.to_string();
 
-    let root = SVGBackend::new(path, (1500, 480)).into_drawing_area();
+    let root = SVGBackend::new(path, (2000, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let title = if by_keys {
         format!(
             "relaylock bench: {} process(es), {} waiters each, hold {} ms",
             rows[0].processes, rows[0].workers, rows[0].hold_ms
+        )
+    } else if by_processes {
+        format!(
+            "relaylock bench: {} key(s), {} waiters per process, hold {} ms",
+            rows[0].keys, rows[0].workers, rows[0].hold_ms
         )
     } else {
         format!(
@@ -63,7 +72,7 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
     let root = root
         .titled(&title, ("sans-serif", 22))
         .map_err(|e| err(&e))?;
-    for (area, (name, value)) in root.split_evenly((1, 3)).iter().zip(metrics) {
+    for (area, (name, value)) in root.split_evenly((1, 4)).iter().zip(metrics) {
         let values: Vec<f64> = rows
             .iter()
             .map(value)
@@ -85,6 +94,8 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
             .configure_mesh()
             .x_desc(if by_keys {
                 "keys the waiters pick from"
+            } else if by_processes {
+                "processes (one client each)"
             } else {
                 "waiters (tasks per process)"
             })

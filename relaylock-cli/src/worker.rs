@@ -63,6 +63,10 @@ pub struct WorkerReport {
     pub lost: u64,
     pub first_error: Option<String>,
     pub peak_rss_kib: u64,
+    /// This process's CPU time (user + system, every thread) from `go` to
+    /// `stop`, in µs.
+    #[serde(default)]
+    pub cpu_us: u64,
 }
 
 /// Buckets for the `*_seconds` histograms: 50 us to 30 s.
@@ -106,6 +110,21 @@ pub fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// This process's CPU time so far (user + system, every thread), in µs.
+fn process_cpu_us() -> u64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage only writes the struct it is given, which is valid
+    // for writes; RUSAGE_SELF covers every thread of the process.
+    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } == 0;
+    if !ok {
+        return 0;
+    }
+    // SAFETY: getrusage succeeded, so the struct is initialised.
+    let usage = unsafe { usage.assume_init() };
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    us(usage.ru_utime) + us(usage.ru_stime)
 }
 
 fn peak_rss_kib() -> u64 {
@@ -391,6 +410,7 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         other => return Err(format!("worker {}: expected go, got {other:?}", args.index)),
     }
 
+    let cpu_at_go = process_cpu_us();
     let (stop_tx, stop_rx) = watch::channel(false);
     let tasks: Vec<_> = (0..args.workers)
         .map(|i| {
@@ -420,7 +440,10 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         }
     }
     let _ = stop_tx.send(true);
-    let mut report = WorkerReport::default();
+    let mut report = WorkerReport {
+        cpu_us: process_cpu_us().saturating_sub(cpu_at_go),
+        ..WorkerReport::default()
+    };
     for t in tasks {
         let r = t.await.map_err(|e| e.to_string())?;
         report.counts.push(r.count);
