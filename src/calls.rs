@@ -15,7 +15,9 @@ use fred::types::scripts::Script;
 use fred::types::{FromValue, Value};
 
 use crate::error::{with_timeout, Error, Result};
-use crate::scripts::{evalsha_reloading, Kind, Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS};
+use crate::scripts::{
+    evalsha_reloading, Kind, Names, Scripts, HANDOFF_GRACE_MS, LOCK_RING_CHARS, RING_CHARS,
+};
 
 /// The acquire script's reply, checked.
 #[derive(Debug, PartialEq, Eq)]
@@ -112,7 +114,7 @@ pub(crate) enum Released {
 pub(crate) fn release_reply(reply: &[i64]) -> Result<Released> {
     Ok(match reply {
         [1] => Released::Freed,
-        [3] => Released::HandedOver,
+        [3] | [3, 0 | 1] => Released::HandedOver,
         [4, fence] if *fence > 0 => Released::Granted(*fence as u64),
         [2] => Released::Already,
         [0] => Released::NotOurs,
@@ -267,6 +269,10 @@ impl Calls {
     /// `None` for an acquisition whose reply never arrived (the script reads
     /// the fence from the value). `client` is this client's id; `requeue`
     /// says it still has local waiters (it queues again, at the back).
+    ///
+    /// With the outcome, whether this client is the stand-by of a hand-over
+    /// to another client (queued first behind it): no message tells it so,
+    /// the caller arms the grace probe itself.
     pub(crate) async fn release(
         &self,
         names: &Names,
@@ -275,7 +281,7 @@ impl Calls {
         client: &str,
         requeue: bool,
         next: Option<(&str, u64, bool)>,
-    ) -> Result<Released> {
+    ) -> Result<(Released, bool)> {
         // The common release (fence known, no `next`) sends the lock's name
         // alone and no `next` arguments: the script reads the marker names
         // only to void an abandoned token or to check `next`'s marker, and
@@ -299,7 +305,7 @@ impl Calls {
                     fence.map_or_else(|| "".into(), |f| Value::Integer(f as i64)),
                     names.channel.as_str().into(),
                     (self.side_retention_ms as i64).into(),
-                    (RING_CHARS as i64).into(),
+                    (LOCK_RING_CHARS as i64).into(),
                     client.into(),
                     (HANDOFF_GRACE_MS as i64).into(),
                     self.publish.clone(),
@@ -319,7 +325,7 @@ impl Calls {
                 (keys, args)
             })
             .await?;
-        release_reply(&reply)
+        Ok((release_reply(&reply)?, reply == [3, 1]))
     }
 
     /// Set one hold's remaining lease to `lease_ms` (not grow-only), on

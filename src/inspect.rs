@@ -104,7 +104,7 @@ pub struct State {
     pub primitive: Primitive,
     /// Its value's Redis name.
     pub redis_key: String,
-    /// The value exists but was not written by relaylock (protocol 2):
+    /// The value exists but was not written by relaylock (protocol 3):
     /// relaylock treats the name as held by another owner.
     pub foreign: bool,
     /// The holds, in no particular order.
@@ -119,7 +119,9 @@ pub struct State {
     /// lock).
     pub used: Option<u64>,
     /// Subscribers of each of its release channels (`PUBSUB NUMSUB`, or
-    /// `SHARDNUMSUB` in a cluster): one per client with waiters, usually.
+    /// `SHARDNUMSUB` in a cluster): one per client with waiters, usually. A
+    /// lock's channels are per client (`<value>:ch:<client>`), listed for
+    /// the clients it names: reserved for, then queued.
     pub subscribers: Vec<(String, u64)>,
 }
 
@@ -246,7 +248,16 @@ async fn read(
                 let (r, w) = names.script_channels();
                 vec![r, w]
             }
-            _ => vec![names.channel.clone()],
+            Kind::Semaphore => vec![names.channel.clone()],
+            // A lock's messages go to each client's own channel (protocol
+            // 3): those of the clients it names, queued or reserved for.
+            Kind::Mutex => state
+                .reservations
+                .iter()
+                .map(|r| &r.client)
+                .chain(state.queue.iter().map(|q| &q.client))
+                .map(|client| format!("{}:{client}", names.channel))
+                .collect(),
         };
         for channel in channels {
             let reply: Vec<Value> = if cluster {
@@ -292,7 +303,9 @@ fn empty(primitive: Primitive) -> State {
 fn parse_lock(value: &str, pttl: i64) -> State {
     let mut state = empty(Primitive::Mutex);
     let fields: Vec<&str> = value.split('|').collect();
-    if fields.len() != 4 || !fields[3].bytes().all(|b| b.is_ascii_digit()) {
+    let digits = |f: &str| f.bytes().all(|b| b.is_ascii_digit());
+    // The scripts' own test (`scripts::ACQUIRE`): four fields, `void` digits.
+    if fields.len() != 4 || !digits(fields[3]) {
         state.foreign = true;
         return state;
     }

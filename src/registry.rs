@@ -21,6 +21,7 @@
 //!   failed try and the wait is not lost). A reconnect or a lagged message
 //!   stream wakes EVERY waiter of every key ([`Registry::wake_all`]).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -221,6 +222,9 @@ pub(crate) struct Registry {
     /// Its id as a read-write lock's writer, `<client_id>.w` (made once:
     /// every try and message of a writer compares with it).
     writer_id: String,
+    /// `:<client_id>`: a lock's messages for this client come on its
+    /// channel with this suffix (protocol 3, see [`Registry::wire`]).
+    wire_suffix: String,
     linger: Duration,
     /// Bound of every command relaylock sends on the subscriber connection,
     /// whatever the fred client's own settings.
@@ -344,6 +348,7 @@ impl Registry {
             leave: scripts.leave.clone(),
             sem_leave: scripts.sem_leave.clone(),
             writer_id: format!("{client_id}.w"),
+            wire_suffix: format!(":{client_id}"),
             client_id,
             linger,
             command_timeout,
@@ -354,7 +359,31 @@ impl Registry {
         }
     }
 
+    /// The channel this client (S)SUBSCRIBEs for the registry's `channel`:
+    /// a lock's channel `<value>:ch` carries only the messages a release or
+    /// an acquire addresses to one client, on `<value>:ch:<client>`, so a
+    /// hand-over costs Redis the same however many clients wait for the key
+    /// (docs/design.md, "Protocol 3"). A semaphore's or read-write lock's
+    /// channel is shared by all its clients.
+    fn wire<'c>(&self, channel: &'c str) -> Cow<'c, str> {
+        if Names::kind_of_channel(channel) == Kind::Mutex {
+            Cow::Owned(format!("{channel}{}", self.wire_suffix))
+        } else {
+            Cow::Borrowed(channel)
+        }
+    }
+
+    /// The registry's channel for a message that came on `wire` (see
+    /// [`wire`](Self::wire)).
+    fn unwire<'c>(&self, wire: &'c str) -> &'c str {
+        wire.strip_suffix(self.wire_suffix.as_str())
+            .filter(|c| Names::kind_of_channel(c) == Kind::Mutex && c.ends_with(":ch"))
+            .unwrap_or(wire)
+    }
+
     async fn subscribe_channel(&self, channel: &str) -> Result<(), fred::error::Error> {
+        let channel = self.wire(channel);
+        let channel = channel.as_ref();
         if self.sharded {
             self.with_command_timeout(self.subscriber.ssubscribe(channel))
                 .await
@@ -482,13 +511,14 @@ impl Registry {
         subscribe: bool,
     ) -> Result<(), fred::error::Error> {
         let pipeline = Pipeline::from(self.subscriber.clone());
+        let wire = self.wire(channel);
         // Queued in the pipeline, nothing sent yet.
         if subscribe {
-            pipeline.subscribe(channel).await?;
+            pipeline.subscribe(wire.as_ref()).await?;
         } else if self.sharded {
-            pipeline.sunsubscribe(channel).await?;
+            pipeline.sunsubscribe(wire.as_ref()).await?;
         } else {
-            pipeline.unsubscribe(channel).await?;
+            pipeline.unsubscribe(wire.as_ref()).await?;
         }
         let slot = self.clustered().then(|| self.routing_slot(channel));
         self.nonce_ping_last(pipeline, slot).await
@@ -505,7 +535,7 @@ impl Registry {
     ) -> Result<(Pipeline<SubscriberClient>, String), fred::error::Error> {
         let pipeline = Pipeline::from(self.subscriber.clone());
         for channel in channels {
-            pipeline.subscribe(channel).await?;
+            pipeline.subscribe(self.wire(channel).as_ref()).await?;
         }
         let nonce = queue_nonce_ping(&pipeline, None).await?;
         Ok((pipeline, nonce))
@@ -618,6 +648,7 @@ impl Registry {
     ///   [`Waiter::note_taken`]), so a busy semaphore arms timers that never
     ///   fire.
     pub(crate) fn on_message(&self, channel: &str, payload: &str) {
+        let channel = self.unwire(channel);
         let Some(e) = self.map.get(channel) else {
             return;
         };
@@ -645,8 +676,9 @@ impl Registry {
         }
     }
 
-    /// A release of this client reserved semaphore permits for this client
-    /// (no message tells it): arm the grace timer, as a message would.
+    /// A release of this client reserved semaphore permits for this client,
+    /// or handed a lock to another client with this one its stand-by (no
+    /// message tells it): arm the grace timer, as a message would.
     pub(crate) fn reserved_here(&self, channel: &str) {
         if let Some(e) = self.map.get(channel) {
             let generation = e.announcements.fetch_add(1, SeqCst) + 1;
@@ -944,12 +976,16 @@ impl Registry {
                 },
                 || {
                     let client = role.into();
+                    let publish = if registry.sharded { "SPUBLISH" } else { "PUBLISH" };
                     if !semaphore {
-                        return (vec![lock], vec![client]);
+                        // It may pass on a hand-over reservation.
+                        return (
+                            vec![lock],
+                            vec![client, channel.as_str().into(), publish.into()],
+                        );
                     }
                     // A semaphore's leave walks the queue and may tell the
                     // clients it reserves for.
-                    let publish = if registry.sharded { "SPUBLISH" } else { "PUBLISH" };
                     (
                         vec![lock, &holds, &facts, &voids, &voids],
                         vec![

@@ -3,11 +3,11 @@
 //! The sources are public so the protocol can be audited, and reused by
 //! clients in other languages that must interoperate with relaylock locks.
 //!
-//! # Protocol 2: one value per lock
+//! # Protocol 3: one short value per lock
 //!
-//! Everything relaylock keeps for a lock lives in ONE string, the lock's
-//! value at `p:2:{k}` (prefix `p`, user key `k`; the `2` is the protocol
-//! version, see docs/design.md "Upgrading from protocol 1"). Four fields,
+//! Everything relaylock keeps for a lock lives in ONE short string, the
+//! lock's value at `p:3:{k}` (prefix `p`, user key `k`; the `3` is the
+//! protocol version, see docs/design.md "Protocol 3"). Four fields,
 //! separated by `|`:
 //!
 //! ```text
@@ -16,41 +16,57 @@
 //!       | "~" <client> ":" <fence> ":" <keep>   reserved for <client> while the key's PTTL exceeds <keep> ms
 //!       | "-" <fence>                           free (a tombstone): the last fence issued
 //! queue = "" | <client> ("," <client>)*          clients waiting, oldest first
-//! ring  = "" | <fence> (" " <fence>)*            the newest released fences, newest first
+//! ring  = "" | <fence> (" " <difference>)*        the newest released fences: the newest, then each
+//!                                               older one as its difference to the one before
 //! void  = "" | <until>                           void markers may exist until server time <until> (ms)
 //! ```
+//!
+//! Protocol 2 kept the 32 newest released fences whole: about 550 bytes
+//! that every script copied and that Redis's Lua hashed byte by byte
+//! (docs/benchmarks.md, "Fleet cost"). Protocol 3's ring writes each older
+//! fence as its difference to the newer one: a hot key's releases are
+//! milliseconds apart, so 30 or more fit in [`LOCK_RING_CHARS`] (200)
+//! characters; about 15 when they are days apart.
 //!
 //! A tombstone lives [`SIDE_RETENTION_MS`] (the builder's `side_retention`),
 //! a reservation that long plus the grace, with `<keep>` the retention: once
 //! the grace has passed (`PTTL <= keep`) the reservation has lapsed and the
-//! value stands for a free lock. A held lock lives its lease. Besides the value, a lock
-//! has its channel `p:2:{k}:ch` and, on the rare abandoned path only, void
-//! markers `p:2:{k}:void:<token>`. All share the hash tag `{k}`, so every
-//! script stays valid in Redis Cluster.
+//! value stands for a free lock. A held lock lives its lease. Besides the
+//! value, a lock has one channel per waiting client, `p:3:{k}:ch:<client>`,
+//! and, on the rare abandoned path only, void markers
+//! `p:3:{k}:void:<token>`. All share the hash tag `{k}`, so every script
+//! stays valid in Redis Cluster.
 //!
 //! The common paths run few commands: an uncontended acquisition is `GET`,
 //! `TIME`, `SET`, its release `GET`, `SET`; a hand-over between clients adds
-//! one `PUBLISH` on each side; a hand-over within one client is a single
-//! release call, `GET`, `TIME`, `SET`, that gives the lock to the next local
-//! waiter's token. A value without `|` was not written by
-//! relaylock (protocol 2): the scripts treat it as held by another owner and
-//! never rewrite it.
+//! one or two `PUBLISH`es on the release's side and one on the taker's,
+//! each to ONE client, however many wait; a hand-over within one client is
+//! a single release call, `GET`, `TIME`, `SET`, that gives the lock to the
+//! next local waiter's token. A value that is not four such fields was not
+//! written by relaylock (protocol 3): the scripts treat it as held by
+//! another owner and never rewrite it.
 //!
 //! # Hand-over between clients
 //!
 //! Every client (one [`LockClient`](crate::LockClient), usually one process)
-//! has an id. A waiting client whose try fails appends its id to the queue.
-//! A release picks the first queued client other than the releaser, reserves
-//! the lock for it for [`HANDOFF_GRACE_MS`] and publishes `r:<client>`: only
-//! that client retries, so a release costs one retry in total, and clients
-//! take turns in the order they started waiting. The releaser joins the back
-//! of the queue when it still has local waiters. With no other client queued,
-//! the release publishes nothing: no other client waits. It gives the lock
-//! directly to a local waiter the releasing client names (its token and
-//! lease), or leaves a tombstone, and then the releasing client wakes its
-//! own waiters itself. Taking a
-//! reservation publishes `t:<lease ms>` when other clients still wait, so
-//! they learn the new holder's lease.
+//! has an id. A waiting client whose try fails appends its id to the queue,
+//! and listens on its own channel of the lock. A release picks the first
+//! queued client other than the releaser, X, reserves the lock for it for
+//! [`HANDOFF_GRACE_MS`] and publishes `r:X` on X's channel: only X
+//! retries, so a release costs one retry in total, and clients take turns
+//! in the order they started waiting. It publishes `r:X` on the channel of
+//! the client queued next too, the stand-by, which probes once the grace
+//! has passed, in case X never comes (the releaser, when it is the
+//! stand-by itself, learns it from the reply and needs no message). Taking
+//! the lock while other clients wait publishes `t:<lease ms>` on the
+//! channel of the client queued first (the stand-by), so it learns the new
+//! holder's lease and its probe stands down. A client that
+//! leaves the queue passes on what it would have done (see [`LEAVE`]). The
+//! releaser joins the back of the queue when it still has local waiters.
+//! With no other client queued, the release publishes nothing: no other
+//! client waits. It gives the lock directly to a local waiter the releasing
+//! client names (its token and lease), or leaves a tombstone, and then the
+//! releasing client wakes its own waiters itself.
 //!
 //! Messages are sent with `redis.pcall`: a client whose ACL forbids the
 //! channel still acquires and releases, and the waiters of other clients fall
@@ -102,24 +118,25 @@ pub const HANDOFF_GRACE_MS: u64 = 50;
 /// record) still locks, and its queue entries show no time.
 pub const QUEUE_TIMES: &str = ":q";
 
-/// How many released fencing tokens a lock's value remembers (see [`RELEASE`]).
+/// How many released fencing tokens a semaphore's value remembers (see
+/// [`SEM_RELEASE`]; a lock's ring is cut by length, [`LOCK_RING_CHARS`]).
 ///
 /// A replayed release is recognised as long as fewer than this many other
-/// releases of the key came between it and its first run. Every release
-/// copies the ring, but its size did not show in Redis's CPU: docs/benchmarks.md
-/// ("The release ring") measures 16 against 32.
+/// releases of the semaphore came between it and its first run.
 pub const RELEASE_RING: usize = 32;
 
 /// Acquire.
 ///
 /// KEYS: `[lock, void, voids, since]` (`void` is this token's marker
-/// `p:2:{k}:void:<token>`, `voids` the lock's `p:2:{k}:void`: until when
+/// `p:3:{k}:void:<token>`, `voids` the lock's `p:3:{k}:void`: until when
 /// any marker may exist, for when the value is gone; `since` is
-/// `p:2:{k}:q`, see [`QUEUE_TIMES`]; optional);
+/// `p:3:{k}:q`, see [`QUEUE_TIMES`]; optional);
 /// ARGV: `[token, lease_ms, client, channel, publish, retention_ms]`
 /// (`retention_ms` is only for `since`; 60000 when absent).
 /// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
 /// the message stays within the lock's shard).
+/// `channel` is the lock's `p:3:{k}:ch`; a client's own channel is
+/// `<channel>:<client>`.
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
 /// neither queues nor takes a reservation.
 ///
@@ -147,11 +164,12 @@ pub const RELEASE_RING: usize = 32;
 ///   token is the server's `TIME` in microseconds, raised to `last + 1` if
 ///   the head's fence is equal or later (two acquisitions in one microsecond,
 ///   or a clock step back while the value lives). `SET lock
-///   "<token>:<fence>|<queue without client>|<ring>|<void>" PX lease` (the
-///   `void` field carried on until it passes); if a
-///   reservation for `client` was taken and other clients still wait,
-///   publish `t:<lease>`. Reply `{1, fence, others}`, `others` = 1 when other
-///   clients are queued.
+///   "<token>:<fence>|<queue without client>|<ring>|<void>" PX lease`
+///   (the ring kept; the `void` field carried on until it passes); if other
+///   clients still wait, publish `t:<lease>` on the channel of the first of
+///   them (the stand-by of a hand-over; whoever is served next), so it
+///   learns the new holder's lease. Reply `{1, fence, others}`, `others` = 1
+///   when other clients are queued.
 pub const ACQUIRE: &str = r#"
 local v = redis.call('GET', KEYS[1])
 local client = ARGV[3]
@@ -233,10 +251,9 @@ if client ~= '' and queue ~= '' then
 end
 local fs = string.format('%d', fence)
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs .. '|' .. queue .. '|' .. ring .. '|' .. void, 'PX', ARGV[2])
-local others = 0
-if queue ~= '' then others = 1 end
-if reserved and others == 1 then redis.pcall(ARGV[5], ARGV[4], 't:' .. ARGV[2]) end
-return {1, fence, others}
+if queue == '' then return {1, fence, 0} end
+redis.pcall(ARGV[5], ARGV[4] .. ':' .. string.match(queue, '^[^,]+'), 't:' .. ARGV[2])
+return {1, fence, 1}
 "#;
 /// Release.
 ///
@@ -246,23 +263,27 @@ return {1, fence, others}
 /// nine arguments (relaylock does): the script touches the other names only
 /// to void an abandoned acquisition and to check `next`'s marker.
 /// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms,
-/// publish, requeue, next, next_lease_ms, keep]` (`publish` as for [`ACQUIRE`]).
+/// publish, requeue, next, next_lease_ms, keep]` (`channel`, `publish` as
+/// for [`ACQUIRE`]; `ring_chars` is [`LOCK_RING_CHARS`]).
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
 /// while in flight (future dropped, error, timeout). `client` is the
 /// releasing client's id; `requeue` is `'1'` when it still has local waiters
 /// (it queues again, at the back). `next` is the token of a local waiter of
 /// the releasing client that may take the lock at once, or `''` (or absent,
-/// with `next_lease_ms`, `keep` and `next_void`: the arity of protocol 2's
-/// first release); `keep` is `'1'` when the client has other local waiters
+/// with `next_lease_ms`, `keep` and `next_void`); `keep` is `'1'` when the client has other local waiters
 /// besides `next`'s (it stays queued after giving the lock to `next`).
 ///
-/// * head holds `"<token>:<f>"`: prepend `f` to the ring of released fences
-///   (cut to `ring_chars` characters). Then hand over: if a client other than
-///   `client` is queued, reserve the lock for the first of them, X (head
-///   `~X:<f>:<retention_ms>`, X leaves the queue, `client` joins its back if
-///   `requeue` or if it was queued, the key lives `retention_ms + grace_ms`:
-///   the reservation lapses when the grace has passed), publish `r:X` and
-///   reply `{3}`. Otherwise, with `next` given (and `fence` known), the lock
+/// * head holds `"<token>:<f>"`: prepend `f` to the ring (`f`, then `f - r1`
+///   in place of its newest fence `r1`; the ring starts over at `f` if `f` is
+///   not newer, which no relaylock value has), cut to the newest fences that fit
+///   in `ring_chars` characters. Then hand over: if a client other than `client` is queued, reserve the lock for
+///   the first of them, X (head `~X:<f>:<retention_ms>`, X leaves the
+///   queue, `client` joins its back if `requeue` or if it was queued, the
+///   key lives `retention_ms + grace_ms`: the reservation lapses when the
+///   grace has passed) and publish `r:X` on X's channel. The client queued
+///   next, the stand-by, is told too: reply `{3, 1}` when that is `client`
+///   itself (no message; the caller arms its probe), else publish `r:X` on
+///   the stand-by's channel (when there is one) and reply `{3}`. Otherwise, with `next` given (and `fence` known), the lock
 ///   goes to `next` directly, as [`ACQUIRE`] would give it (unless `next`'s
 ///   void marker exists while the `void` field is live): fencing token
 ///   `max(TIME µs, f + 1)`, `SET lock "<next>:<fence'>|<client if
@@ -287,14 +308,14 @@ return {1, fence, others}
 /// key to the marker's end (an absent key becomes a tombstone with fence 0).
 pub const RELEASE: &str = r#"
 local v = redis.call('GET', KEYS[1])
-local head, queue, void, b, c = nil, '', '', nil, nil
+local head, queue, ring, void = nil, '', '', ''
 if v then
   local a = string.find(v, '|', 1, true)
-  b = a and string.find(v, '|', a + 1, true)
-  c = b and string.find(v, '|', b + 1, true)
+  local b = a and string.find(v, '|', a + 1, true)
+  local c = b and string.find(v, '|', b + 1, true)
   if c then
-    head, queue, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, c + 1)
-    if not string.find(void, '^%d*$') then head = nil end
+    head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+    if not string.find(void, '^%d*$') then head, queue, ring, void = nil, '', '', '' end
   end
 end
 local function voided()
@@ -311,23 +332,34 @@ local mine = ARGV[1] .. ':'
 if head and string.sub(head, 1, #mine) == mine then
   if ARGV[2] == '' then voided() end
   local fence = string.sub(head, #mine + 1)
-  local keep, sep = '', ''
-  if c > b + 1 then
-    local limit = b + tonumber(ARGV[5]) - #fence
-    if c <= limit then
-      keep, sep = string.sub(v, b + 1, c - 1), ' '
-    else
-      local p, from = nil, limit - 17
-      if from <= b then from = b + 1 end
-      while true do
-        local s = string.find(v, ' ', from, true)
-        while s and s <= limit do p = s; s = string.find(v, ' ', s + 1, true) end
-        if p or from == b + 1 then break end
-        from = b + 1
+  -- The new ring, `rhead .. keep`: our fence, its difference to the
+  -- ring's newest, and the older part of the ring that still fits, cut at
+  -- a fence boundary without copying the ring first.
+  local rhead, keep = fence, ''
+  local r1 = string.match(ring, '^%d+')
+  local d = r1 and tonumber(fence) - tonumber(r1)
+  if d and d > 0 then
+    local ds = string.format('%d', d)
+    local room = tonumber(ARGV[5]) - #fence - 1 - #ds
+    if room >= 0 then
+      rhead = fence .. ' ' .. ds
+      local e = #ring
+      if e - #r1 > room then
+        local limit, p = #r1 + room + 1, nil
+        local from = limit - 17
+        if from <= #r1 then from = #r1 + 1 end
+        while true do
+          local sp = string.find(ring, ' ', from, true)
+          while sp and sp <= limit do p = sp; sp = string.find(ring, ' ', sp + 1, true) end
+          if p or from == #r1 + 1 then break end
+          from = #r1 + 1
+        end
+        e = (p or #r1 + 1) - 1
       end
-      if p then keep, sep = string.sub(v, b + 1, p - 1), ' ' end
+      if e > #r1 then keep = string.sub(ring, #r1 + 1, e) end
     end
   end
+  local tail = '|' .. rhead
   local best, rest, again = nil, nil, false
   if queue ~= '' then
     rest = {}
@@ -343,8 +375,11 @@ if head and string.sub(head, 1, #mine) == mine then
   end
   if best then
     if again or ARGV[9] == '1' then rest[#rest + 1] = ARGV[6] end
-    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. ARGV[4] .. '|' .. table.concat(rest, ',') .. '|' .. fence .. sep .. keep .. '|' .. void, 'PX', tonumber(ARGV[4]) + tonumber(ARGV[7]))
-    redis.pcall(ARGV[8], ARGV[3], 'r:' .. best)
+    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. ARGV[4] .. '|' .. table.concat(rest, ',') .. tail .. keep .. '|' .. void, 'PX', tonumber(ARGV[4]) + tonumber(ARGV[7]))
+    local told = 'r:' .. best
+    redis.pcall(ARGV[8], ARGV[3] .. ':' .. best, told)
+    if rest[1] == ARGV[6] then return {3, 1} end
+    if rest[1] then redis.pcall(ARGV[8], ARGV[3] .. ':' .. rest[1], told) end
     return {3}
   end
   local nxt = ARGV[10] or ''
@@ -357,15 +392,13 @@ if head and string.sub(head, 1, #mine) == mine then
       if tonumber(fence) >= nf then nf = tonumber(fence) + 1 end
       local q = ''
       if (ARGV[12] or ARGV[9]) == '1' then q = ARGV[6] end
-      redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. '|' .. fence .. sep .. keep .. '|' .. void, 'PX', ARGV[11])
+      redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. tail .. keep .. '|' .. void, 'PX', ARGV[11])
       return {4, nf}
     end
   end
-  redis.call('SET', KEYS[1], '-' .. fence .. '||' .. fence .. sep .. keep .. '|' .. void, 'PX', ARGV[4])
+  redis.call('SET', KEYS[1], '-' .. fence .. '|' .. tail .. keep .. '|' .. void, 'PX', ARGV[4])
   return {1}
 end
-local ring = ''
-if c then ring = string.sub(v, b + 1, c - 1) end
 if ARGV[2] == '' then
   voided()
   if not v then
@@ -375,27 +408,65 @@ if ARGV[2] == '' then
   end
   return {0}
 end
-if ring ~= '' and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
-  return {2}
+if ring ~= '' then
+  local f, r = tonumber(ARGV[2]), nil
+  for d in string.gmatch(ring, '%d+') do
+    if r then r = r - tonumber(d) else r = tonumber(d) end
+    if r == f then return {2} end
+    if not f or r < f then break end
+  end
 end
 return {0}
 "#;
 
 /// Leave the queue: a client whose last local waiter of the lock left.
 ///
-/// KEYS: `[lock]`; ARGV: `[client]`. Remove `client` from the value's queue
-/// (`SET ... KEEPTTL`), reply `1`; reply `0` when it was not queued.
+/// KEYS: `[lock]`; ARGV: `[client, channel, publish]` (`channel` and
+/// `publish` as for [`ACQUIRE`]; optional). Remove `client` from the value's
+/// queue (`SET ... KEEPTTL`) and reply `1`; reply `0` when it was neither
+/// queued nor holding a live reservation. With `channel` given, the leave
+/// passes on what the leaving client owed the others, since protocol 3
+/// tells only the clients it names:
+/// * a live reservation for `client` lapses now (the head becomes the
+///   tombstone `-<f>`) and the client queued first is told `r:` (free: it
+///   tries at once);
+/// * a client that was queued first tells the client queued first after it
+///   what it would have acted on: `r:X` behind a live reservation for
+///   another client X (it becomes the stand-by and probes when the grace
+///   ends), `r:` when the lock is free (a tombstone, or a lapsed
+///   reservation), `t:<PTTL>` when it is held (the holder's lease).
 pub const LEAVE: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local a = string.find(v, '|', 1, true)
 local b = a and string.find(v, '|', a + 1, true)
-if not b or not string.find(v, '|', b + 1, true) then return 0 end
-local q = ',' .. string.sub(v, a + 1, b - 1) .. ','
+local c = b and string.find(v, '|', b + 1, true)
+if not c then return 0 end
+local head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+local q = ',' .. queue .. ','
 local s, e = string.find(q, ',' .. ARGV[1] .. ',', 1, true)
-if not s then return 0 end
-q = string.sub(q, 1, s) .. string.sub(q, e + 1)
-redis.call('SET', KEYS[1], string.sub(v, 1, a) .. string.sub(q, 2, -2) .. string.sub(v, b), 'KEEPTTL')
+local free = string.sub(head, 1, 1) == '-'
+local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
+if rc and redis.call('PTTL', KEYS[1]) <= tonumber(rk) then rc, free = nil, true end
+local held = rc == ARGV[1]
+if not s and not held then return 0 end
+if s then
+  q = string.sub(q, 1, s) .. string.sub(q, e + 1)
+  queue = string.sub(q, 2, -2)
+end
+if held then head = '-' .. rf end
+redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
+local front = string.match(queue, '^[^,]+')
+if not (ARGV[2] and front) then return 1 end
+local told = nil
+if held or (s == 1 and free) then
+  told = 'r:'
+elseif s == 1 and rc then
+  told = 'r:' .. rc
+elseif s == 1 then
+  told = 't:' .. redis.call('PTTL', KEYS[1])
+end
+if told then redis.pcall(ARGV[3], ARGV[2] .. ':' .. front, told) end
 return 1
 "#;
 
@@ -592,11 +663,11 @@ end
 /// docs/design-semaphore-rwlock.md).
 ///
 /// KEYS: `[meta, holds, facts, void, voids, since]`: the semaphore's value
-/// `p:2:{k}:sem` = `used|fence|queue|ring|void`, its expiry index
-/// `p:2:{k}:sem:h` (sorted set, member → expiry in server ms), its facts
-/// `p:2:{k}:sem:t` (hash: `<token>` → `<n>:<fence>`, `~<client>` → `<m>` for
+/// `p:3:{k}:sem` = `used|fence|queue|ring|void`, its expiry index
+/// `p:3:{k}:sem:h` (sorted set, member → expiry in server ms), its facts
+/// `p:3:{k}:sem:t` (hash: `<token>` → `<n>:<fence>`, `~<client>` → `<m>` for
 /// a reservation of m permits), this token's void marker and the
-/// semaphore's void index (as for [`ACQUIRE`]), and `p:2:{k}:sem:q` (see
+/// semaphore's void index (as for [`ACQUIRE`]), and `p:3:{k}:sem:q` (see
 /// [`QUEUE_TIMES`]; optional). ARGV: `[token, n, limit,
 /// lease_ms, client, retention_ms, channel, publish, grace_ms, more,
 /// want, wchannel, fresh]`; `client` is `''` for a caller that will not wait;
@@ -1142,17 +1213,17 @@ where
 
 /// The protocol version in every Redis name (see docs/design.md,
 /// "Upgrading from protocol 1"). One digit.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// Which primitive a set of names belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// A lock: its value is `<prefix>:2:{<key>}`.
+    /// A lock: its value is `<prefix>:3:{<key>}`.
     Mutex,
-    /// A counting semaphore: its value is `<prefix>:2:{<key>}:sem`, with
+    /// A counting semaphore: its value is `<prefix>:3:{<key>}:sem`, with
     /// the holds' expiry index `...:sem:h` and facts `...:sem:t`.
     Semaphore,
-    /// A read-write lock's readers: the value `<prefix>:2:{<key>}:rw` (a
+    /// A read-write lock's readers: the value `<prefix>:3:{<key>}:rw` (a
     /// semaphore's state, see [`RW_WRITE`]), channel `...:rw:ch`.
     Read,
     /// A read-write lock's writers: the same value, channel `...:rw:w:ch`.
@@ -1174,11 +1245,11 @@ impl Kind {
 pub const RW_WRITE: u32 = 1_000_000_000;
 
 /// The Redis names of one lock or semaphore. Every name starts with
-/// `<prefix>:2:{<key>}` so they all hash to the same cluster slot.
+/// `<prefix>:3:{<key>}` so they all hash to the same cluster slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Names {
-    /// The value: `<prefix>:2:{<key>}` for a lock (see the module docs),
-    /// `<prefix>:2:{<key>}:sem` for a semaphore.
+    /// The value: `<prefix>:3:{<key>}` for a lock (see the module docs),
+    /// `<prefix>:3:{<key>}:sem` for a semaphore.
     pub(crate) lock: String,
     /// `<value>:ch`: the release channel.
     pub(crate) channel: String,
@@ -1324,8 +1395,17 @@ impl Names {
     }
 }
 
-/// Characters of released fences the ring keeps: [`RELEASE_RING`] tokens of 16
-/// digits plus a separator.
+/// Characters of a lock's release ring (see [`RELEASE`]): the newest
+/// released fence, then each older one as its difference to the one before.
+/// About 15 fences fit whatever their spacing (differences of 12 digits,
+/// releases up to 11 days apart; fewer only after holds of weeks that the
+/// watchdog renewed). On a hot key, with releases milliseconds apart, 30 or
+/// more (`tests/lock.rs::a_hot_keys_ring_holds_30_releases`); protocol 2
+/// kept 32 whole fences in 544 characters.
+pub const LOCK_RING_CHARS: usize = 200;
+
+/// Characters of released fences a semaphore's ring keeps: [`RELEASE_RING`]
+/// tokens of 16 digits plus a separator.
 pub const RING_CHARS: usize = RELEASE_RING * 17;
 
 #[cfg(test)]
@@ -1335,17 +1415,17 @@ mod tests {
     #[test]
     fn names_share_one_hash_tag() {
         let n = Names::new("relaylock", "orders:42");
-        assert_eq!(n.lock, "relaylock:2:{orders:42}");
-        assert_eq!(n.channel, "relaylock:2:{orders:42}:ch");
-        assert_eq!(n.void("t"), "relaylock:2:{orders:42}:void:t");
-        assert_eq!(n.voids(), "relaylock:2:{orders:42}:void");
+        assert_eq!(n.lock, "relaylock:3:{orders:42}");
+        assert_eq!(n.channel, "relaylock:3:{orders:42}:ch");
+        assert_eq!(n.void("t"), "relaylock:3:{orders:42}:void:t");
+        assert_eq!(n.voids(), "relaylock:3:{orders:42}:void");
         assert_eq!(Names::lock_of_channel(&n.channel), n.lock);
         let odd = Names::new("p", "x}:ch");
         assert_eq!(Names::lock_of_channel(&odd.channel), odd.lock);
         let s = Names::semaphore("relaylock", "payments");
-        assert_eq!(s.lock, "relaylock:2:{payments}:sem");
-        assert_eq!(s.channel, "relaylock:2:{payments}:sem:ch");
-        assert_eq!(s.side().0, "relaylock:2:{payments}:sem:h");
+        assert_eq!(s.lock, "relaylock:3:{payments}:sem");
+        assert_eq!(s.channel, "relaylock:3:{payments}:sem:ch");
+        assert_eq!(s.side().0, "relaylock:3:{payments}:sem:h");
         assert_eq!(Names::of_channel(&s.channel), s);
         assert_eq!(Names::kind_of_channel(&s.channel), Kind::Semaphore);
         assert_eq!(Names::kind_of_channel(&n.channel), Kind::Mutex);
@@ -1354,10 +1434,10 @@ mod tests {
         assert_eq!(Names::kind_of_channel(&tricky.channel), Kind::Mutex);
         let r = Names::rw("p", "k", Kind::Read);
         let w = Names::rw("p", "k", Kind::Write);
-        assert_eq!(r.lock, "p:2:{k}:rw");
+        assert_eq!(r.lock, "p:3:{k}:rw");
         assert_eq!(w.lock, r.lock);
-        assert_eq!(r.channel, "p:2:{k}:rw:ch");
-        assert_eq!(w.channel, "p:2:{k}:rw:w:ch");
+        assert_eq!(r.channel, "p:3:{k}:rw:ch");
+        assert_eq!(w.channel, "p:3:{k}:rw:w:ch");
         assert_eq!(Names::kind_of_channel(&r.channel), Kind::Read);
         assert_eq!(Names::kind_of_channel(&w.channel), Kind::Write);
         assert_eq!(Names::value_of_channel(&w.channel), w.lock);

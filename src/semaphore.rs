@@ -88,7 +88,7 @@ impl Semaphore {
         self.limit
     }
 
-    /// The Redis name of the semaphore's value (`<prefix>:2:{<key>}:sem`);
+    /// The Redis name of the semaphore's value (`<prefix>:3:{<key>}:sem`);
     /// its holds live in `...:sem:h` and `...:sem:t` (see
     /// [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE)).
     pub fn redis_key(&self) -> String {

@@ -153,7 +153,8 @@ async fn a_release_message_stays_in_its_shard() {
         admins.insert(n.port, n.admin().await);
     }
     let key = "orders:7";
-    let channel = format!("{}:ch", lock.redis_key(key));
+    // The waiter's own channel of the lock (protocol 3).
+    let channel = format!("{}:ch:{}", lock.redis_key(key), other.client_id());
     let owner = owner_port(
         &admins[&cluster.nodes[0].port],
         redis_keyslot(channel.as_bytes()),

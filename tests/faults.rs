@@ -738,8 +738,8 @@ async fn a_blackholed_subscriber_only_delays_waiters() {
     };
     assert!(
         eventually(Duration::from_secs(3), || async {
-            support::numsub(&admin, &format!("{prefix}:2:{{k0}}:ch")).await == 2
-                || support::numsub(&admin, &format!("{prefix}:2:{{k0}}:ch")).await == 1
+            support::numsub(&admin, &format!("{prefix}:3:{{k0}}:ch")).await == 2
+                || support::numsub(&admin, &format!("{prefix}:3:{{k0}}:ch")).await == 1
         })
         .await
     );
@@ -799,7 +799,7 @@ async fn garbage_messages_and_strange_keys_are_harmless() {
             at
         })
     };
-    let channel = format!("{prefix}:2:{{k}}:ch");
+    let channel = format!("{prefix}:3:{{k}}:ch");
     assert!(
         eventually(Duration::from_secs(2), || async {
             support::numsub(&admin, &channel).await == 1
@@ -818,7 +818,10 @@ async fn garbage_messages_and_strange_keys_are_harmless() {
         "\u{0}\u{7f}",
         long.as_str(),
     ] {
+        // On the shared channel, and on the client's own (protocol 3).
         let _: i64 = admin.publish(&channel, payload).await.unwrap();
+        let own = format!("{channel}:{}", lock.client_id());
+        let _: i64 = admin.publish(&own, payload).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let released = Instant::now();

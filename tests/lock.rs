@@ -586,7 +586,7 @@ async fn replayed_release_is_not_a_false_loss() {
                 fence,
                 channel,
                 relaylock::scripts::SIDE_RETENTION_MS.to_string(),
-                relaylock::scripts::RING_CHARS.to_string(),
+                relaylock::scripts::LOCK_RING_CHARS.to_string(),
                 "me".into(),
                 relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
                 "PUBLISH".into(),
@@ -615,23 +615,88 @@ async fn replayed_release_is_not_a_false_loss() {
     );
 }
 
+/// A hot key's ring (protocol 3: differences, not whole fences) holds 30
+/// releases or more, so a release replayed 30 releases later is still
+/// recognised; and a fence just older than the ring reaches is a loss, not
+/// a replay.
+#[tokio::test]
+async fn a_hot_keys_ring_holds_30_releases() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = client(&server).await;
+    let key = lock.redis_key("k");
+    let mut fences = Vec::new();
+    for _ in 0..60 {
+        let g = lock.lock("k").await.unwrap();
+        fences.push(g.fencing_token());
+        g.release().await.unwrap();
+    }
+    let value: String = admin.get(&key).await.unwrap();
+    let ring = value.split('|').nth(2).unwrap().to_owned();
+    let kept = ring.split(' ').count();
+    println!(
+        "{kept} releases in a ring of {} characters: {ring}",
+        ring.len()
+    );
+    assert!(ring.len() <= relaylock::scripts::LOCK_RING_CHARS);
+    assert!(kept >= 30, "only {kept} releases kept");
+    let release = |fence: u64| {
+        let (admin, key) = (admin.clone(), key.clone());
+        async move {
+            let args: Vec<String> = vec![
+                "gone".into(),
+                fence.to_string(),
+                format!("{key}:ch"),
+                relaylock::scripts::SIDE_RETENTION_MS.to_string(),
+                relaylock::scripts::LOCK_RING_CHARS.to_string(),
+                "me".into(),
+                relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
+                "PUBLISH".into(),
+                "0".into(),
+            ];
+            admin
+                .eval::<i64, _, _, _>(relaylock::scripts::RELEASE, vec![key], args)
+                .await
+                .unwrap()
+        }
+    };
+    // Every fence the ring holds is recognised, the next older one is not.
+    for (i, &fence) in fences.iter().rev().enumerate() {
+        let want = if i < kept { 2 } else { 0 };
+        assert_eq!(
+            release(fence).await,
+            want,
+            "the fence released {i} releases ago"
+        );
+    }
+}
+
 /// The release prepends its fence to the ring and cuts the ring to the
-/// newest fences that fit in `ring_chars`, at a fence boundary. The script
-/// finds the cut without copying the ring; this checks it against the rule
-/// written plainly (prepend, then keep what comes before the last space in
-/// the first `ring_chars + 1` characters), on rings of fences of every
-/// length from 1 to 18 digits, empty to over-full, several limits, and each
-/// of the three values a release writes.
+/// newest fences that fit in `ring_chars`, at a fence boundary. Protocol 3
+/// writes the ring as the newest fence, then each older one as its
+/// difference to the one before (`r1 d2 d3 ...`, `r2 = r1 - d2`): a hot
+/// key's fences are close, so the ring is a third as long. This checks the
+/// script against the rule written plainly (prepend `fence` and
+/// `fence - r1` in place of `r1`, or start over at `fence` when it is not
+/// newer; then keep what comes before the last space in the first
+/// `ring_chars + 1` characters), on rings of numbers of every length from 1
+/// to 16 digits, empty to over-full, several limits, and each of the three
+/// values a release writes.
 #[tokio::test]
 async fn the_release_ring_keeps_the_newest_fences_that_fit() {
     let server = RedisServer::start();
     let admin = server.admin().await;
+    let prepended = |fence: &str, ring: &str| {
+        let (r1, older) = ring.split_once(' ').unwrap_or((ring, ""));
+        let (f, r1): (u64, Option<u64>) = (fence.parse().unwrap(), r1.parse().ok());
+        match r1 {
+            Some(r1) if f > r1 && older.is_empty() => format!("{fence} {}", f - r1),
+            Some(r1) if f > r1 => format!("{fence} {} {older}", f - r1),
+            _ => fence.to_string(),
+        }
+    };
     let expected = |fence: &str, ring: &str, cap: usize| {
-        let ring = if ring.is_empty() {
-            fence.to_string()
-        } else {
-            format!("{fence} {ring}")
-        };
+        let ring = prepended(fence, ring);
         if ring.len() <= cap {
             return ring;
         }
@@ -650,13 +715,15 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
         (state >> 33) % n
     };
     let digits = |len: u64, first: u64| {
-        let mut s = (first % 9 + 1).to_string();
+        // At most 8.99e15: Lua's doubles are exact below 2^53 (9.007e15),
+        // and fences (µs since the epoch) are about 1.8e15.
+        let mut s = (first % 8 + 1).to_string();
         for i in 1..len {
             s.push(char::from(b'0' + ((first + i * 7) % 10) as u8));
         }
         s
     };
-    let key = "p:2:{ring}";
+    let key = "p:3:{ring}";
     let keys = vec![
         key.to_string(),
         format!("{key}:void:tok"),
@@ -672,14 +739,15 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
         34,
         35,
         100,
-        relaylock::scripts::RING_CHARS,
+        relaylock::scripts::LOCK_RING_CHARS,
     ];
     for case in 0..600 {
         let entries = next(45);
-        // Mostly 16-digit fences (server microseconds), some of any length.
+        // Mostly 16-digit fences (server microseconds), some of any length
+        // (the differences of a real ring are shorter).
         let len = |next: &mut dyn FnMut(u64) -> u64| {
             if next(4) == 0 {
-                1 + next(18)
+                1 + next(16)
             } else {
                 16
             }
@@ -691,13 +759,22 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
             })
             .collect();
         let ring = ring.join(" ");
-        let fence = {
-            let l = len(&mut next);
-            digits(l, next(1_000))
+        // Mostly newer than the ring's newest fence, by up to 16 digits;
+        // else any (older: the ring starts over).
+        let newest: Option<u64> = ring.split(' ').next().and_then(|r| r.parse().ok());
+        let fence = match newest {
+            Some(r1) if next(4) != 0 => {
+                let d: u64 = digits(1 + next(15), next(1_000)).parse().unwrap();
+                (r1 + d).min(8_999_999_999_999_999).max(r1 + 1).to_string()
+            }
+            _ => {
+                let l = len(&mut next);
+                digits(l, next(1_000))
+            }
         };
         // The limit: a fixed one, one either side of the prepended ring's
         // length or exactly it, or any.
-        let full = fence.len() + usize::from(!ring.is_empty()) + ring.len();
+        let full = prepended(&fence, &ring).len();
         let cap = match case % 5 {
             0 => caps[case / 5 % caps.len()],
             1 => full.saturating_sub(1).max(1),
@@ -896,7 +973,7 @@ async fn builds_on_an_existing_fred_client() {
         .await
         .unwrap();
     let g = lock.lock("k").await.unwrap();
-    assert!(support::taken(&fred, "app:2:{k}").await);
+    assert!(support::taken(&fred, "app:3:{k}").await);
     g.release().await.unwrap();
     drop(lock);
     let pong: String = fred.ping(None).await.unwrap();
@@ -912,7 +989,9 @@ async fn builds_on_an_existing_fred_client() {
 /// hands (the value carries the `void` field through every transition).
 #[tokio::test]
 async fn abandoned_acquisition_can_never_succeed_later() {
-    use relaylock::scripts::{ACQUIRE, HANDOFF_GRACE_MS, RELEASE, RING_CHARS, SIDE_RETENTION_MS};
+    use relaylock::scripts::{
+        ACQUIRE, HANDOFF_GRACE_MS, LOCK_RING_CHARS, RELEASE, SIDE_RETENTION_MS,
+    };
     let server = RedisServer::start();
     let admin = server.admin().await;
     let keys = |key: &str, token: &str| {
@@ -948,7 +1027,7 @@ async fn abandoned_acquisition_can_never_succeed_later() {
                 fence,
                 format!("{key}:ch"),
                 SIDE_RETENTION_MS.to_string(),
-                RING_CHARS.to_string(),
+                LOCK_RING_CHARS.to_string(),
                 "me".into(),
                 HANDOFF_GRACE_MS.to_string(),
                 "PUBLISH".into(),
@@ -1221,7 +1300,8 @@ async fn sleepers_learn_a_shorter_lease_from_other_waiters() {
         .eval(
             "redis.call('SET', KEYS[1], 'foreign:1', 'PX', 1000) redis.call('PUBLISH', ARGV[1], 'x') return 1",
             vec![key.clone()],
-            vec![format!("{key}:ch")],
+            // The lock's channel for `lock`'s client (protocol 3).
+            vec![format!("{key}:ch:{}", lock.client_id())],
         )
         .await
         .unwrap();

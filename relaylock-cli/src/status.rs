@@ -151,7 +151,7 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
 }
 
 /// The user-facing names under the client's prefix: a `SCAN` of the
-/// protocol's values (`<prefix>:2:{k}`, `...:sem`, `...:rw`), every primary
+/// protocol's values (`<prefix>:3:{k}`, `...:sem`, `...:rw`), every primary
 /// of a cluster, stopped after `limit` names. Also says whether it stopped.
 async fn scan(redis: &Client, prefix: &str, limit: usize) -> Result<(Vec<String>, bool), Error> {
     let head = format!("{prefix}:{}:{{", relaylock::scripts::PROTOCOL);
@@ -343,14 +343,14 @@ mod tests {
 
     #[test]
     fn names_from_the_scan() {
-        let head = "relaylock:2:{";
-        assert_eq!(user_key("relaylock:2:{orders:42}", head), Some("orders:42"));
-        assert_eq!(user_key("relaylock:2:{pay}:sem", head), Some("pay"));
-        assert_eq!(user_key("relaylock:2:{cache}:rw", head), Some("cache"));
-        assert_eq!(user_key("relaylock:2:{pay}:sem:h", head), None);
-        assert_eq!(user_key("relaylock:2:{k}:void:tok", head), None);
-        assert_eq!(user_key("relaylock:2:{k}:q", head), None);
-        assert_eq!(user_key("other:2:{k}", head), None);
+        let head = "relaylock:3:{";
+        assert_eq!(user_key("relaylock:3:{orders:42}", head), Some("orders:42"));
+        assert_eq!(user_key("relaylock:3:{pay}:sem", head), Some("pay"));
+        assert_eq!(user_key("relaylock:3:{cache}:rw", head), Some("cache"));
+        assert_eq!(user_key("relaylock:3:{pay}:sem:h", head), None);
+        assert_eq!(user_key("relaylock:3:{k}:void:tok", head), None);
+        assert_eq!(user_key("relaylock:3:{k}:q", head), None);
+        assert_eq!(user_key("other:3:{k}", head), None);
         assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
         assert_eq!(redacted("redis://u:pw@h:1/0"), "redis://...@h:1/0");
         assert_eq!(redacted("redis://h:1"), "redis://h:1");

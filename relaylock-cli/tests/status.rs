@@ -53,7 +53,7 @@ fn state<'a>(doc: &'a Json, key: &str, primitive: &str) -> &'a Json {
 
 /// A held lock with two clients queued: the holder's token, fence and
 /// remaining lease, the queue in order with each client's wait, and the
-/// channel's two subscribers.
+/// two subscribers, each of its own channel of the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contended_lock_is_reported_as_it_is() {
     let server = RedisServer::start();
@@ -102,7 +102,26 @@ async fn a_contended_lock_is_reported_as_it_is() {
         waited(1)
     );
     assert!(waited(0) >= waited(1) + 200, "{queue:?}");
-    assert_eq!(s["subscribers"][0]["subscribers"], 2, "{s}");
+    // One channel per waiting client (protocol 3), one subscriber each: two.
+    let subscribers = s["subscribers"].as_array().unwrap();
+    let name = a.redis_key("orders:42");
+    let channels: Vec<(String, u64)> = subscribers
+        .iter()
+        .map(|c| {
+            (
+                c["channel"].as_str().unwrap().to_owned(),
+                c["subscribers"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        channels,
+        vec![
+            (format!("{name}:ch:{}", b.client_id()), 1),
+            (format!("{name}:ch:{}", c.client_id()), 1)
+        ],
+        "{s}"
+    );
 
     let (code, text, _) = status(&server.url(), &["orders:42"]).await;
     assert_eq!(code, 0);

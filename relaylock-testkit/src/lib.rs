@@ -233,16 +233,39 @@ pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>, cmd: &
     after.get(cmd).copied().unwrap_or(0) - before.get(cmd).copied().unwrap_or(0)
 }
 
-/// Subscribers of one channel, from `PUBSUB NUMSUB`.
+/// Subscribers of one channel, from `PUBSUB NUMSUB`; for a lock's channel,
+/// summed over the clients' own channels (`<channel>:<client>`).
 pub async fn numsub(admin: &Client, channel: &str) -> i64 {
-    let v: Vec<Value> = admin
-        .custom(
-            CustomCommand::new_static("PUBSUB", None, false),
-            vec!["NUMSUB", channel],
-        )
-        .await
-        .unwrap();
-    v[1].as_i64().unwrap()
+    let mut names = vec![channel.to_owned()];
+    // A lock's channel `<value>:ch` (protocol 3) is subscribed per client,
+    // as `<value>:ch:<client>`: count those too.
+    if channel.ends_with("}:ch") {
+        names.extend(channels(admin, &format!("{}:*", glob_escape(channel))).await);
+    }
+    let mut n = 0;
+    for name in names {
+        let v: Vec<Value> = admin
+            .custom(
+                CustomCommand::new_static("PUBSUB", None, false),
+                vec!["NUMSUB".to_owned(), name],
+            )
+            .await
+            .unwrap();
+        n += v[1].as_i64().unwrap();
+    }
+    n
+}
+
+/// `s` as a glob pattern that matches only itself (`PUBSUB CHANNELS`, `KEYS`).
+pub fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Channels with at least one subscriber whose name matches `pattern`.
@@ -285,7 +308,7 @@ where
     }
 }
 
-/// The fields of a lock's value (protocol 2, see `relaylock::scripts`):
+/// The fields of a lock's value (protocol 3, see `relaylock::scripts`):
 /// `head|queue|ring|void`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockValue {
@@ -294,14 +317,15 @@ pub struct LockValue {
     pub head: String,
     /// Client ids waiting, oldest first.
     pub queue: Vec<String>,
-    /// Released fences, newest first.
+    /// Released fences, newest first (decoded: the value keeps the newest,
+    /// then each older one as its difference to the one before).
     pub ring: Vec<u64>,
     /// Until when void markers may exist (server ms), or empty.
     pub void: String,
 }
 
 impl LockValue {
-    /// Parse a value; `None` if it is not a protocol 2 value.
+    /// Parse a value; `None` if it is not a protocol 3 value.
     pub fn parse(value: &str) -> Option<LockValue> {
         let mut fields = value.splitn(4, '|');
         let head = fields.next()?.to_owned();
@@ -315,7 +339,15 @@ impl LockValue {
                 .filter(|c| !c.is_empty())
                 .map(str::to_owned)
                 .collect(),
-            ring: ring.split(' ').filter_map(|f| f.parse().ok()).collect(),
+            ring: ring
+                .split(' ')
+                .filter_map(|f| f.parse::<u64>().ok())
+                .scan(None, |last: &mut Option<u64>, n| {
+                    let fence = last.map_or(n, |l| l.saturating_sub(n));
+                    *last = Some(fence);
+                    Some(fence)
+                })
+                .collect(),
             void,
         })
     }
@@ -350,7 +382,7 @@ impl LockValue {
 }
 
 /// The value of the lock named `name` (a `LockClient::redis_key`), parsed;
-/// `None` when the key is absent (or not a protocol 2 value).
+/// `None` when the key is absent (or not a protocol 3 value).
 pub async fn lock_value(admin: &Client, name: &str) -> Option<LockValue> {
     let raw: Option<String> = admin.get(name).await.unwrap();
     raw.as_deref().and_then(LockValue::parse)
@@ -378,7 +410,7 @@ pub async fn is_queued(admin: &Client, name: &str, client: &str) -> bool {
 /// Rewrite the queue field of the lock named `name` atomically (keeping the
 /// key's TTL): `front` puts `client` first, otherwise it is removed. For
 /// tests that stage a ghost ahead of everyone, or a client falling out of
-/// the queue. Returns false when the key holds no protocol 2 value.
+/// the queue. Returns false when the key holds no protocol 3 value.
 pub async fn edit_queue(admin: &Client, name: &str, client: &str, front: bool) -> bool {
     const EDIT: &str = r#"
 local v = redis.call('GET', KEYS[1])

@@ -19,7 +19,7 @@
 # named here by its address range in that build.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-R=target/release/relaylock
+R=${R:-target/release/relaylock}
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 dir=$(mktemp -d)
 redis-server --port "$port" --save '' --appendonly no --daemonize yes --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
