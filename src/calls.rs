@@ -247,8 +247,9 @@ impl Calls {
         lease_ms: u64,
         client: &str,
     ) -> Result<Vec<i64>> {
-        let (void, voids) = (names.void(token), names.voids());
-        let since = names.queue_times();
+        // The lean call: the lock's name alone; the script derives its void
+        // marker, void index and queue-times names (each used only on a
+        // rare or contended path) from it.
         self.script(&self.redis, &self.scripts.acquire, || {
             let args: Vec<Value> = vec![
                 token.into(),
@@ -258,9 +259,7 @@ impl Calls {
                 self.publish.clone(),
                 (self.side_retention_ms as i64).into(),
             ];
-            let mut keys = lock_keys(names, &void, &voids);
-            keys.push(&since);
-            (keys, args)
+            (vec![names.lock.as_str()], args)
         })
         .await
     }

@@ -130,7 +130,12 @@ pub const RELEASE_RING: usize = 32;
 /// KEYS: `[lock, void, voids, since]` (`void` is this token's marker
 /// `p:3:{k}:void:<token>`, `voids` the lock's `p:3:{k}:void`: until when
 /// any marker may exist, for when the value is gone; `since` is
-/// `p:3:{k}:q`, see [`QUEUE_TIMES`]; optional);
+/// `p:3:{k}:q`, see [`QUEUE_TIMES`]; optional), or `[lock]` alone, the
+/// lean call relaylock sends: the script then derives the three names from
+/// the lock's (each is needed only on a rare or contended path, and every
+/// name passed costs Redis; the derived names share the lock's hash tag, so
+/// Redis Cluster accepts them: a script may touch undeclared keys of its
+/// own slot);
 /// ARGV: `[token, lease_ms, client, channel, publish, retention_ms]`
 /// (`retention_ms` is only for `since`; 60000 when absent).
 /// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
@@ -209,37 +214,38 @@ else
   pttl = redis.call('PTTL', KEYS[1])
 end
 if pttl then
+  local since = KEYS[4] or (not KEYS[2] and KEYS[1] .. ':q')
   if client ~= '' and not string.find(',' .. queue .. ',', ',' .. client .. ',', 1, true) then
-    if void ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then return {0, -2} end
+    if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. ARGV[1]) == 1 then return {0, -2} end
     if queue == '' then queue = client else queue = queue .. ',' .. client end
     redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
-    if KEYS[4] then
+    if since then
       local t = redis.call('TIME')
-      redis.pcall('HSET', KEYS[4], client, string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
-      local n = redis.pcall('HLEN', KEYS[4])
+      redis.pcall('HSET', since, client, string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+      local n = redis.pcall('HLEN', since)
       if type(n) == 'number' and n > 32 then
         local inq, nq = {}, 0
         for c in string.gmatch(queue, '[^,]+') do inq[c] = true; nq = nq + 1 end
         if n > 2 * nq + 32 then
-          for _, c in ipairs(redis.pcall('HKEYS', KEYS[4])) do
-            if not inq[c] then redis.pcall('HDEL', KEYS[4], c) end
+          for _, c in ipairs(redis.pcall('HKEYS', since)) do
+            if not inq[c] then redis.pcall('HDEL', since, c) end
           end
         end
       end
-      redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6] or '') or 60000)
+      redis.pcall('PEXPIRE', since, tonumber(ARGV[6] or '') or 60000)
     end
-  elseif client ~= '' and KEYS[4] then
-    redis.pcall('PEXPIRE', KEYS[4], tonumber(ARGV[6] or '') or 60000)
+  elseif client ~= '' and since then
+    redis.pcall('PEXPIRE', since, tonumber(ARGV[6] or '') or 60000)
   end
   return {0, pttl}
 end
 if not v then
-  void = redis.call('GET', KEYS[3]) or ''
+  void = redis.call('GET', KEYS[3] or KEYS[1] .. ':void') or ''
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if void ~= '' and (tonumber(void) or 0) < math.floor(now / 1000) then void = '' end
-if void ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then
+if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. ARGV[1]) == 1 then
   return {0, -2}
 end
 local fence = now
