@@ -169,9 +169,12 @@ impl LockCall<'_> {
             }
         };
         let outcome = match outcome {
-            Ok((fence, sent)) => Box::pin(self.replicated(fence))
+            // Boxed only with `min_replicas`: the common acquisition does
+            // not copy the (large) future into a box for nothing.
+            Ok((fence, sent)) if self.replicas.is_some() => Box::pin(self.replicated(fence))
                 .await
                 .map(|()| (fence, sent)),
+            Ok(done) => Ok(done),
             Err(e) => Err(e),
         };
         let kind = match &outcome {
