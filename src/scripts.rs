@@ -429,18 +429,19 @@ return {0}
 ///
 /// KEYS: `[lock]`; ARGV: `[client, channel, publish]` (`channel` and
 /// `publish` as for [`ACQUIRE`]; optional). Remove `client` from the value's
-/// queue (`SET ... KEEPTTL`) and reply `1`; reply `0` when it was neither
-/// queued nor holding a live reservation. With `channel` given, the leave
-/// passes on what the leaving client owed the others, since protocol 3
-/// tells only the clients it names:
-/// * a live reservation for `client` lapses now (the head becomes the
-///   tombstone `-<f>`) and the client queued first is told `r:` (free: it
-///   tries at once);
-/// * a client that was queued first tells the client queued first after it
-///   what it would have acted on: `r:X` behind a live reservation for
-///   another client X (it becomes the stand-by and probes when the grace
-///   ends), `r:` when the lock is free (a tombstone, or a lapsed
-///   reservation), `t:<PTTL>` when it is held (the holder's lease).
+/// queue (`SET ... KEEPTTL`) and reply `1`; reply `0` when it was not
+/// queued. With `channel` given, a client that was queued first passes on
+/// what it would have acted on, since protocol 3 tells only the clients it
+/// names: it tells the client queued first after it `r:X` behind a live
+/// reservation for another client X (it becomes the stand-by and probes
+/// when the grace ends), `r:` when the lock is free (a tombstone, or a
+/// lapsed reservation), `t:<PTTL>` when it is held (the holder's lease).
+///
+/// A live reservation for `client` itself is left to lapse: the release
+/// that made it told the stand-by, which probes when the grace ends. (An
+/// earlier version let it lapse at once; found in review: a LEAVE delayed
+/// past a new local waiter's try and a new reservation for the client
+/// freed that reservation.)
 pub const LEAVE: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
@@ -451,28 +452,20 @@ if not c then return 0 end
 local head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
 local q = ',' .. queue .. ','
 local s, e = string.find(q, ',' .. ARGV[1] .. ',', 1, true)
-local free = string.sub(head, 1, 1) == '-'
-local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
-if rc and redis.call('PTTL', KEYS[1]) <= tonumber(rk) then rc, free = nil, true end
-local held = rc == ARGV[1]
-if not s and not held then return 0 end
-if s then
-  q = string.sub(q, 1, s) .. string.sub(q, e + 1)
-  queue = string.sub(q, 2, -2)
-end
-if held then head = '-' .. rf end
+if not s then return 0 end
+q = string.sub(q, 1, s) .. string.sub(q, e + 1)
+queue = string.sub(q, 2, -2)
 redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
 local front = string.match(queue, '^[^,]+')
-if not (ARGV[2] and front) then return 1 end
-local told = nil
-if held or (s == 1 and free) then
-  told = 'r:'
-elseif s == 1 and rc then
-  told = 'r:' .. rc
-elseif s == 1 then
+if s ~= 1 or not (ARGV[2] and front) then return 1 end
+local told = 'r:'
+local rc, rk = string.match(head, '^~([^:]*):%d+:(%d+)$')
+if rc then
+  if redis.call('PTTL', KEYS[1]) > tonumber(rk) then told = 'r:' .. rc end
+elseif string.sub(head, 1, 1) ~= '-' then
   told = 't:' .. redis.call('PTTL', KEYS[1])
 end
-if told then redis.pcall(ARGV[3], ARGV[2] .. ':' .. front, told) end
+redis.pcall(ARGV[3], ARGV[2] .. ':' .. front, told)
 return 1
 "#;
 

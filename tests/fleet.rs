@@ -102,12 +102,13 @@ async fn next_message(rx: &mut Messages) -> Option<String> {
     m.value.as_string()
 }
 
-/// `LEAVE` passes on what the leaving client owed: a live reservation for it
-/// lapses at once and the client queued first is told the lock is free
-/// (`r:`); a client queued first tells the next one what it would have
-/// acted on: `r:<X>` behind a live reservation for X (it becomes the
-/// stand-by and probes when the grace ends), `r:` when the lock is free, the
-/// holder's lease when it is held. A client further back tells nobody.
+/// `LEAVE` passes on what the leaving client owed: a client queued first
+/// tells the next one what it would have acted on: `r:<X>` behind a live
+/// reservation for X (it becomes the stand-by and probes when the grace
+/// ends), `r:` when the lock is free, the holder's lease when it is held. A
+/// client further back tells nobody, nor does a client leaving a live
+/// reservation for itself: it lapses, and the stand-by the release told
+/// probes then.
 #[tokio::test]
 async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let server = RedisServer::start();
@@ -152,12 +153,13 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let v: String = admin.get(name).await.unwrap();
     assert_eq!(v, format!("~x:7:{SIDE_RETENTION_MS}|w|7|"));
 
-    // The client the lock is reserved for leaves: it is free, `w` is told.
+    // The client the lock is reserved for leaves: the reservation stays
+    // until it lapses (the release told the stand-by), nobody is told.
     set(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
-    assert_eq!(leave("s").await, 1);
-    assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
+    assert_eq!(leave("s").await, 0);
+    assert_eq!(next_message(&mut w).await, None);
     let v: String = admin.get(name).await.unwrap();
-    assert_eq!(v, "-7|w|7|");
+    assert_eq!(v, format!("~s:7:{SIDE_RETENTION_MS}|w|7|"));
 
     // A client queued behind the stand-by tells nobody.
     set(format!("~x:7:{SIDE_RETENTION_MS}|w,s|7|")).await;
