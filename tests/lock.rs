@@ -560,6 +560,22 @@ async fn fencing_tokens_survive_a_restart() {
     g.release().await.unwrap();
 }
 
+/// RELEASE's arguments for `token`'s hold with `fence`, by client `me`, as
+/// relaylock's lean release sends them (no `next`, no requeue).
+fn release_args(token: String, fence: String, channel: String) -> Vec<String> {
+    vec![
+        token,
+        fence,
+        channel,
+        relaylock::scripts::SIDE_RETENTION_MS.to_string(),
+        relaylock::scripts::LOCK_RING_CHARS.to_string(),
+        "me".into(),
+        relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
+        "PUBLISH".into(),
+        "0".into(),
+    ]
+}
+
 /// The release script recognises its own replay (fred resends a command
 /// whose reply was lost) and does not report a false loss.
 #[tokio::test]
@@ -581,17 +597,7 @@ async fn replayed_release_is_not_a_false_loss() {
                 format!("{key}:void:{token}"),
                 format!("{key}:void"),
             ];
-            let args: Vec<String> = vec![
-                token,
-                fence,
-                channel,
-                relaylock::scripts::SIDE_RETENTION_MS.to_string(),
-                relaylock::scripts::LOCK_RING_CHARS.to_string(),
-                "me".into(),
-                relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
-                "PUBLISH".into(),
-                "0".into(),
-            ];
+            let args = release_args(token, fence, channel);
             admin
                 .eval::<i64, _, _, _>(relaylock::scripts::RELEASE, keys, args)
                 .await
@@ -643,17 +649,7 @@ async fn a_hot_keys_ring_holds_30_releases() {
     let release = |fence: u64| {
         let (admin, key) = (admin.clone(), key.clone());
         async move {
-            let args: Vec<String> = vec![
-                "gone".into(),
-                fence.to_string(),
-                format!("{key}:ch"),
-                relaylock::scripts::SIDE_RETENTION_MS.to_string(),
-                relaylock::scripts::LOCK_RING_CHARS.to_string(),
-                "me".into(),
-                relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
-                "PUBLISH".into(),
-                "0".into(),
-            ];
+            let args = release_args("gone".into(), fence.to_string(), format!("{key}:ch"));
             admin
                 .eval::<i64, _, _, _>(relaylock::scripts::RELEASE, vec![key], args)
                 .await
