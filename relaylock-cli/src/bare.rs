@@ -4,6 +4,16 @@
 //! until it succeeds; release by the seeds' compare-and-delete script. No
 //! fencing token, no queue, no waiting machinery: the floor of what a lock
 //! costs Redis per acquisition.
+//!
+//! And `--strategy floor:<ms>`: the cheapest lock that keeps relaylock's
+//! fencing guarantee, to price the floor of any script-based protocol in
+//! real traffic (docs/benchmarks.md, "Protocol 3, measured"). Acquire is one
+//! script, `GET`, `TIME`, `SET`: a fencing token from the server clock,
+//! raised above the last one a release left in the key's tombstone, so it
+//! keeps increasing whatever the clock does while the tombstone lives.
+//! Release is one script, `GET`, `SET`: compare the token, leave the
+//! tombstone. Nothing else: no queue, no hand-over, no replay record, no
+//! void markers; retried every interval like the bare lock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,10 +32,43 @@ else
 end
 "#;
 
-/// The bare lock on one fred client.
+/// `floor:<ms>`'s acquire: KEYS `[lock]`, ARGV `[token, lease_ms]`; the
+/// fencing token, or 0 when held.
+pub const FLOOR_ACQUIRE: &str = r#"
+local v = redis.call('GET', KEYS[1])
+local last = 0
+if v then
+  if string.byte(v, 1) ~= 45 then return 0 end
+  last = tonumber(string.sub(v, 2)) or 0
+end
+local t = redis.call('TIME')
+local f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if last >= f then f = last + 1 end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', f), 'PX', ARGV[2])
+return f
+"#;
+
+/// `floor:<ms>`'s release: KEYS `[lock]`, ARGV `[token, retention_ms]`; 1
+/// released (the tombstone `-<fence>` left), 0 not held.
+pub const FLOOR_RELEASE: &str = r#"
+local v = redis.call('GET', KEYS[1])
+local mine = ARGV[1] .. ':'
+if v and string.sub(v, 1, #mine) == mine then
+  redis.call('SET', KEYS[1], '-' .. string.sub(v, #mine + 1), 'PX', ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+/// How long `floor:<ms>`'s tombstone lives (relaylock's default retention).
+const FLOOR_RETENTION_MS: i64 = 60_000;
+
+/// The bare lock (or the fenced floor) on one fred client.
 pub struct BareLock {
     redis: Client,
     release: Script,
+    /// `floor:<ms>`: its acquire script (the release is its own too).
+    fenced: Option<Script>,
     lease_ms: u64,
     every: Duration,
     /// `SET NX` calls so far: the attempts of this strategy.
@@ -33,10 +76,12 @@ pub struct BareLock {
 }
 
 impl BareLock {
-    pub fn new(redis: Client, lease: Duration, every: Duration) -> Self {
+    /// `fenced`: `floor:<ms>` instead of `bare:<ms>`.
+    pub fn new(redis: Client, lease: Duration, every: Duration, fenced: bool) -> Self {
         BareLock {
             redis,
-            release: Script::from_lua(RELEASE),
+            release: Script::from_lua(if fenced { FLOOR_RELEASE } else { RELEASE }),
+            fenced: fenced.then(|| Script::from_lua(FLOOR_ACQUIRE)),
             lease_ms: lease.as_millis() as u64,
             every,
             attempts: AtomicU64::new(0),
@@ -48,6 +93,20 @@ impl BareLock {
     pub async fn lock(&self, key: &str, token: String) -> Result<String, fred::error::Error> {
         loop {
             self.attempts.fetch_add(1, Ordering::Relaxed);
+            if let Some(acquire) = &self.fenced {
+                let fence: i64 = acquire
+                    .evalsha_with_reload(
+                        &self.redis,
+                        vec![key],
+                        vec![token.clone(), self.lease_ms.to_string()],
+                    )
+                    .await?;
+                if fence > 0 {
+                    return Ok(token);
+                }
+                tokio::time::sleep(self.every).await;
+                continue;
+            }
             let set: Option<String> = self
                 .redis
                 .set(
@@ -68,10 +127,16 @@ impl BareLock {
     /// Release `key` if it still holds `token`; `false` when it did not
     /// (the lease ran out).
     pub async fn unlock(&self, key: &str, token: &str) -> Result<bool, fred::error::Error> {
-        let n: i64 = self
-            .release
-            .evalsha_with_reload(&self.redis, vec![key], vec![token])
-            .await?;
+        let n: i64 = if self.fenced.is_some() {
+            let retention = FLOOR_RETENTION_MS.to_string();
+            self.release
+                .evalsha_with_reload(&self.redis, vec![key], vec![token, retention.as_str()])
+                .await?
+        } else {
+            self.release
+                .evalsha_with_reload(&self.redis, vec![key], vec![token])
+                .await?
+        };
         Ok(n == 1)
     }
 }

@@ -29,7 +29,8 @@ use relaylock_testkit::RedisServer;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// `pubsub` or `poll:<ms>`; repeat to compare strategies side by side.
+    /// `pubsub`, `poll:<ms>`, `bare:<ms>` or `floor:<ms>`; repeat to compare
+    /// strategies side by side.
     #[arg(long = "strategy", default_values = ["pubsub", "poll:10"])]
     pub strategies: Vec<Strategy>,
     /// What the workers take per key: `mutex`, `semaphore:<limit>` (one
@@ -655,9 +656,11 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         && args
             .strategies
             .iter()
-            .any(|s| matches!(s, Strategy::Bare(_)))
+            .any(|s| matches!(s, Strategy::Bare(_) | Strategy::Floor(_)))
     {
-        return Err("bare:<ms> is a lock: it runs only with --primitive mutex".into());
+        return Err(
+            "bare:<ms> and floor:<ms> are locks: they run only with --primitive mutex".into(),
+        );
     }
     let (_server, url) = match &args.url {
         Some(url) => (None, url.clone()),

@@ -52,7 +52,8 @@ enum Command {
 
 /// A strategy as written on the command line: relaylock with pub/sub
 /// waiting (`pubsub`) or with polling (`poll:<ms>`), or the bare lock a user
-/// would write instead (`bare:<ms>`, see [`bare`]).
+/// would write instead (`bare:<ms>`, see [`bare`]), or the cheapest fenced
+/// lock, the floor of a script-based protocol (`floor:<ms>`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Strategy {
     /// relaylock, waiting this way.
@@ -60,6 +61,10 @@ pub enum Strategy {
     /// The seeds' algorithm: `SET NX PX`, retried every interval; release
     /// by compare-and-delete. No fencing, no queue, no waiting machinery.
     Bare(Duration),
+    /// The cheapest lock that keeps relaylock's fencing guarantee: one
+    /// script each way (`GET`, `TIME`, `SET`; `GET`, `SET`), retried every
+    /// interval. No queue, no hand-over, no replay record (see [`bare`]).
+    Floor(Duration),
 }
 
 impl Strategy {
@@ -68,7 +73,7 @@ impl Strategy {
     pub fn wait_strategy(self) -> WaitStrategy {
         match self {
             Strategy::Lock(w) => w,
-            Strategy::Bare(_) => WaitStrategy::PubSub,
+            Strategy::Bare(_) | Strategy::Floor(_) => WaitStrategy::PubSub,
         }
     }
 }
@@ -81,7 +86,7 @@ impl FromStr for Strategy {
         }
         let (kind, ms) = s
             .split_once(':')
-            .ok_or_else(|| format!("{s:?}: expected pubsub, poll:<ms> or bare:<ms>"))?;
+            .ok_or_else(|| format!("{s:?}: expected pubsub, poll:<ms>, bare:<ms> or floor:<ms>"))?;
         let every = match ms.parse::<u64>() {
             Ok(ms) if (1..=3_600_000).contains(&ms) => Duration::from_millis(ms),
             _ => return Err(format!("{s:?}: the retry interval is 1 to 3600000 ms")),
@@ -89,7 +94,10 @@ impl FromStr for Strategy {
         match kind {
             "poll" => Ok(Strategy::Lock(WaitStrategy::Poll(every))),
             "bare" => Ok(Strategy::Bare(every)),
-            _ => Err(format!("{s:?}: expected pubsub, poll:<ms> or bare:<ms>")),
+            "floor" => Ok(Strategy::Floor(every)),
+            _ => Err(format!(
+                "{s:?}: expected pubsub, poll:<ms>, bare:<ms> or floor:<ms>"
+            )),
         }
     }
 }
@@ -99,6 +107,7 @@ impl fmt::Display for Strategy {
         match self {
             Strategy::Lock(WaitStrategy::Poll(d)) => write!(f, "poll:{}", d.as_millis()),
             Strategy::Bare(d) => write!(f, "bare:{}", d.as_millis()),
+            Strategy::Floor(d) => write!(f, "floor:{}", d.as_millis()),
             Strategy::Lock(_) => f.write_str("pubsub"),
         }
     }
@@ -285,8 +294,16 @@ mod tests {
             "bare:10".parse::<Strategy>().unwrap().to_string(),
             "bare:10"
         );
+        assert_eq!(
+            "floor:10".parse::<Strategy>().unwrap(),
+            Strategy::Floor(Duration::from_millis(10))
+        );
+        assert_eq!(
+            "floor:10".parse::<Strategy>().unwrap().to_string(),
+            "floor:10"
+        );
         for bad in [
-            "", "poll", "poll:0", "poll:x", "spin", "bare", "bare:0", "spin:10",
+            "", "poll", "poll:0", "poll:x", "spin", "bare", "bare:0", "floor", "floor:0", "spin:10",
         ] {
             assert!(bad.parse::<Strategy>().is_err(), "{bad}");
         }

@@ -384,10 +384,11 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("worker {}: {e}", args.index))?;
     let bare = match args.strategy {
-        Strategy::Bare(every) => Some(BareLock::new(
+        Strategy::Bare(every) | Strategy::Floor(every) => Some(BareLock::new(
             client.fred_client().clone(),
             Duration::from_millis(args.lease_ms),
             every,
+            matches!(args.strategy, Strategy::Floor(_)),
         )),
         Strategy::Lock(_) => None,
     };
