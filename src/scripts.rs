@@ -184,16 +184,19 @@ if v then
   local b = a and string.find(v, '|', a + 1, true)
   local c = b and string.find(v, '|', b + 1, true)
   if c then
-    head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+    head = string.sub(v, 1, a - 1)
+    if b > a + 1 then queue = string.sub(v, a + 1, b - 1) end
+    if c > b + 1 then ring = string.sub(v, b + 1, c - 1) end
+    if c < #v then void = string.sub(v, c + 1) end
   end
-  if not c or not string.find(void, '^%d*$') then
+  if not c or (void ~= '' and not string.find(void, '^%d+$')) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
-  local mine = ARGV[1] .. ':'
-  if string.sub(head, 1, #mine) == mine then
+  local t = ARGV[1]
+  if string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t then
     local others = 0
     if queue ~= '' then others = 1 end
-    return {1, tonumber(string.sub(head, #mine + 1)), others, redis.call('PTTL', KEYS[1])}
+    return {1, tonumber(string.sub(head, #t + 2)), others, redis.call('PTTL', KEYS[1])}
   end
 end
 local last, reserved, pttl = 0, false, nil
@@ -314,15 +317,23 @@ return {1, fence, 1}
 /// key to the marker's end (an absent key becomes a tombstone with fence 0).
 pub const RELEASE: &str = r#"
 local v = redis.call('GET', KEYS[1])
-local head, queue, ring, void = nil, '', '', ''
+-- The ring stays in `v` (characters b + 1 .. c - 1): the common paths read
+-- it in place, and copy it only into the value they write.
+local head, queue, void, b, c = nil, '', '', nil, nil
 if v then
   local a = string.find(v, '|', 1, true)
-  local b = a and string.find(v, '|', a + 1, true)
-  local c = b and string.find(v, '|', b + 1, true)
+  b = a and string.find(v, '|', a + 1, true)
+  c = b and string.find(v, '|', b + 1, true)
   if c then
-    head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
-    if not string.find(void, '^%d*$') then head, queue, ring, void = nil, '', '', '' end
+    head = string.sub(v, 1, a - 1)
+    if b > a + 1 then queue = string.sub(v, a + 1, b - 1) end
+    if c < #v then void = string.sub(v, c + 1) end
+    if void ~= '' and not string.find(void, '^%d+$') then head, queue, void = nil, '', '' end
   end
+end
+local function ring()
+  if head then return string.sub(v, b + 1, c - 1) end
+  return ''
 end
 local function voided()
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
@@ -342,27 +353,28 @@ if head and string.sub(head, 1, #mine) == mine then
   -- ring's newest, and the older part of the ring that still fits, cut at
   -- a fence boundary without copying the ring first.
   local rhead, keep = fence, ''
-  local r1 = string.match(ring, '^%d+')
+  local r1 = c > b + 1 and string.match(v, '^%d+', b + 1)
   local d = r1 and tonumber(fence) - tonumber(r1)
   if d and d > 0 then
     local ds = string.format('%d', d)
     local room = tonumber(ARGV[5]) - #fence - 1 - #ds
     if room >= 0 then
       rhead = fence .. ' ' .. ds
-      local e = #ring
-      if e - #r1 > room then
-        local limit, p = #r1 + room + 1, nil
+      -- In `v`'s positions: r1 ends at s0, the ring at e.
+      local s0, e = b + #r1, c - 1
+      if e - s0 > room then
+        local limit, p = s0 + room + 1, nil
         local from = limit - 17
-        if from <= #r1 then from = #r1 + 1 end
+        if from <= s0 then from = s0 + 1 end
         while true do
-          local sp = string.find(ring, ' ', from, true)
-          while sp and sp <= limit do p = sp; sp = string.find(ring, ' ', sp + 1, true) end
-          if p or from == #r1 + 1 then break end
-          from = #r1 + 1
+          local sp = string.find(v, ' ', from, true)
+          while sp and sp <= limit do p = sp; sp = string.find(v, ' ', sp + 1, true) end
+          if p or from == s0 + 1 then break end
+          from = s0 + 1
         end
-        e = (p or #r1 + 1) - 1
+        e = (p or s0 + 1) - 1
       end
-      if e > #r1 then keep = string.sub(ring, #r1 + 1, e) end
+      if e > s0 then keep = string.sub(v, s0 + 1, e) end
     end
   end
   local tail = '|' .. rhead
@@ -410,13 +422,14 @@ if ARGV[2] == '' then
   if not v then
     redis.call('SET', KEYS[1], '-0|||' .. void, 'PX', ARGV[4])
   elseif head then
-    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
+    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring() .. '|' .. void, 'KEEPTTL')
   end
   return {0}
 end
-if ring ~= '' then
+local fences = ring()
+if fences ~= '' then
   local f, r = tonumber(ARGV[2]), nil
-  for d in string.gmatch(ring, '%d+') do
+  for d in string.gmatch(fences, '%d+') do
     if r then r = r - tonumber(d) else r = tonumber(d) end
     if r == f then return {2} end
     if not f or r < f then break end
