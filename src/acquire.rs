@@ -549,6 +549,9 @@ impl<'a> LockCall<'a> {
         if let Some(w) = queue {
             w.queued_try_in_flight(true);
         }
+        // Before the try is sent: whether anything marked the client queued
+        // while it was out (see `Waiter::took_unqueued`).
+        let marks = queue.map(Waiter::queue_marks);
         let sent = Instant::now();
         let calls = &self.inner.calls;
         // Claims on other local readers' offers, resolved by the reply, or
@@ -653,6 +656,11 @@ impl<'a> LockCall<'a> {
                 };
                 if let Some(w) = queue {
                     w.note_acquired(sent, self.lease);
+                    // A fresh take (not a hold this token already had): the
+                    // script took this client out of the queue.
+                    if let (None, Some(before)) = (remaining, marks) {
+                        w.took_unqueued(before);
+                    }
                 }
                 Ok(Attempt::Acquired(fence, sent))
             }

@@ -11,6 +11,12 @@
 //!   and then reads `count`. So the last of the two to finish sees both at
 //!   zero and takes the client out of the queue
 //!   ([`take_queue_leave`](Presence::take_queue_leave)).
+//! * **Take**: a try by the only task that took the lock (and with it took
+//!   the client out of the queue) clears the queue mark only if its count of
+//!   marks did not move since the try was sent, in one compare-and-swap of
+//!   the word that holds both, then reads `count` and `requeues` again and
+//!   sets the mark back if a task or a requeue came
+//!   ([`unqueue_if_alone`](Presence::unqueue_if_alone)).
 //!
 //! Both are Dekker-style (a write, then a read of the other's variable):
 //! they need the write and the read ordered, which `SeqCst` atomics give on
@@ -27,9 +33,14 @@ pub(crate) struct Presence {
     count: AtomicUsize,
     /// The channel's subscription is known to be confirmed.
     confirmed: AtomicBool,
-    /// A try or a release of this client may have registered it in the
-    /// lock's queue (and nothing took it out since).
-    queued: AtomicBool,
+    /// Bit 0: a try or a release of this client may have registered it in
+    /// the lock's queue (and nothing took it out since). The bits above:
+    /// how many times that was marked, so that a take can tell whether
+    /// anything marked it while its try was out ([`unqueue_if_alone`]); one
+    /// word, so the flag and its count change together.
+    ///
+    /// [`unqueue_if_alone`]: Presence::unqueue_if_alone
+    queued: AtomicUsize,
     /// Release scripts of this client in flight that may queue it again.
     requeues: AtomicUsize,
 }
@@ -39,7 +50,7 @@ impl Presence {
         Presence {
             count: AtomicUsize::new(0),
             confirmed: AtomicBool::new(false),
-            queued: AtomicBool::new(false),
+            queued: AtomicUsize::new(0),
             requeues: AtomicUsize::new(0),
         }
     }
@@ -56,7 +67,7 @@ impl Presence {
     /// client was still in flight. Returns whether it was the last.
     pub(crate) fn leave(&self, queued_try: bool) -> bool {
         if queued_try {
-            self.queued.store(true, SeqCst);
+            self.mark_queued();
         }
         let last = self.count.fetch_sub(1, SeqCst) == 1;
         fence(SeqCst);
@@ -78,7 +89,9 @@ impl Presence {
     /// Whether nobody is registered and nothing may have queued this client
     /// or be about to: the entry can go without any clean-up.
     pub(crate) fn is_idle_and_unqueued(&self) -> bool {
-        self.count.load(SeqCst) == 0 && !self.queued.load(SeqCst) && self.requeues.load(SeqCst) == 0
+        self.count.load(SeqCst) == 0
+            && self.queued.load(SeqCst) & 1 == 0
+            && self.requeues.load(SeqCst) == 0
     }
 
     pub(crate) fn is_confirmed(&self) -> bool {
@@ -107,7 +120,54 @@ impl Presence {
 
     /// A try registered this client in the lock's queue.
     pub(crate) fn mark_queued(&self) {
-        self.queued.store(true, SeqCst);
+        let mut v = self.queued.load(SeqCst);
+        loop {
+            let marked = ((v >> 1).wrapping_add(1) << 1) | 1;
+            match self.queued.compare_exchange(v, marked, SeqCst, SeqCst) {
+                Ok(_) => return,
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// How many times the client was marked queued so far: read before a
+    /// try is sent, for [`unqueue_if_alone`](Self::unqueue_if_alone).
+    pub(crate) fn marks(&self) -> usize {
+        self.queued.load(SeqCst) >> 1
+    }
+
+    /// A lock's try by the only task registered took the lock, and the
+    /// script took this client out of the queue with it: forget that it was
+    /// queued, so the task's departure sends no `LEAVE` that would find
+    /// nothing to do (one wasted script call per contended acquisition in a
+    /// client with one task per key). Not if anything marked the client
+    /// queued since `before` (read before the try was sent: a newcomer's
+    /// refused try that Redis ran after the take queued the client again,
+    /// even if the newcomer left since), if another task is registered, or
+    /// if a release that may queue the client again is in flight. The flag
+    /// is cleared only if its count is still `before` (one compare-and-swap
+    /// of the word), then the tasks and releases are read again after it
+    /// (Dekker with `join` and `begin_requeue`, as the other handshakes):
+    /// if one came, the flag is set back, unless a mark already did.
+    pub(crate) fn unqueue_if_alone(&self, before: usize) {
+        let alone = || self.count.load(SeqCst) == 1 && self.requeues.load(SeqCst) == 0;
+        if !alone() {
+            return;
+        }
+        let (marked, cleared) = ((before << 1) | 1, before << 1);
+        if self
+            .queued
+            .compare_exchange(marked, cleared, SeqCst, SeqCst)
+            .is_err()
+        {
+            return;
+        }
+        fence(SeqCst);
+        if !alone() {
+            let _ = self
+                .queued
+                .compare_exchange(cleared, marked, SeqCst, SeqCst);
+        }
     }
 
     /// A release that will queue this client again if tasks still wait:
@@ -127,7 +187,7 @@ impl Presence {
     /// The requeueing release's outcome is known (or abandoned): the client
     /// may be queued.
     pub(crate) fn end_requeue(&self) {
-        self.queued.store(true, SeqCst);
+        self.mark_queued();
         self.requeues.fetch_sub(1, SeqCst);
         fence(SeqCst);
     }
@@ -140,6 +200,6 @@ impl Presence {
         if self.count.load(SeqCst) != 0 || self.requeues.load(SeqCst) != 0 {
             return false;
         }
-        self.queued.swap(false, SeqCst)
+        self.queued.fetch_and(!1, SeqCst) & 1 == 1
     }
 }

@@ -1337,6 +1337,19 @@ impl Waiter {
         self.entry.presence.mark_queued();
     }
 
+    /// How many times the client was marked queued for this key so far
+    /// (read before a try is sent, for [`took_unqueued`](Self::took_unqueued)).
+    pub(crate) fn queue_marks(&self) -> usize {
+        self.entry.presence.marks()
+    }
+
+    /// This waiter's try took the lock, and with it the script took the
+    /// client out of the queue (see [`Presence::unqueue_if_alone`]);
+    /// `before` is [`queue_marks`](Self::queue_marks) from before the try.
+    pub(crate) fn took_unqueued(&self, before: usize) {
+        self.entry.presence.unqueue_if_alone(before);
+    }
+
     /// A try that may queue this client is about to be sent (`true`) or its
     /// outcome arrived (`false`).
     pub(crate) fn queued_try_in_flight(&self, in_flight: bool) {

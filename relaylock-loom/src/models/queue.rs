@@ -50,3 +50,49 @@ fn requeue_vs_last_waiter() {
         assert!(!*redis_queued.lock().unwrap(), "queued with nobody waiting");
     });
 }
+
+/// A try by the only local waiter takes the lock, and the script takes the
+/// client out of the queue with it; the waiter then forgets that the client
+/// was queued (`unqueue_if_alone`), so that its departure sends no `LEAVE`
+/// that would find nothing to do. Meanwhile a newcomer joins, and its try
+/// (run by Redis before or after the take) queues the client, then leaves.
+/// Redis runs the commands in the order they happen here.
+///
+/// Checked: once both left, the client is not in the queue (a newcomer's
+/// queueing is never forgotten).
+#[test]
+fn a_take_by_the_only_waiter_vs_a_newcomer() {
+    explore("take by the only waiter vs a newcomer", || {
+        let p = Arc::new(Presence::new());
+        p.join();
+        p.mark_queued(); // the waiter's first try was refused and queued the client
+        let redis_queued = Arc::new(Mutex::new(true));
+
+        let taker = {
+            let (p, q) = (Arc::clone(&p), Arc::clone(&redis_queued));
+            thread::spawn(move || {
+                let before = p.marks(); // read before its next try is sent
+                *q.lock().unwrap() = false; // the try takes the lock: out of the queue
+                p.unqueue_if_alone(before); // its reply
+                if p.leave(false) && p.take_queue_leave() {
+                    *q.lock().unwrap() = false; // LEAVE
+                }
+            })
+        };
+        let newcomer = {
+            let (p, q) = (Arc::clone(&p), Arc::clone(&redis_queued));
+            thread::spawn(move || {
+                p.join();
+                *q.lock().unwrap() = true; // its try is refused and queues the client
+                p.mark_queued(); // its reply
+                if p.leave(false) && p.take_queue_leave() {
+                    *q.lock().unwrap() = false; // LEAVE
+                }
+            })
+        };
+        taker.join().unwrap();
+        newcomer.join().unwrap();
+        assert_eq!(p.count(), 0);
+        assert!(!*redis_queued.lock().unwrap(), "queued with nobody waiting");
+    });
+}
