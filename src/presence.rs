@@ -13,9 +13,10 @@
 //!   ([`take_queue_leave`](Presence::take_queue_leave)).
 //! * **Take**: a try by the only task that took the lock (and with it took
 //!   the client out of the queue) clears the queue mark only if its count of
-//!   marks did not move since the try was sent, in one compare-and-swap of
-//!   the word that holds both, then reads `count` and `requeues` again and
-//!   sets the mark back if a task or a requeue came
+//!   marks did not move since the try was sent and no try was abandoned
+//!   since the last `LEAVE`, in one compare-and-swap of the word that holds
+//!   them, then reads `count` and `requeues` again and sets the mark back if
+//!   a task or a requeue came
 //!   ([`unqueue_if_alone`](Presence::unqueue_if_alone)).
 //!
 //! Both are Dekker-style (a write, then a read of the other's variable):
@@ -26,6 +27,13 @@
 
 use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
 
+/// [`Presence`]'s queue word: the client may be queued.
+const QUEUED: usize = 1;
+/// ... and a try was abandoned in flight since the last `LEAVE`.
+const UNKNOWN: usize = 2;
+/// ... and above these bits, the count of marks.
+const MARKS: u32 = 2;
+
 /// The counters of one key's local waiters.
 #[derive(Debug)]
 pub(crate) struct Presence {
@@ -33,11 +41,14 @@ pub(crate) struct Presence {
     count: AtomicUsize,
     /// The channel's subscription is known to be confirmed.
     confirmed: AtomicBool,
-    /// Bit 0: a try or a release of this client may have registered it in
-    /// the lock's queue (and nothing took it out since). The bits above:
-    /// how many times that was marked, so that a take can tell whether
-    /// anything marked it while its try was out ([`unqueue_if_alone`]); one
-    /// word, so the flag and its count change together.
+    /// Bit 0 (`QUEUED`): a try or a release of this client may have
+    /// registered it in the lock's queue (and nothing took it out since).
+    /// Bit 1 (`UNKNOWN`): a try was abandoned in flight since the last
+    /// `LEAVE`: Redis may run it at any time, even after a later take, so
+    /// only a `LEAVE` may forget this mark. The bits above: how many times
+    /// the client was marked, so that a take can tell whether anything
+    /// marked it while its try was out ([`unqueue_if_alone`]); one word, so
+    /// the flags and the count change together.
     ///
     /// [`unqueue_if_alone`]: Presence::unqueue_if_alone
     queued: AtomicUsize,
@@ -67,7 +78,7 @@ impl Presence {
     /// client was still in flight. Returns whether it was the last.
     pub(crate) fn leave(&self, queued_try: bool) -> bool {
         if queued_try {
-            self.mark_queued();
+            self.mark(UNKNOWN);
         }
         let last = self.count.fetch_sub(1, SeqCst) == 1;
         fence(SeqCst);
@@ -90,7 +101,7 @@ impl Presence {
     /// or be about to: the entry can go without any clean-up.
     pub(crate) fn is_idle_and_unqueued(&self) -> bool {
         self.count.load(SeqCst) == 0
-            && self.queued.load(SeqCst) & 1 == 0
+            && self.queued.load(SeqCst) & QUEUED == 0
             && self.requeues.load(SeqCst) == 0
     }
 
@@ -120,9 +131,14 @@ impl Presence {
 
     /// A try registered this client in the lock's queue.
     pub(crate) fn mark_queued(&self) {
+        self.mark(0);
+    }
+
+    /// Count one more mark and set `QUEUED` (and `extra`).
+    fn mark(&self, extra: usize) {
         let mut v = self.queued.load(SeqCst);
         loop {
-            let marked = ((v >> 1).wrapping_add(1) << 1) | 1;
+            let marked = (((v >> MARKS).wrapping_add(1)) << MARKS) | (v & UNKNOWN) | QUEUED | extra;
             match self.queued.compare_exchange(v, marked, SeqCst, SeqCst) {
                 Ok(_) => return,
                 Err(now) => v = now,
@@ -133,7 +149,7 @@ impl Presence {
     /// How many times the client was marked queued so far: read before a
     /// try is sent, for [`unqueue_if_alone`](Self::unqueue_if_alone).
     pub(crate) fn marks(&self) -> usize {
-        self.queued.load(SeqCst) >> 1
+        self.queued.load(SeqCst) >> MARKS
     }
 
     /// A lock's try by the only task registered took the lock, and the
@@ -145,16 +161,19 @@ impl Presence {
     /// refused try that Redis ran after the take queued the client again,
     /// even if the newcomer left since), if another task is registered, or
     /// if a release that may queue the client again is in flight. The flag
-    /// is cleared only if its count is still `before` (one compare-and-swap
-    /// of the word), then the tasks and releases are read again after it
-    /// (Dekker with `join` and `begin_requeue`, as the other handshakes):
-    /// if one came, the flag is set back, unless a mark already did.
+    /// is cleared only if its count is still `before` and no try was
+    /// abandoned since the last `LEAVE` (`UNKNOWN`, found in review: a
+    /// newcomer's abandoned try that Redis runs after the take would queue
+    /// the client with nobody to take it out); one compare-and-swap of the
+    /// word. Then the tasks and releases are read again (Dekker with `join`
+    /// and `begin_requeue`, as the other handshakes): if one came, the flag
+    /// is set back, unless a mark already did.
     pub(crate) fn unqueue_if_alone(&self, before: usize) {
         let alone = || self.count.load(SeqCst) == 1 && self.requeues.load(SeqCst) == 0;
         if !alone() {
             return;
         }
-        let (marked, cleared) = ((before << 1) | 1, before << 1);
+        let (marked, cleared) = ((before << MARKS) | QUEUED, before << MARKS);
         if self
             .queued
             .compare_exchange(marked, cleared, SeqCst, SeqCst)
@@ -200,6 +219,6 @@ impl Presence {
         if self.count.load(SeqCst) != 0 || self.requeues.load(SeqCst) != 0 {
             return false;
         }
-        self.queued.fetch_and(!1, SeqCst) & 1 == 1
+        self.queued.fetch_and(!(QUEUED | UNKNOWN), SeqCst) & QUEUED == QUEUED
     }
 }

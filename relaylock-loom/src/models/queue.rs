@@ -96,3 +96,47 @@ fn a_take_by_the_only_waiter_vs_a_newcomer() {
         assert!(!*redis_queued.lock().unwrap(), "queued with nobody waiting");
     });
 }
+
+/// The same take, when a newcomer's try was abandoned in flight (its task
+/// dropped before the reply): Redis may run that try at any time, even after
+/// the take, so its mark must not be forgotten by the take; only a `LEAVE`
+/// may (found in review).
+///
+/// Checked: a `LEAVE` is sent once both left.
+#[test]
+fn a_take_after_an_abandoned_try_still_leaves() {
+    explore("take after an abandoned try", || {
+        let p = Arc::new(Presence::new());
+        p.join();
+        p.mark_queued(); // the taker's first try was refused and queued the client
+        p.join(); // a newcomer, whose try is in flight
+        let leaves = Arc::new(Mutex::new(0));
+        let newcomer = {
+            let (p, l) = (Arc::clone(&p), Arc::clone(&leaves));
+            thread::spawn(move || {
+                // Dropped with its try in flight.
+                if p.leave(true) && p.take_queue_leave() {
+                    *l.lock().unwrap() += 1;
+                }
+            })
+        };
+        let taker = {
+            let (p, l) = (Arc::clone(&p), Arc::clone(&leaves));
+            thread::spawn(move || {
+                let before = p.marks(); // before its next try is sent
+                p.unqueue_if_alone(before); // the try took the lock
+                if p.leave(false) && p.take_queue_leave() {
+                    *l.lock().unwrap() += 1;
+                }
+            })
+        };
+        newcomer.join().unwrap();
+        taker.join().unwrap();
+        assert_eq!(p.count(), 0);
+        assert_eq!(
+            *leaves.lock().unwrap(),
+            1,
+            "an abandoned try was forgotten without a LEAVE"
+        );
+    });
+}
