@@ -594,19 +594,16 @@ pub(crate) async fn release(
             )
             .await
     };
-    let outcome = match outcome {
-        Ok((released, standby)) => {
-            if standby {
-                // Queued first behind the client the lock is reserved for:
-                // should that client not take it, it lapses, and a probe
-                // after the grace takes it (a stand-by that is another
-                // client is told by the release's message).
-                registry.reserved_here(&names.channel);
-            }
-            Ok(released)
+    let outcome = outcome.map(|(released, standby)| {
+        if standby {
+            // Queued first behind the client the lock is reserved for:
+            // should that client not take it, it lapses, and a probe after
+            // the grace takes it (a stand-by that is another client is told
+            // by the release's message).
+            registry.reserved_here(&names.channel);
         }
-        Err(e) => Err(e),
-    };
+        released
+    });
     match claim.claim.take() {
         Some(c) => {
             let next = c.token().to_owned();
