@@ -18,6 +18,7 @@
 //!   acquire reach Redis after it), so no orphan lock blocks everyone for a
 //!   lease.
 
+use fred::bytes_utils::Str;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -82,7 +83,7 @@ struct LockCall<'a> {
     inner: &'a Arc<ClientInner>,
     key: &'a str,
     names: Names,
-    token: String,
+    token: Str,
     lease: Duration,
     lease_ms: u64,
     name: Option<&'a SharedString>,
@@ -259,7 +260,7 @@ impl ReadBatch<'_, '_> {
     fn resolve(&mut self, reply: &[i64], sent: Instant) {
         let fences = sem_batch_fences(reply);
         for (i, claim) in self.claims.drain(..).enumerate() {
-            let token = claim.token().to_owned();
+            let token = Str::from(claim.token());
             let orphan = match fences.get(i) {
                 Some(&(f, remaining)) if f > 0 => {
                     // A hold the token already had started before this
@@ -279,7 +280,7 @@ impl ReadBatch<'_, '_> {
 impl Drop for ReadBatch<'_, '_> {
     fn drop(&mut self) {
         for claim in self.claims.drain(..) {
-            let token = claim.token().to_owned();
+            let token = Str::from(claim.token());
             let orphan = claim.unknown();
             release_orphan(self.call.inner, &self.call.names, token, orphan);
         }
@@ -530,9 +531,10 @@ impl<'a> LockCall<'a> {
     /// is taken, and may take a reservation made for this client.
     async fn attempt(&self, queue: Option<&Waiter>, fresh: bool) -> Result<Attempt> {
         m::attempt(self.name, self.names.kind);
+        static NO_CLIENT: Str = fred::util::static_str("");
         let client = match queue {
             Some(_) => self.inner.registry.role_id(self.names.kind),
-            None => "",
+            None => &NO_CLIENT,
         };
         // An acquire script whose outcome we never learn (future dropped,
         // reply lost, timeout) may have taken the lock: release that token.
@@ -760,7 +762,7 @@ impl<'a> LockCall<'a> {
 
     async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<(u64, Instant)> {
         let registry = &self.inner.registry;
-        let channel = self.names.channel.as_str();
+        let channel = &*self.names.channel;
         // Created before the first try, so a subscriber reconnect during that
         // try (whose release message may be lost) still makes us re-check.
         let reconnect = registry.reconnected();

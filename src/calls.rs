@@ -7,14 +7,14 @@
 //! callers that care arm their own clean-up (an abandoned acquisition is
 //! released, an abandoned shortening `extend` keeps the shorter lease record).
 
-use std::future::Future;
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::types::scripts::Script;
-use fred::types::{FromValue, Value};
+use fred::types::{FromValue, Key, Value};
 
-use crate::error::{with_timeout, Error, Result};
+use crate::error::{timed_out, Error, Result};
 use crate::scripts::{
     evalsha_reloading, Kind, Names, Scripts, HANDOFF_GRACE_MS, LOCK_RING_CHARS, RING_CHARS,
 };
@@ -164,9 +164,14 @@ pub(crate) struct SemUsage {
     pub(crate) queued: u64,
 }
 
+/// A static string argument (`"0"`, `"1"`, `""`): no copy.
+fn flag(s: &'static str) -> Value {
+    Value::String(fred::util::static_str(s))
+}
+
 /// The KEYS of `ACQUIRE` (and the first three of `RELEASE`): `[lock, void, voids]`.
 fn lock_keys<'a>(names: &'a Names, void: &'a str, voids: &'a str) -> Vec<&'a str> {
-    vec![names.lock.as_str(), void, voids]
+    vec![&*names.lock, void, voids]
 }
 
 /// One lock of a watchdog renewal batch.
@@ -215,25 +220,25 @@ impl Calls {
         &self.redis
     }
 
-    /// Await a fred command, bounded by the command timeout.
-    pub(crate) async fn run<T>(
-        &self,
-        command: impl Future<Output = Result<T, fred::error::Error>>,
-    ) -> Result<T> {
-        match self.limit {
-            None => Ok(command.await?),
-            Some(limit) => Ok(with_timeout(limit, command).await?),
-        }
-    }
-
     /// Call `script` ([`evalsha_reloading`]), bounded by the command
     /// timeout.
-    async fn script<'a, R, F>(&self, conn: &Client, script: &Script, make: F) -> Result<R>
+    ///
+    /// The command's future is awaited where it is made: handed to a helper
+    /// `async fn`, it would be stored twice (an async fn keeps its arguments
+    /// beside its locals), and fred's command futures are large.
+    async fn script<R, K, F>(&self, conn: &Client, script: &Script, make: F) -> Result<R>
     where
         R: FromValue,
-        F: Fn() -> (Vec<&'a str>, Vec<Value>),
+        K: Into<Key> + Send,
+        F: Fn() -> (Vec<K>, Vec<Value>),
     {
-        self.run(evalsha_reloading(conn, script, make)).await
+        let reply = match self.limit {
+            None => evalsha_reloading(conn, script, make).await,
+            Some(limit) => tokio::time::timeout(limit, evalsha_reloading(conn, script, make))
+                .await
+                .unwrap_or_else(|_| Err(timed_out())),
+        };
+        Ok(reply?)
     }
 
     /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call, its raw reply (check it
@@ -243,23 +248,24 @@ impl Calls {
     pub(crate) async fn acquire(
         &self,
         names: &Names,
-        token: &str,
+        token: &Str,
         lease_ms: u64,
-        client: &str,
+        client: &Str,
     ) -> Result<Vec<i64>> {
         // The lean call: the lock's name alone; the script derives its void
         // marker, void index and queue-times names (each used only on a
-        // rare or contended path) from it.
+        // rare or contended path) from it. Every name and id goes as a
+        // shared buffer: no argument is copied.
         self.script(&self.redis, &self.scripts.acquire, || {
             let args: Vec<Value> = vec![
-                token.into(),
+                Value::String(token.clone()),
                 (lease_ms as i64).into(),
-                client.into(),
-                names.channel.as_str().into(),
+                Value::String(client.clone()),
+                Value::String(names.channel.clone()),
                 self.publish.clone(),
                 (self.side_retention_ms as i64).into(),
             ];
-            (vec![names.lock.as_str()], args)
+            (vec![&names.lock], args)
         })
         .await
     }
@@ -275,9 +281,9 @@ impl Calls {
     pub(crate) async fn release(
         &self,
         names: &Names,
-        token: &str,
+        token: &Str,
         fence: Option<u64>,
-        client: &str,
+        client: &Str,
         requeue: bool,
         next: Option<(&str, u64, bool)>,
     ) -> Result<(Released, bool)> {
@@ -298,29 +304,32 @@ impl Calls {
         let reply: Vec<i64> = self
             .script(&self.redis, &self.scripts.release, || {
                 let mut args: Vec<Value> = vec![
-                    token.into(),
+                    Value::String(token.clone()),
                     // `''` (unknown) is the empty string; a fence goes as an
                     // integer, which Lua reads as its digits.
-                    fence.map_or_else(|| "".into(), |f| Value::Integer(f as i64)),
-                    names.channel.as_str().into(),
+                    fence.map_or_else(|| flag(""), |f| Value::Integer(f as i64)),
+                    Value::String(names.channel.clone()),
                     (self.side_retention_ms as i64).into(),
                     (LOCK_RING_CHARS as i64).into(),
-                    client.into(),
+                    Value::String(client.clone()),
                     (HANDOFF_GRACE_MS as i64).into(),
                     self.publish.clone(),
-                    if requeue { "1" } else { "0" }.into(),
+                    flag(if requeue { "1" } else { "0" }),
                 ];
                 if lean {
-                    return (vec![names.lock.as_str()], args);
+                    return (vec![Key::from(&names.lock)], args);
                 }
                 let (next_token, next_lease, keep) = next.unwrap_or(("", 0, false));
                 args.extend([
                     next_token.into(),
                     (next_lease as i64).into(),
-                    if keep { "1" } else { "0" }.into(),
+                    flag(if keep { "1" } else { "0" }),
                 ]);
-                let mut keys = lock_keys(names, &void, &voids);
-                keys.push(next_void.as_deref().unwrap_or(voids.as_str()));
+                let mut keys: Vec<Key> = lock_keys(names, &void, &voids)
+                    .into_iter()
+                    .map(Key::from)
+                    .collect();
+                keys.push(next_void.as_deref().unwrap_or(voids.as_str()).into());
                 (keys, args)
             })
             .await?;
@@ -351,7 +360,7 @@ impl Calls {
                 token.into(),
                 (lease_ms as i64).into(),
             ];
-            (vec![names.lock.as_str()], args)
+            (vec![&*names.lock], args)
         })
         .await
     }
@@ -388,7 +397,7 @@ impl Calls {
                 head.as_str().into(),
                 (lease_ms as i64).into(),
             ];
-            (vec![names.lock.as_str()], args)
+            (vec![&*names.lock], args)
         })
         .await
     }
@@ -480,7 +489,7 @@ impl Calls {
                 args.push((*token).into());
                 args.push((*lease_ms as i64).into());
             }
-            let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids, &since];
+            let keys = vec![&*names.lock, &holds, &facts, &void, &voids, &since];
             (keys, args)
         })
         .await
@@ -519,7 +528,7 @@ impl Calls {
                     i64::from(limit).into(),
                     wchannel.as_str().into(),
                 ];
-                let keys = vec![names.lock.as_str(), &holds, &facts, &void, &voids];
+                let keys = vec![&*names.lock, &holds, &facts, &void, &voids];
                 (keys, args)
             })
             .await?;
@@ -531,7 +540,7 @@ impl Calls {
         let (holds, facts) = names.side();
         let reply: Vec<i64> = self
             .script(&self.redis, &self.scripts.sem_peek, || {
-                (vec![names.lock.as_str(), &holds, &facts], Vec::new())
+                (vec![&*names.lock, &holds, &facts], Vec::new())
             })
             .await?;
         match reply.as_slice() {
@@ -549,7 +558,7 @@ impl Calls {
     pub(crate) async fn peek(&self, names: &Names) -> Result<bool> {
         let taken: i64 = self
             .script(&self.redis, &self.scripts.peek, || {
-                (vec![names.lock.as_str()], Vec::new())
+                (vec![&*names.lock], Vec::new())
             })
             .await?;
         Ok(taken == 1)

@@ -289,7 +289,7 @@ impl LockClient {
     /// is the protocol version), for inspection with other tools. Its value
     /// is described in [`scripts`](crate::scripts).
     pub fn redis_key(&self, key: &str) -> String {
-        self.inner.names(key).lock
+        self.inner.names(key).lock.to_string()
     }
 
     /// What relaylock keeps in Redis under `key`, for operators: the lock,

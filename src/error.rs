@@ -83,12 +83,15 @@ pub(crate) async fn with_timeout<T>(
 ) -> Result<T, fred::error::Error> {
     tokio::time::timeout(limit, command)
         .await
-        .unwrap_or_else(|_| {
-            Err(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                "relaylock: command timed out",
-            ))
-        })
+        .unwrap_or_else(|_| Err(timed_out()))
+}
+
+/// The error of a command relaylock's own timer cut short.
+pub(crate) fn timed_out() -> fred::error::Error {
+    fred::error::Error::new(
+        fred::error::ErrorKind::Timeout,
+        "relaylock: command timed out",
+    )
 }
 
 /// Connect `client`, or give up after `timeout` (then stop its reconnect

@@ -1,6 +1,7 @@
 //! [`LockGuard`]: proof of holding one lock, with its token, its fencing
 //! token, extension and release.
 
+use fred::bytes_utils::Str;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -62,7 +63,7 @@ pub struct LockGuard {
     inner: Arc<ClientInner>,
     key: String,
     names: Names,
-    token: String,
+    token: Str,
     fence: u64,
     /// Permits held: 1 for a lock.
     permits: u32,
@@ -84,7 +85,7 @@ pub struct LockGuard {
 pub(crate) struct Acquired {
     pub(crate) key: String,
     pub(crate) names: Names,
-    pub(crate) token: String,
+    pub(crate) token: Str,
     pub(crate) fence: u64,
     /// Permits taken: 1 for a lock.
     pub(crate) permits: u32,
@@ -550,7 +551,7 @@ pub(crate) fn account(
 pub(crate) async fn release(
     inner: &Arc<ClientInner>,
     names: &Names,
-    token: &str,
+    token: &Str,
     fence: Option<u64>,
     permits: u32,
 ) -> Result<Released> {
@@ -606,7 +607,7 @@ pub(crate) async fn release(
     });
     match claim.claim.take() {
         Some(c) => {
-            let next = c.token().to_owned();
+            let next = Str::from(c.token());
             let orphan = match &outcome {
                 Ok(Released::Granted(f)) => c.granted(*f, sent),
                 Ok(Released::HandedOver) => c.not_granted(false),
@@ -702,12 +703,7 @@ async fn release_permits(
 
 /// A lock granted to a local waiter that left: release it (in the
 /// background), or its token as an abandoned acquisition.
-pub(crate) fn release_orphan(
-    inner: &Arc<ClientInner>,
-    names: &Names,
-    token: String,
-    orphan: Orphan,
-) {
+pub(crate) fn release_orphan(inner: &Arc<ClientInner>, names: &Names, token: Str, orphan: Orphan) {
     let fence = match orphan {
         Orphan::None | Orphan::Left => return,
         Orphan::Held(fence) => Some(fence),
@@ -727,7 +723,7 @@ struct ClaimGuard<'a> {
 impl Drop for ClaimGuard<'_> {
     fn drop(&mut self) {
         if let Some(c) = self.claim.take() {
-            let next = c.token().to_owned();
+            let next = Str::from(c.token());
             let orphan = c.unknown();
             if orphan == Orphan::Unknown {
                 // As for an unknown outcome in `release`: the waiter that
@@ -748,7 +744,7 @@ pub(crate) type Report = (Option<SharedString>, Arc<Lease>);
 pub(crate) fn release_in_background(
     inner: Arc<ClientInner>,
     names: Names,
-    token: String,
+    token: Str,
     fence: Option<u64>,
     permits: u32,
     report: Option<Report>,

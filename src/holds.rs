@@ -5,6 +5,7 @@
 //! shutdown takes what is left, once, and closes the set: a guard made
 //! after that is refused and its hold released at once.
 
+use fred::bytes_utils::Str;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -16,7 +17,7 @@ use crate::watchdog::Lease;
 /// What a shutdown needs to release one hold.
 pub(crate) struct Hold {
     pub(crate) names: Names,
-    pub(crate) token: String,
+    pub(crate) token: Str,
     pub(crate) fence: u64,
     pub(crate) permits: u32,
     pub(crate) name: Option<SharedString>,

@@ -232,7 +232,7 @@ async fn read(
             };
             parse_counted(primitive, &value, &holds, &facts, now_ms)
         };
-        state.redis_key = names.lock.clone();
+        state.redis_key = names.lock.to_string();
         for q in &mut state.queue {
             let id = if q.writer {
                 format!("{}.w", q.client)
@@ -248,7 +248,7 @@ async fn read(
                 let (r, w) = names.script_channels();
                 vec![r, w]
             }
-            Kind::Semaphore => vec![names.channel.clone()],
+            Kind::Semaphore => vec![names.channel.to_string()],
             // A lock's messages go to each client's own channel (protocol
             // 3): those of the clients it names, queued or reserved for.
             Kind::Mutex => state

@@ -142,7 +142,7 @@ pub mod __fuzz {
             let names = Names::new(prefix, key);
             assert!(names.lock.starts_with(prefix));
             assert_eq!(Names::lock_of_channel(&names.channel), names.lock);
-            assert!(names.void("t").starts_with(&names.lock));
+            assert!(names.void("t").starts_with(&*names.lock));
         }
 
         let now = Instant::now();

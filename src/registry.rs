@@ -31,6 +31,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use fred::bytes_utils::Str;
 use fred::clients::{Client, Pipeline, SubscriberClient};
 use fred::interfaces::{ClientInterface, ClientLike, ClusterInterface, PubsubInterface};
 use fred::types::config::{Options, Server};
@@ -218,10 +219,10 @@ pub(crate) struct Registry {
     /// [`SEM_LEAVE`](crate::scripts::SEM_LEAVE), hashed once.
     sem_leave: Script,
     /// This client's id in the locks' queues.
-    client_id: String,
+    client_id: Str,
     /// Its id as a read-write lock's writer, `<client_id>.w` (made once:
     /// every try and message of a writer compares with it).
-    writer_id: String,
+    writer_id: Str,
     /// `:<client_id>`: a lock's messages for this client come on its
     /// channel with this suffix (protocol 3, see [`Registry::wire`]).
     wire_suffix: String,
@@ -254,7 +255,7 @@ async fn queue_nonce_ping(
     pipeline: &Pipeline<SubscriberClient>,
     slot: Option<u16>,
 ) -> Result<String, fred::error::Error> {
-    let nonce = crate::token::new();
+    let nonce = crate::token::new().to_string();
     match slot {
         Some(slot) => {
             let options = Options {
@@ -347,9 +348,9 @@ impl Registry {
             redis,
             leave: scripts.leave.clone(),
             sem_leave: scripts.sem_leave.clone(),
-            writer_id: format!("{client_id}.w"),
+            writer_id: Str::from(format!("{client_id}.w")),
             wire_suffix: format!(":{client_id}"),
-            client_id,
+            client_id: Str::from(client_id),
             linger,
             command_timeout,
             reconnects: AtomicU64::new(0),
@@ -573,14 +574,14 @@ impl Registry {
     }
 
     /// This client's id in the locks' queues.
-    pub(crate) fn client_id(&self) -> &str {
+    pub(crate) fn client_id(&self) -> &Str {
         &self.client_id
     }
 
     /// This client's id in the queue of a primitive of `kind`: a read-write
     /// lock's writers queue as `<id>.w`, apart from its readers (`<id>`), so
     /// each role keeps its own place and its own wake-ups.
-    pub(crate) fn role_id(&self, kind: Kind) -> &str {
+    pub(crate) fn role_id(&self, kind: Kind) -> &Str {
         match kind {
             Kind::Write => &self.writer_id,
             _ => &self.client_id,
@@ -658,7 +659,7 @@ impl Registry {
         let me = self.role_id(kind);
         match Announcement::parse(payload) {
             Announcement::Free => e.notify.notify_one(),
-            Announcement::ReservedFor(c) if c == me => {
+            Announcement::ReservedFor(c) if c == &**me => {
                 e.notify.notify_one();
                 if semaphore {
                     probe_after_grace(e.value(), generation);
@@ -666,7 +667,7 @@ impl Registry {
             }
             // Our own release woke the waiter that takes it (and armed the
             // timer).
-            Announcement::Kept(c) if c == me => {}
+            Announcement::Kept(c) if c == &**me => {}
             // A reservation for another client (also one its own release
             // made) that may lapse unused: probe after the grace.
             Announcement::ReservedFor(_) | Announcement::Kept(_) => {
@@ -965,9 +966,9 @@ impl Registry {
             // A read-write lock's leave names both of its channels.
             let (channel, wchannel) = names.script_channels();
             let (holds, facts) = names.side();
-            let (lock, voids) = (names.lock.as_str(), names.voids());
+            let (lock, voids) = (&*names.lock, names.voids());
             let role = registry.role_id(names.kind);
-            let leave = evalsha_reloading::<i64, _>(
+            let leave = evalsha_reloading::<i64, _, _>(
                 &registry.redis,
                 if semaphore {
                     &registry.sem_leave
@@ -975,7 +976,7 @@ impl Registry {
                     &registry.leave
                 },
                 || {
-                    let client = role.into();
+                    let client = Value::String(role.clone());
                     let publish = if registry.sharded { "SPUBLISH" } else { "PUBLISH" };
                     if !semaphore {
                         // It may pass on a hand-over reservation.

@@ -92,7 +92,9 @@ impl RwLock {
     /// The Redis name of the lock's value (`<prefix>:3:{<key>}:rw`); its
     /// holds live in `...:rw:h` and `...:rw:t`.
     pub fn redis_key(&self) -> String {
-        Names::rw(&self.inner.prefix, &self.key, Kind::Read).lock
+        Names::rw(&self.inner.prefix, &self.key, Kind::Read)
+            .lock
+            .to_string()
     }
 
     /// Take a read lock, waiting as long as it takes.

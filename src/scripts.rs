@@ -77,10 +77,11 @@
 //! therefore format tokens with `string.format('%d', n)` and return them as
 //! numbers, which Redis converts to integer replies exactly.
 
+use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::interfaces::LuaInterface;
 use fred::types::scripts::Script;
-use fred::types::{FromValue, Value};
+use fred::types::{FromValue, Key, Value};
 
 /// How long a free lock's value (its tombstone) and a reservation live, in
 /// ms, by default (see [`LockClientBuilder::side_retention`](crate::LockClientBuilder::side_retention)).
@@ -1200,14 +1201,15 @@ impl Scripts {
 /// failover, `SCRIPT FLUSH`). The arguments are built again for the second
 /// call rather than cloned for every call (fred's `evalsha_with_reload`
 /// clones them). Unbounded: callers add the command timeout.
-pub(crate) async fn evalsha_reloading<'a, R, F>(
+pub(crate) async fn evalsha_reloading<R, K, F>(
     conn: &Client,
     script: &Script,
     make: F,
 ) -> Result<R, fred::error::Error>
 where
     R: FromValue,
-    F: Fn() -> (Vec<&'a str>, Vec<Value>),
+    K: Into<Key> + Send,
+    F: Fn() -> (Vec<K>, Vec<Value>),
 {
     let (keys, args) = make();
     match conn
@@ -1215,9 +1217,9 @@ where
         .await
     {
         Err(e) if e.details().starts_with("NOSCRIPT") => {
-            script.load(conn).await?;
+            Box::pin(script.load(conn)).await?;
             let (keys, args) = make();
-            conn.evalsha(script.sha1().clone(), keys, args).await
+            Box::pin(conn.evalsha(script.sha1().clone(), keys, args)).await
         }
         other => other,
     }
@@ -1262,9 +1264,9 @@ pub const RW_WRITE: u32 = 1_000_000_000;
 pub(crate) struct Names {
     /// The value: `<prefix>:3:{<key>}` for a lock (see the module docs),
     /// `<prefix>:3:{<key>}:sem` for a semaphore.
-    pub(crate) lock: String,
+    pub(crate) lock: Str,
     /// `<value>:ch`: the release channel.
-    pub(crate) channel: String,
+    pub(crate) channel: Str,
     pub(crate) kind: Kind,
 }
 
@@ -1311,7 +1313,7 @@ impl Names {
             Kind::Read | Kind::Write => {
                 (format!("{}:ch", self.lock), format!("{}:w:ch", self.lock))
             }
-            _ => (self.channel.clone(), String::new()),
+            _ => (self.channel.to_string(), String::new()),
         }
     }
 
@@ -1357,8 +1359,8 @@ impl Names {
     /// the channel at hand).
     pub(crate) fn of_channel(channel: &str) -> Self {
         Names {
-            lock: Self::value_of_channel(channel).to_owned(),
-            channel: channel.to_owned(),
+            lock: Str::from(Self::value_of_channel(channel)),
+            channel: Str::from(channel),
             kind: Self::kind_of_channel(channel),
         }
     }
@@ -1380,27 +1382,30 @@ impl Names {
     }
 
     fn build(prefix: &str, key: &str, kind: Kind) -> Self {
-        // Built without `format!`: this runs once per lock call.
-        let mut lock = String::with_capacity(prefix.len() + key.len() + 12);
-        lock.push_str(prefix);
-        lock.push(':');
-        lock.push(char::from(b'0' + PROTOCOL as u8));
-        lock.push_str(":{");
-        lock.push_str(key);
-        lock.push('}');
+        // Built without `format!`: this runs once per lock call. One buffer
+        // holds the channel, and the value's name is its prefix: both are
+        // shared, so cloning them (a guard, the watchdog, every script
+        // argument) copies nothing.
+        let mut channel = String::with_capacity(prefix.len() + key.len() + 17);
+        channel.push_str(prefix);
+        channel.push(':');
+        channel.push(char::from(b'0' + PROTOCOL as u8));
+        channel.push_str(":{");
+        channel.push_str(key);
+        channel.push('}');
         match kind {
             Kind::Mutex => {}
-            Kind::Semaphore => lock.push_str(":sem"),
-            Kind::Read | Kind::Write => lock.push_str(":rw"),
+            Kind::Semaphore => channel.push_str(":sem"),
+            Kind::Read | Kind::Write => channel.push_str(":rw"),
         }
-        let mut channel = String::with_capacity(lock.len() + 5);
-        channel.push_str(&lock);
+        let lock_len = channel.len();
         if kind == Kind::Write {
             channel.push_str(":w");
         }
         channel.push_str(":ch");
+        let channel = Str::from(channel);
         Names {
-            lock,
+            lock: channel.slice(..lock_len),
             channel,
             kind,
         }
@@ -1456,9 +1461,12 @@ mod tests {
         assert_eq!(Names::value_of_channel(&r.channel), r.lock);
         assert_eq!(Names::of_channel(&w.channel), w);
         assert_eq!(Names::of_channel(&n.channel), n);
-        assert_eq!(w.script_channels(), (r.channel.clone(), w.channel.clone()));
+        assert_eq!(
+            w.script_channels(),
+            (r.channel.to_string(), w.channel.to_string())
+        );
         let s = Names::semaphore("p", "k");
-        assert_eq!(s.script_channels(), (s.channel.clone(), String::new()));
+        assert_eq!(s.script_channels(), (s.channel.to_string(), String::new()));
         assert_eq!(
             Names::kind_of_channel(&Names::new("p", "x}:rw").channel),
             Kind::Mutex

@@ -92,7 +92,9 @@ impl Semaphore {
     /// its holds live in `...:sem:h` and `...:sem:t` (see
     /// [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE)).
     pub fn redis_key(&self) -> String {
-        Names::semaphore(&self.inner.prefix, &self.key).lock
+        Names::semaphore(&self.inner.prefix, &self.key)
+            .lock
+            .to_string()
     }
 
     /// Take one permit, waiting as long as it takes. Same as

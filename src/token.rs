@@ -9,6 +9,8 @@
 
 use std::cell::Cell;
 
+use fred::bytes_utils::Str;
+
 thread_local! {
     static STATE: Cell<u64> = Cell::new(uuid::Uuid::new_v4().as_u64_pair().0);
 }
@@ -25,13 +27,13 @@ fn next() -> u64 {
 }
 
 /// A new token: a random UUID (version 4), hyphenated, lower case.
-pub(crate) fn new() -> String {
+pub(crate) fn new() -> Str {
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&next().to_le_bytes());
     bytes[8..].copy_from_slice(&next().to_le_bytes());
     let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
     let mut buf = uuid::Uuid::encode_buffer();
-    uuid.hyphenated().encode_lower(&mut buf).to_owned()
+    Str::from(&*uuid.hyphenated().encode_lower(&mut buf))
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use fred::bytes_utils::Str;
 use fred::interfaces::ClientLike;
 use fred::util::redis_keyslot;
 use metrics::SharedString;
@@ -119,9 +120,9 @@ impl Lease {
 
 /// One lock the watchdog looks after.
 struct Watched {
-    lock: String,
+    lock: Str,
     kind: Kind,
-    token: String,
+    token: Str,
     lease: Arc<Lease>,
     name: Option<SharedString>,
     /// Renew it (watchdog lock), or only fire its signal when the lease
@@ -136,9 +137,9 @@ struct Watched {
 /// One lock of a round.
 struct Item {
     id: u64,
-    lock: String,
+    lock: Str,
     kind: Kind,
-    token: String,
+    token: Str,
     lease: Duration,
     generation: u64,
 }
@@ -195,7 +196,7 @@ impl Watchdog {
     pub(crate) fn watch(
         &self,
         names: &Names,
-        token: &str,
+        token: &Str,
         lease: &Arc<Lease>,
         name: Option<SharedString>,
         renew: bool,
@@ -216,7 +217,7 @@ impl Watchdog {
             Watched {
                 lock: names.lock.clone(),
                 kind: names.kind,
-                token: token.to_owned(),
+                token: token.clone(),
                 lease: Arc::clone(lease),
                 name,
                 renew,

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Target 4 of issue 23 (the client's own CPU per uncontended acquisition):
+# the build before the client-side work (fb9c980) against the build after
+# it, alternating, three rounds, each round running the bare lock, the
+# fenced floor and relaylock on one server (10,000 keys, 4 processes x 64
+# workers, hold 0, --no-rtt, 6 s). Build the two binaries first:
+#
+#   git worktree add /tmp/before fb9c980 && (cd /tmp/before && CARGO_TARGET_DIR=/work/main/target cargo build --release -p relaylock-cli)
+#   cp target/release/relaylock /tmp/relaylock-before     # right after that build
+#   cargo build --release -p relaylock-cli && cp target/release/relaylock /tmp/relaylock-after
+#   docs/results/fleet/client/run.sh && python3 docs/results/fleet/client/summary.py
+#
+# Writes docs/results/fleet/client/{before,after}-<round>.jsonl.
+set -euo pipefail
+cd "$(dirname "$0")"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+dir=$(mktemp -d)
+redis-server --port "$port" --save '' --appendonly no --daemonize yes --logfile "$dir/redis.log"
+trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+sleep 0.5
+for round in 1 2 3; do
+  for b in before after; do
+    /tmp/relaylock-$b bench --url "redis://127.0.0.1:$port" --keys 10000 --workers 64 --processes 4 \
+      --hold-ms 0 --no-rtt --strategy bare:10 --strategy floor:10 --strategy pubsub --duration 6s \
+      --json 2>/dev/null > $b-$round.jsonl
+  done
+done
