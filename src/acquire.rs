@@ -762,7 +762,6 @@ impl<'a> LockCall<'a> {
 
     async fn wait_pubsub(&self, deadline: Option<Instant>) -> Result<(u64, Instant)> {
         let registry = &self.inner.registry;
-        let channel = &*self.names.channel;
         // Created before the first try, so a subscriber reconnect during that
         // try (whose release message may be lost) still makes us re-check.
         let reconnect = registry.reconnected();
@@ -773,7 +772,7 @@ impl<'a> LockCall<'a> {
         // next release anyway: queue behind them instead of trying first (FIFO,
         // no extra script call, and no herd when many tasks arrive at once at
         // an idle key).
-        let (mut waiter, queued) = registry.join(channel);
+        let (mut waiter, queued) = registry.join(&self.names.channel);
         if let Some((n, limit)) = self.permits {
             waiter.need(n, limit);
         }

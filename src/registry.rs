@@ -207,7 +207,7 @@ impl KeyWaiters {
 /// The registry of one [`LockClient`](crate::LockClient).
 #[derive(Debug)]
 pub(crate) struct Registry {
-    map: DashMap<String, Arc<KeyWaiters>>,
+    map: DashMap<Str, Arc<KeyWaiters>>,
     /// Woken with `notify_waiters` on a reconnect or a lag: every waiter
     /// re-checks.
     wake_all: Notify,
@@ -607,18 +607,20 @@ impl Registry {
     /// registered until the returned [`Waiter`] is dropped. The flag is true
     /// when other local tasks were already registered: the newcomer should
     /// queue behind them instead of trying first.
-    pub(crate) fn join(self: &Arc<Self>, channel: &str) -> (Waiter, bool) {
+    pub(crate) fn join(self: &Arc<Self>, channel: &Str) -> (Waiter, bool) {
+        // The channel's name is shared (`Names`): the map's key and the
+        // waiter's copy cost no allocation.
         let (entry, before) = {
             let e = self
                 .map
-                .entry(channel.to_owned())
+                .entry(channel.clone())
                 .or_insert_with(|| Arc::new(KeyWaiters::new()));
             let before = e.presence.join();
             (Arc::clone(&e), before)
         };
         let waiter = Waiter {
             registry: Arc::clone(self),
-            channel: channel.to_owned(),
+            channel: channel.clone(),
             entry,
             gauge: Gauge::NotCounted,
             queued_try: AtomicBool::new(false),
@@ -773,7 +775,7 @@ impl Registry {
     pub(crate) async fn resubscribe_all(&self) {
         // A confirmation in flight may have gone to the old connection.
         self.reconnects.fetch_add(1, SeqCst);
-        let entries: Vec<(String, Arc<KeyWaiters>)> = self
+        let entries: Vec<(Str, Arc<KeyWaiters>)> = self
             .map
             .iter()
             .map(|r| (r.key().clone(), Arc::clone(r.value())))
@@ -793,7 +795,7 @@ impl Registry {
         for (channel, entry) in &entries {
             let sub = entry.subscribed.lock().await;
             if *sub {
-                held.push((channel.as_str(), entry, sub));
+                held.push((&**channel, entry, sub));
             }
         }
         // With the count of SUBSCRIBEs and UNSUBSCRIBEs seen under the lock:
@@ -1066,7 +1068,7 @@ impl Registry {
             }
             let removed = self
                 .map
-                .remove_if(&channel, |_, e| {
+                .remove_if(&*channel, |_, e| {
                     Arc::ptr_eq(e, &entry) && e.presence.is_unused()
                 })
                 .is_some();
@@ -1168,7 +1170,7 @@ impl Drop for Requeue {
 #[derive(Debug)]
 pub(crate) struct Waiter {
     registry: Arc<Registry>,
-    channel: String,
+    channel: Str,
     entry: Arc<KeyWaiters>,
     /// Set once the task really waits: it then counts in the waiters gauge
     /// until dropped.
@@ -1490,9 +1492,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_release_wakes_one_waiter_in_order_and_a_dropped_wakeup_is_passed_on() {
         let r = offline_registry();
-        let (a, queued_a) = r.join("ch");
-        let (b, queued_b) = r.join("ch");
-        let (c, _) = r.join("ch");
+        let (a, queued_a) = r.join(&Str::from("ch"));
+        let (b, queued_b) = r.join(&Str::from("ch"));
+        let (c, _) = r.join(&Str::from("ch"));
         assert!(!queued_a && queued_b);
         let mut na = pin!(a.notified());
         let mut nb = Box::pin(b.notified());
@@ -1516,7 +1518,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reservation_for_another_client_wakes_one_waiter_after_the_grace_unless_taken() {
         let r = offline_registry();
-        let (a, _) = r.join("ch");
+        let (a, _) = r.join(&Str::from("ch"));
         let mut na = pin!(a.notified());
         assert!(!ready(na.as_mut()));
         // Reserved for another client, which takes it (`t:`) in time.
@@ -1540,8 +1542,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_polling_role_is_held_once_and_handed_on() {
         let r = offline_registry();
-        let (a, _) = r.join("ch");
-        let (b, _) = r.join("ch");
+        let (a, _) = r.join(&Str::from("ch"));
+        let (b, _) = r.join(&Str::from("ch"));
         let role = a.take_poller_role().expect("free");
         assert!(b.take_poller_role().is_none());
         let mut freed = pin!(b.poller_freed());
@@ -1554,7 +1556,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_shorter_current_lease_wakes_sleepers_once() {
         let r = offline_registry();
-        let (a, _) = r.join("ch");
+        let (a, _) = r.join(&Str::from("ch"));
         // Observations in the past, so the message below is the newest.
         let t0 = Instant::now() - Duration::from_millis(5);
         a.note_pttl(t0, Duration::from_secs(10));
