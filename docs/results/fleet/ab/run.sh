@@ -6,12 +6,12 @@
 #   git worktree add /tmp/p2 96a3fbe && (cd /tmp/p2 && cargo build --release -p relaylock-cli)
 #   cp /tmp/p2/target/release/relaylock /tmp/relaylock-p2
 #   cargo build --release -p relaylock-cli && cp target/release/relaylock /tmp/relaylock-p3
-#   docs/results/fleet/ab/run.sh
+#   docs/results/fleet/ab/run.sh            (ONLY=p3 docs/results/fleet/ab/run.sh: protocol 3 alone)
 #
 # Writes docs/results/fleet/ab/{p2,p3}-{uncontended,keys256,processes}.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")"
-for p in p2 p3; do
+for p in ${ONLY:-p2 p3}; do
   R=/tmp/relaylock-$p
   $R bench --keys 10000 --workers 64 --processes 4 --hold-ms 0 --no-rtt --strategy pubsub \
     --strategy bare:10 --duration 8s --json 2>/dev/null > $p-uncontended.jsonl
