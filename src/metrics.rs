@@ -194,11 +194,17 @@ fn keys(kind: Kind) -> &'static Keys {
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
-/// `key`, with the `name` label when the caller set one.
+/// `key`, with the `name` label when the caller set one (first, as the
+/// exporters print the labels in the key's order).
 fn named(key: &'static Key, name: Option<&SharedString>) -> Cow<'static, Key> {
     match name {
         None => Cow::Borrowed(key),
-        Some(n) => Cow::Owned(key.with_extra_labels(vec![Label::new("name", n.clone())])),
+        Some(n) => {
+            let mut labels = Vec::with_capacity(3);
+            labels.push(Label::new("name", n.clone()));
+            labels.extend(key.labels().cloned());
+            Cow::Owned(Key::from_parts(key.name().to_owned(), labels))
+        }
     }
 }
 
@@ -212,6 +218,7 @@ fn histogram(key: &'static Key, name: Option<&SharedString>) -> Histogram {
     metrics::with_recorder(|r| r.register_histogram(&key, &METADATA))
 }
 
+/// Describe every metric once, so exporters print units and help texts.
 pub(crate) fn describe() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -286,4 +293,36 @@ pub(crate) fn wakeup(name: Option<&SharedString>, kind: Kind, cause: WakeCause) 
 pub(crate) fn waiters(name: Option<&SharedString>, kind: Kind, delta: f64) {
     let key = named(&keys(kind).waiters, name);
     metrics::with_recorder(|r| r.register_gauge(&key, &METADATA)).increment(delta);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A caller's `name` label comes first, as README's exporter output
+    /// shows it; without one the static key is used as it is.
+    #[test]
+    fn the_name_label_comes_first() {
+        let name = SharedString::from("orders");
+        let key = named(
+            &keys(Kind::Mutex).wait[Outcome::Timeout as usize],
+            Some(&name),
+        );
+        let labels: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
+        assert_eq!(key.name(), ACQUIRE_WAIT_SECONDS);
+        assert_eq!(
+            labels,
+            [
+                ("name", "orders"),
+                ("primitive", "mutex"),
+                ("outcome", "timeout")
+            ]
+        );
+        let plain = named(
+            &keys(Kind::Write).wakeups[WakeCause::Handover as usize],
+            None,
+        );
+        let labels: Vec<(&str, &str)> = plain.labels().map(|l| (l.key(), l.value())).collect();
+        assert_eq!(labels, [("primitive", "write"), ("cause", "handover")]);
+    }
 }
