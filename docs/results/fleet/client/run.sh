@@ -10,7 +10,9 @@
 #   cargo build --release -p relaylock-cli && cp target/release/relaylock /tmp/relaylock-after
 #   docs/results/fleet/client/run.sh && python3 docs/results/fleet/client/summary.py
 #
-# Writes docs/results/fleet/client/{before,after}-<round>.jsonl.
+# Then the same for 256 keys (hold 1 ms, the bare lock beside relaylock, two
+# rounds). Writes docs/results/fleet/client/{before,after}-<round>.jsonl and
+# keys256-{before,after}-<round>.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -23,5 +25,12 @@ for round in 1 2 3; do
     /tmp/relaylock-$b bench --url "redis://127.0.0.1:$port" --keys 10000 --workers 64 --processes 4 \
       --hold-ms 0 --no-rtt --strategy bare:10 --strategy floor:10 --strategy pubsub --duration 6s \
       --json 2>/dev/null > $b-$round.jsonl
+  done
+done
+for round in 1 2; do
+  for b in before after; do
+    /tmp/relaylock-$b bench --url "redis://127.0.0.1:$port" --keys 256 --workers 64 --processes 4 \
+      --hold-ms 1 --no-rtt --strategy bare:10 --strategy pubsub --duration 6s \
+      --json 2>/dev/null > keys256-$b-$round.jsonl
   done
 done

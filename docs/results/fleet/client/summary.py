@@ -14,7 +14,7 @@ print("| build | round | bare:10 µs | floor:10 µs | relaylock µs | relaylock 
 print("|---|---:|---:|---:|---:|---:|---:|")
 ratios = {}
 for build in ("before", "after"):
-    for path in sorted(glob.glob(os.path.join(D, f"{build}-*.jsonl"))):
+    for path in sorted(glob.glob(os.path.join(D, f"{build}-[0-9]*.jsonl"))):
         rows = {}
         with open(path) as f:
             for line in f:
@@ -28,3 +28,23 @@ for build in ("before", "after"):
 print()
 for build, rs in ratios.items():
     print(f"{build}: relaylock / bare {min(rs):.2f}–{max(rs):.2f}× (mean {sum(rs) / len(rs):.2f}×)  ")
+
+print()
+print("256 keys, 4 × 64, hold 1 ms:")
+print()
+print("| build | round | relaylock client µs | bare client µs | relaylock acq/s | bare acq/s | acq/s / bare's |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for build in ("before", "after"):
+    for path in sorted(glob.glob(os.path.join(D, f"keys256-{build}-*.jsonl"))):
+        rows = {}
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    rows[r["strategy"]] = r
+        mine, bare = rows["pubsub"], rows["bare:10"]
+        rnd = os.path.basename(path).rsplit("-", 1)[1].split(".")[0]
+        print(
+            f"| {build} | {rnd} | {mine['client_cpu_us_per_acq']:.1f} | {bare['client_cpu_us_per_acq']:.1f} "
+            f"| {mine['acq_per_s']:,.0f} | {bare['acq_per_s']:,.0f} | {mine['acq_per_s'] / bare['acq_per_s']:.2f}× |"
+        )
