@@ -18,12 +18,12 @@
 //!   acquire reach Redis after it), so no orphan lock blocks everyone for a
 //!   lease.
 
-use fred::bytes_utils::Str;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fred::bytes_utils::Str;
 use fred::interfaces::ClientLike;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};

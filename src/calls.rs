@@ -169,9 +169,10 @@ fn flag(s: &'static str) -> Value {
     Value::String(fred::util::static_str(s))
 }
 
-/// The KEYS of `ACQUIRE` (and the first three of `RELEASE`): `[lock, void, voids]`.
-fn lock_keys<'a>(names: &'a Names, void: &'a str, voids: &'a str) -> Vec<&'a str> {
-    vec![&*names.lock, void, voids]
+/// The first three KEYS of `RELEASE` (as `ACQUIRE`'s): `[lock, void, voids]`,
+/// the lock's name shared, not copied.
+fn lock_keys(names: &Names, void: &str, voids: &str) -> Vec<Key> {
+    vec![Key::from(&names.lock), void.into(), voids.into()]
 }
 
 /// One lock of a watchdog renewal batch.
@@ -325,10 +326,7 @@ impl Calls {
                     (next_lease as i64).into(),
                     flag(if keep { "1" } else { "0" }),
                 ]);
-                let mut keys: Vec<Key> = lock_keys(names, &void, &voids)
-                    .into_iter()
-                    .map(Key::from)
-                    .collect();
+                let mut keys = lock_keys(names, &void, &voids);
                 keys.push(next_void.as_deref().unwrap_or(voids.as_str()).into());
                 (keys, args)
             })

@@ -1,7 +1,6 @@
 //! [`LockGuard`]: proof of holding one lock, with its token, its fencing
 //! token, extension and release.
 
-use fred::bytes_utils::Str;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -9,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use fred::bytes_utils::Str;
 use fred::clients::Client;
 use metrics::SharedString;
 use tokio::sync::Notify;

@@ -5,10 +5,10 @@
 //! shutdown takes what is left, once, and closes the set: a guard made
 //! after that is refused and its hold released at once.
 
-use fred::bytes_utils::Str;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use fred::bytes_utils::Str;
 use metrics::SharedString;
 
 use crate::scripts::Names;

@@ -23,9 +23,8 @@
 //! and `name` when
 //! the caller set one.
 
-use std::time::Duration;
-
 use std::borrow::Cow;
+use std::time::Duration;
 
 use metrics::{Counter, Histogram, Key, Label, Level, Metadata, SharedString, Unit};
 

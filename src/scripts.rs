@@ -1358,10 +1358,13 @@ impl Names {
     /// The names whose channel is `channel` (for the paths that have only
     /// the channel at hand).
     pub(crate) fn of_channel(channel: &str) -> Self {
+        // One buffer, the value's name its prefix, as `build` makes them.
+        let lock_len = Self::value_of_channel(channel).len();
+        let channel = Str::from(channel);
         Names {
-            lock: Str::from(Self::value_of_channel(channel)),
-            channel: Str::from(channel),
-            kind: Self::kind_of_channel(channel),
+            lock: channel.slice(..lock_len),
+            kind: Self::kind_of_channel(&channel),
+            channel,
         }
     }
 
