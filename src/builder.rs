@@ -32,8 +32,9 @@ impl LockClient {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a malformed URL;
-    /// [`Error::ConnectTimeout`] (or the connection error) when the server
-    /// cannot be reached within the connect timeout (5 s by default); see
+    /// [`Error::ConnectTimeout`] when the server cannot be reached within the
+    /// connect timeout (5 s by default), [`Error::Connect`] when the
+    /// connection fails before it (refused, TLS, authentication); see
     /// [`LockClientBuilder::build`].
     ///
     /// # Cancel safety
@@ -275,7 +276,7 @@ impl LockClientBuilder {
     /// a replayed release is recognised as ours and a server clock stepping
     /// back cannot make fencing tokens go backwards; past it, nothing of the
     /// lock stays in Redis. Default 60 s
-    /// ([`SIDE_RETENTION_MS`](crate::scripts::SIDE_RETENTION_MS)), between
+    /// (the same as the side keys' retention), between
     /// 1 s and 1 day. Every client of one prefix should use the same value.
     pub fn side_retention(mut self, retention: Duration) -> Self {
         self.side_retention = retention;
@@ -411,7 +412,7 @@ impl LockClientBuilder {
     ///   malformed URL, or conflicting connection sources (`url`,
     ///   `fred_config`, `fred_client`);
     /// * [`Error::ConnectTimeout`] when a connection is not up within the
-    ///   connect timeout, or [`Error::Redis`] with the connection error;
+    ///   connect timeout, or [`Error::Connect`] with the connection error;
     /// * [`Error::Redis`] when the scripts cannot be loaded (an ACL without
     ///   `SCRIPT LOAD`, a server error).
     ///

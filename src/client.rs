@@ -8,9 +8,7 @@ use std::sync::Arc;
 use fred::clients::Client;
 
 use crate::acquire::{self, Shape};
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::guard::{run_holding, LockGuard};
 use crate::inner::ClientInner;
 use crate::options::LockOptions;
@@ -226,8 +224,8 @@ impl LockClient {
         Box::pin(acquire::try_lock(&self.inner, key, &options, Shape::Mutex)).await
     }
 
-    /// Whether anybody holds the lock on `key` right now (one small script,
-    /// [`PEEK`](crate::scripts::PEEK)). A
+    /// Whether anybody holds the lock on `key` right now (one small script).
+    /// A
     /// lock reserved for the next client during a hand-over (at most 50 ms)
     /// counts as locked. The answer can be stale by the time it arrives; use
     /// it for display only.
@@ -248,8 +246,7 @@ impl LockClient {
     /// A counting semaphore named `key`, admitting at most `limit` permits
     /// held at once (see [`Semaphore`]). Nothing is sent until it is used.
     /// Every caller gives the limit; a caller is admitted by its own limit
-    /// (so a stale deploy with a smaller limit throttles only itself). A
-    /// limit of 0 makes every call fail with [`Error::InvalidArgument`].
+    /// (so a stale deploy with a smaller limit throttles only itself).
     ///
     /// Not reentrant: permits are counted per acquisition, not per task, so
     /// a task that holds all the permits and asks for one more waits for its
@@ -257,14 +254,24 @@ impl LockClient {
     ///
     /// ```no_run
     /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
-    /// let sem = client.semaphore("payments", 8);
+    /// let sem = client.semaphore("payments", 8)?;
     /// let permit = sem.acquire().await?;
     /// println!("{} permits left", sem.available().await?);
     /// permit.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn semaphore(&self, key: impl Into<String>, limit: u32) -> Semaphore {
-        Semaphore::new(Arc::clone(&self.inner), key.into(), limit)
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a limit of 0 (no caller could ever be
+    /// admitted). The key is checked when the semaphore is used.
+    pub fn semaphore(&self, key: impl Into<String>, limit: u32) -> Result<Semaphore> {
+        if limit == 0 {
+            return Err(Error::InvalidArgument(
+                "a semaphore's limit must be at least 1".into(),
+            ));
+        }
+        Ok(Semaphore::new(Arc::clone(&self.inner), key.into(), limit))
     }
 
     /// A read-write lock named `key` (see [`RwLock`]): many readers or one
@@ -287,7 +294,7 @@ impl LockClient {
 
     /// The Redis name of the lock on `key` (`<prefix>:3:{<key>}`, where `3`
     /// is the protocol version), for inspection with other tools. Its value
-    /// is described in [`scripts`](crate::scripts).
+    /// is described in docs/design.md, "Redis names".
     pub fn redis_key(&self, key: &str) -> String {
         self.inner.names(key).lock.to_string()
     }
@@ -327,8 +334,8 @@ impl LockClient {
     }
 
     /// This client's id: how it appears in the queue of clients waiting for
-    /// a lock (the queue field of the lock's value, see
-    /// [`scripts`](crate::scripts)) and in hand-over messages.
+    /// a lock (the queue field of the lock's value, see docs/design.md,
+    /// "Redis names") and in hand-over messages.
     pub fn client_id(&self) -> &str {
         self.inner.registry.client_id()
     }

@@ -53,6 +53,19 @@ pub enum Error {
     /// connect timeout.
     #[error("could not connect to Redis within {0:?}")]
     ConnectTimeout(Duration),
+    /// The first connection to Redis failed: refused, unreachable, a TLS
+    /// handshake or the authentication failed. `server` names where it went
+    /// (`host:port`, several for a cluster or Sentinel); `source` is the
+    /// Redis client's error.
+    #[error("could not connect to Redis at {server}: {source}")]
+    Connect {
+        /// Where the connection went: `host:port`, comma-separated when the
+        /// configuration names several servers.
+        server: String,
+        /// The Redis client's error.
+        #[source]
+        source: fred::error::Error,
+    },
     /// Redis answered something the scripts never return: a sign that the key
     /// is used by something other than relaylock, or of a version mismatch.
     #[error("unexpected reply from Redis: {0}")]
@@ -95,7 +108,8 @@ pub(crate) fn timed_out() -> fred::error::Error {
 }
 
 /// Connect `client`, or give up after `timeout` (then stop its reconnect
-/// loop) with [`Error::ConnectTimeout`] or the connection error.
+/// loop) with [`Error::ConnectTimeout`], or [`Error::Connect`] with the
+/// connection error.
 pub(crate) async fn connect_within<C: fred::interfaces::ClientLike>(
     client: &C,
     timeout: Duration,
@@ -103,9 +117,25 @@ pub(crate) async fn connect_within<C: fred::interfaces::ClientLike>(
     let outcome = tokio::time::timeout(timeout, client.init()).await;
     let error = match outcome {
         Ok(Ok(_task)) => return Ok(()),
-        Ok(Err(e)) => Error::Redis(e),
+        Ok(Err(e)) => Error::Connect {
+            server: servers(&client.client_config()),
+            source: e,
+        },
         Err(_) => Error::ConnectTimeout(timeout),
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
     Err(error)
+}
+
+/// The servers a configuration names, `host:port` each, comma-separated.
+fn servers(config: &fred::types::config::Config) -> String {
+    let hosts = config.server.hosts();
+    if hosts.is_empty() {
+        return "(no server configured)".into();
+    }
+    hosts
+        .iter()
+        .map(|s| format!("{}:{}", s.host, s.port))
+        .collect::<Vec<_>>()
+        .join(",")
 }

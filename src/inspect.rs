@@ -91,8 +91,8 @@ pub struct Queued {
     /// How long since the client joined the queue by a refused try, by the
     /// server's clock: it has had waiters ever since. `None` when not
     /// recorded (a client of an older relaylock, an ACL without the hash
-    /// commands, or a wait that outlived the record, see
-    /// [`QUEUE_TIMES`](crate::scripts::QUEUE_TIMES)).
+    /// commands, or a wait that outlived the record: the record lives the
+    /// side retention after the client's last try).
     pub waiting: Option<Duration>,
 }
 

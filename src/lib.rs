@@ -66,7 +66,7 @@ mod presence;
 mod registry;
 mod replica_pool;
 mod rwlock;
-pub mod scripts;
+mod scripts;
 mod semaphore;
 mod shutdown;
 mod subscriber;
@@ -74,6 +74,13 @@ mod supervise;
 mod sync;
 mod token;
 mod watchdog;
+
+/// The Redis client relaylock is built on, re-exported so that
+/// [`Error::Redis`]'s `fred::error::Error`, a
+/// [`fred_client`](LockClientBuilder::fred_client) or a
+/// [`fred_config`](LockClientBuilder::fred_config) need no separate
+/// dependency (and no version to keep in step).
+pub use fred;
 
 pub use builder::{reconnect_policy, LockClientBuilder};
 pub use client::LockClient;
@@ -83,7 +90,20 @@ pub use options::{
     LockOptions, SemaphoreOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN,
 };
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
+pub use scripts::PROTOCOL;
 pub use semaphore::{Permit, Semaphore};
+
+/// The Lua scripts and their constants, for the integration tests that
+/// replay or forge script calls. Not part of the API: the protocol is
+/// documented in docs/design.md, and its scripts in `src/scripts.rs`.
+#[doc(hidden)]
+pub mod __scripts {
+    pub use crate::scripts::{
+        ACQUIRE, HANDOFF_GRACE_MS, LEAVE, LOCK_RING_CHARS, QUEUE_TIMES, RELEASE, RELEASE_RING,
+        RENEW, RENEW_BATCH, RING_CHARS, RW_WRITE, SEM_ACQUIRE, SEM_LEAVE, SEM_PEEK, SEM_RELEASE,
+        SEM_RENEW, SIDE_RETENTION_MS,
+    };
+}
 
 /// Entry points for the fuzz targets in `fuzz/` and their stable-toolchain
 /// replay in the tests. Not part of the API.

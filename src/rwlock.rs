@@ -145,7 +145,20 @@ impl RwLock {
     ///
     /// Cancel-safe: an acquire in flight is released in the background.
     pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
-        let options = LockOptions::default();
+        self.try_read_with(LockOptions::default()).await
+    }
+
+    /// [`try_read`](Self::try_read) with options (lease, watchdog, metrics
+    /// name, replicas; the wait limit is ignored).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_read`](Self::try_read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_read`](Self::try_read).
+    pub async fn try_read_with(&self, options: LockOptions) -> Result<Option<ReadGuard>> {
         let guard = Box::pin(acquire::try_lock(
             &self.inner,
             &self.key,
@@ -201,7 +214,20 @@ impl RwLock {
     ///
     /// Cancel-safe: an acquire in flight is released in the background.
     pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
-        let options = LockOptions::default();
+        self.try_write_with(LockOptions::default()).await
+    }
+
+    /// [`try_write`](Self::try_write) with options (lease, watchdog, metrics
+    /// name, replicas; the wait limit is ignored).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_write`](Self::try_write).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_write`](Self::try_write).
+    pub async fn try_write_with(&self, options: LockOptions) -> Result<Option<WriteGuard>> {
         let guard = Box::pin(acquire::try_lock(
             &self.inner,
             &self.key,

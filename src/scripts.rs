@@ -1,7 +1,8 @@
 //! Every Lua script relaylock runs, in one place, each with its contract.
 //!
-//! The sources are public so the protocol can be audited, and reused by
-//! clients in other languages that must interoperate with relaylock locks.
+//! Private to the crate: the protocol is documented for auditors and for
+//! clients in other languages in docs/design.md, and this file is the
+//! reference for each script's contract.
 //!
 //! # Protocol 3: one short value per lock
 //!

@@ -47,7 +47,7 @@ use std::sync::Arc;
 /// use relaylock::SemaphoreOptions;
 ///
 /// // At most 8 concurrent calls to the payment provider, across all pods.
-/// let sem = client.semaphore("payments", 8);
+/// let sem = client.semaphore("payments", 8)?;
 /// let permit = sem.acquire().await?;
 /// // ... call the provider; pass permit.fencing_token() along if it checks ...
 /// permit.release().await?;
@@ -89,8 +89,7 @@ impl Semaphore {
     }
 
     /// The Redis name of the semaphore's value (`<prefix>:3:{<key>}:sem`);
-    /// its holds live in `...:sem:h` and `...:sem:t` (see
-    /// [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE)).
+    /// its holds live in `...:sem:h` and `...:sem:t` (see docs/design.md).
     pub fn redis_key(&self) -> String {
         Names::semaphore(&self.inner.prefix, &self.key)
             .lock

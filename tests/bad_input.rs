@@ -187,7 +187,12 @@ proptest! {
                     prop_assert!(url.contains(&w.server.port.to_string()), "{url}");
                     c.try_lock("u").await.unwrap().unwrap().release().await.unwrap();
                 }
-                Err(Error::InvalidArgument(_) | Error::ConnectTimeout(_) | Error::Redis(_)) => {}
+                Err(
+                    Error::InvalidArgument(_)
+                    | Error::ConnectTimeout(_)
+                    | Error::Connect { .. }
+                    | Error::Redis(_),
+                ) => {}
                 Err(e) => prop_assert!(false, "{url}: unexpected {e:?}"),
             }
             Ok(())
@@ -233,4 +238,39 @@ fn fuzz_seeds_replay() {
         n += 1;
     }
     assert!(n >= 5, "only {n} seeds in {}", dir.display());
+}
+
+/// A server that refuses the connection is a typed error naming it, with the
+/// cause kept as its source, not a bare I/O error.
+#[test]
+fn a_refused_connection_is_a_connect_error_naming_the_server() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A port nobody listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let e = runtime
+        .block_on(LockClient::connect(&url))
+        .expect_err("nothing listens there");
+    match &e {
+        Error::Connect { server, source } => {
+            assert_eq!(server, &format!("127.0.0.1:{port}"));
+            assert!(
+                std::error::Error::source(&e).is_some(),
+                "the cause is kept: {source:?}"
+            );
+        }
+        other => panic!("expected Error::Connect, got {other:?}"),
+    }
+    let shown = e.to_string();
+    assert!(
+        shown.starts_with(&format!("could not connect to Redis at 127.0.0.1:{port}: ")),
+        "{shown}"
+    );
 }

@@ -727,7 +727,7 @@ async fn leftovers(admin: &Client, prefix: &str) -> Vec<String> {
         }
         // A void marker, or the queue-times record (scripts::QUEUE_TIMES,
         // a hash with a TTL) are fine.
-        let fine = if k.contains(":void:") || k.ends_with(relaylock::scripts::QUEUE_TIMES) {
+        let fine = if k.contains(":void:") || k.ends_with(relaylock::__scripts::QUEUE_TIMES) {
             true
         } else {
             let v: Vec<String> = admin.eval(SAMPLE, vec![&k], ()).await.unwrap();

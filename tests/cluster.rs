@@ -515,7 +515,13 @@ async fn semaphores_across_shards() {
     // Watched holds on many slots, a lock among them: renewed across leases.
     let mut held = Vec::new();
     for i in 0..60 {
-        held.push(a.semaphore(format!("s:{i}"), 2).acquire().await.unwrap());
+        held.push(
+            a.semaphore(format!("s:{i}"), 2)
+                .unwrap()
+                .acquire()
+                .await
+                .unwrap(),
+        );
     }
     let lock = a.lock("s:lock").await.unwrap();
     tokio::time::sleep(lease * 3).await;
@@ -539,6 +545,7 @@ async fn semaphores_across_shards() {
                 let k = (t + r) % 6;
                 let p = client
                     .semaphore(format!("c:{k}"), 2)
+                    .unwrap()
                     .acquire_with(
                         relaylock::SemaphoreOptions::default().lease(Duration::from_secs(10)),
                     )
@@ -562,9 +569,9 @@ async fn semaphores_across_shards() {
     }
     assert_eq!(over.load(std::sync::atomic::Ordering::SeqCst), 0);
     // A waiter in the other client is woken by the release message.
-    let full = a.semaphore("s:0", 2).acquire().await.unwrap();
+    let full = a.semaphore("s:0", 2).unwrap().acquire().await.unwrap();
     let waiter = {
-        let sem = b.semaphore("s:0", 2);
+        let sem = b.semaphore("s:0", 2).unwrap();
         tokio::spawn(async move {
             let p = sem.acquire().await.unwrap();
             let at = Instant::now();

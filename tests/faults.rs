@@ -916,7 +916,7 @@ async fn a_long_silence_causes_no_reconnect_storm() {
 /// finds everything free at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
-    use relaylock::scripts::{ACQUIRE, RELEASE, SEM_ACQUIRE, SEM_RELEASE};
+    use relaylock::__scripts::{ACQUIRE, RELEASE, SEM_ACQUIRE, SEM_RELEASE};
     let server = RedisServer::start();
     let admin = server.admin().await;
     let proxy = Proxy::start(server.port).await;
@@ -966,12 +966,13 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         .expect("the lock is free");
     g.release().await.unwrap();
 
-    let sem = lock.semaphore("s", 2);
+    let sem = lock.semaphore("s", 2).unwrap();
     let opts = relaylock::SemaphoreOptions::default().lease(lease);
     let p = with_reply_lost!(SEM_ACQUIRE, sem.acquire_with(opts)).expect("the replay's reply");
     let both = relaylock::SemaphoreOptions::default().permits(2);
     let taken = other
         .semaphore("s", 2)
+        .unwrap()
         .try_acquire_with(both.clone())
         .await
         .unwrap();
@@ -979,6 +980,7 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
     with_reply_lost!(SEM_RELEASE, p.release()).expect("released, not lost");
     let p = other
         .semaphore("s", 2)
+        .unwrap()
         .try_acquire_with(both)
         .await
         .unwrap();
@@ -994,7 +996,7 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
 /// behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_replies_during_contention_are_replayed_safely() {
-    use relaylock::scripts::{ACQUIRE, RELEASE};
+    use relaylock::__scripts::{ACQUIRE, RELEASE};
     let prefix = "lost-replies";
     let Proxied {
         admin,
@@ -1050,7 +1052,7 @@ async fn lost_replies_during_contention_are_replayed_safely() {
 /// (docs/design.md, "Release").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_replayed_under_load_are_not_false_losses() {
-    replayed_under_load(relaylock::scripts::RELEASE, |lock, key| async move {
+    replayed_under_load(relaylock::__scripts::RELEASE, |lock, key| async move {
         let g = lock.lock(&key).await?;
         g.release().await
     })
@@ -1061,8 +1063,8 @@ async fn releases_replayed_under_load_are_not_false_losses() {
 /// of one permit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permit_releases_replayed_under_load_are_not_false_losses() {
-    replayed_under_load(relaylock::scripts::SEM_RELEASE, |lock, key| async move {
-        let p = lock.semaphore(key, 1).acquire().await?;
+    replayed_under_load(relaylock::__scripts::SEM_RELEASE, |lock, key| async move {
+        let p = lock.semaphore(key, 1).unwrap().acquire().await?;
         p.release().await
     })
     .await;
@@ -1117,7 +1119,7 @@ where
         "a worker is stuck: {}",
         stats.line()
     );
-    let script_name = if script == relaylock::scripts::RELEASE {
+    let script_name = if script == relaylock::__scripts::RELEASE {
         "RELEASE"
     } else {
         "SEM_RELEASE"

@@ -10,7 +10,7 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface, PubsubInterface};
 use fred::types::config::Config;
-use relaylock::scripts::{HANDOFF_GRACE_MS, LEAVE, SIDE_RETENTION_MS};
+use relaylock::__scripts::{HANDOFF_GRACE_MS, LEAVE, SIDE_RETENTION_MS};
 use relaylock::LockClient;
 use support::{command_calls, delta, Admin, RedisServer};
 

@@ -226,7 +226,7 @@ async fn a_waiter_still_subscribing_gets_a_live_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_whose_reply_is_lost_still_reaches_the_waiter() {
     use fred::interfaces::LuaInterface;
-    use relaylock::scripts::RELEASE;
+    use relaylock::__scripts::RELEASE;
     let server = RedisServer::start();
     let admin = server.admin().await;
     let proxy = support::proxy::Proxy::start(server.port).await;

@@ -499,7 +499,7 @@ async fn no_subscription_outlives_its_waiters() {
     // which expire within the same retention.
     let mut left = support::keys(&admin, "relaylock:*").await;
     left.sort();
-    let times = |k: &str| format!("{}{}", lock.redis_key(k), relaylock::scripts::QUEUE_TIMES);
+    let times = |k: &str| format!("{}{}", lock.redis_key(k), relaylock::__scripts::QUEUE_TIMES);
     assert_eq!(
         left,
         vec![
@@ -512,17 +512,17 @@ async fn no_subscription_outlives_its_waiters() {
     for name in [times("a"), times("b")] {
         let ttl: i64 = admin.pttl(&name).await.unwrap();
         assert!(
-            ttl > 0 && ttl <= relaylock::scripts::SIDE_RETENTION_MS as i64,
+            ttl > 0 && ttl <= relaylock::__scripts::SIDE_RETENTION_MS as i64,
             "queue times ttl {ttl}"
         );
     }
-    left.retain(|k| !k.ends_with(relaylock::scripts::QUEUE_TIMES));
+    left.retain(|k| !k.ends_with(relaylock::__scripts::QUEUE_TIMES));
     for name in &left {
         let value = support::lock_value(&admin, name).await.unwrap();
         assert!(value.is_free() && value.queue.is_empty(), "{value:?}");
         let ttl: i64 = admin.pttl(name).await.unwrap();
         assert!(
-            ttl > 0 && ttl <= relaylock::scripts::SIDE_RETENTION_MS as i64,
+            ttl > 0 && ttl <= relaylock::__scripts::SIDE_RETENTION_MS as i64,
             "tombstone ttl {ttl}"
         );
     }
@@ -567,10 +567,10 @@ fn release_args(token: String, fence: String, channel: String) -> Vec<String> {
         token,
         fence,
         channel,
-        relaylock::scripts::SIDE_RETENTION_MS.to_string(),
-        relaylock::scripts::LOCK_RING_CHARS.to_string(),
+        relaylock::__scripts::SIDE_RETENTION_MS.to_string(),
+        relaylock::__scripts::LOCK_RING_CHARS.to_string(),
         "me".into(),
-        relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
+        relaylock::__scripts::HANDOFF_GRACE_MS.to_string(),
         "PUBLISH".into(),
         "0".into(),
     ]
@@ -599,7 +599,7 @@ async fn replayed_release_is_not_a_false_loss() {
             ];
             let args = release_args(token, fence, channel);
             admin
-                .eval::<i64, _, _, _>(relaylock::scripts::RELEASE, keys, args)
+                .eval::<i64, _, _, _>(relaylock::__scripts::RELEASE, keys, args)
                 .await
                 .unwrap()
         }
@@ -644,14 +644,14 @@ async fn a_hot_keys_ring_holds_30_releases() {
         "{kept} releases in a ring of {} characters: {ring}",
         ring.len()
     );
-    assert!(ring.len() <= relaylock::scripts::LOCK_RING_CHARS);
+    assert!(ring.len() <= relaylock::__scripts::LOCK_RING_CHARS);
     assert!(kept >= 30, "only {kept} releases kept");
     let release = |fence: u64| {
         let (admin, key) = (admin.clone(), key.clone());
         async move {
             let args = release_args("gone".into(), fence.to_string(), format!("{key}:ch"));
             admin
-                .eval::<i64, _, _, _>(relaylock::scripts::RELEASE, vec![key], args)
+                .eval::<i64, _, _, _>(relaylock::__scripts::RELEASE, vec![key], args)
                 .await
                 .unwrap()
         }
@@ -735,7 +735,7 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
         34,
         35,
         100,
-        relaylock::scripts::LOCK_RING_CHARS,
+        relaylock::__scripts::LOCK_RING_CHARS,
     ];
     for case in 0..600 {
         let entries = next(45);
@@ -799,10 +799,10 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
             "tok".into(),
             fence.clone(),
             format!("{key}:ch"),
-            relaylock::scripts::SIDE_RETENTION_MS.to_string(),
+            relaylock::__scripts::SIDE_RETENTION_MS.to_string(),
             cap.to_string(),
             "me".into(),
-            relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
+            relaylock::__scripts::HANDOFF_GRACE_MS.to_string(),
             "PUBLISH".into(),
             "0".into(),
         ];
@@ -819,7 +819,7 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
             keys
         };
         let reply: Vec<i64> = admin
-            .eval(relaylock::scripts::RELEASE, keys, args)
+            .eval(relaylock::__scripts::RELEASE, keys, args)
             .await
             .unwrap();
         let ring = expected(&fence, &ring, cap);
@@ -827,7 +827,7 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
             0 => format!("-{fence}||{ring}|{void}"),
             1 => format!(
                 "~a b:{fence}:{}|cc|{ring}|{void}",
-                relaylock::scripts::SIDE_RETENTION_MS
+                relaylock::__scripts::SIDE_RETENTION_MS
             ),
             _ => format!("nx:{}||{ring}|{void}", reply.get(1).copied().unwrap_or(-1)),
         };
@@ -985,7 +985,7 @@ async fn builds_on_an_existing_fred_client() {
 /// hands (the value carries the `void` field through every transition).
 #[tokio::test]
 async fn abandoned_acquisition_can_never_succeed_later() {
-    use relaylock::scripts::{
+    use relaylock::__scripts::{
         ACQUIRE, HANDOFF_GRACE_MS, LOCK_RING_CHARS, RELEASE, SIDE_RETENTION_MS,
     };
     let server = RedisServer::start();
@@ -1421,7 +1421,7 @@ async fn a_no_show_costs_one_grace_period() {
     assert!(
         took < Duration::from_millis(1000),
         "took {took:?} (grace is {} ms)",
-        relaylock::scripts::HANDOFF_GRACE_MS
+        relaylock::__scripts::HANDOFF_GRACE_MS
     );
     assert!(
         !support::is_queued(&admin, &name, "ghost").await,
@@ -1589,7 +1589,7 @@ async fn subscriptions_confirm_without_client_id() {
 /// never noted.
 #[tokio::test]
 async fn the_queue_times_record_notes_joins_and_prunes_leavers() {
-    use relaylock::scripts::{ACQUIRE, QUEUE_TIMES};
+    use relaylock::__scripts::{ACQUIRE, QUEUE_TIMES};
     let server = RedisServer::start();
     let admin = server.admin().await;
     let lock = "p:2:{qt}";

@@ -102,6 +102,7 @@ async fn metrics_are_recorded() {
     // A semaphore's series carry `primitive="semaphore"`.
     let permit = lock
         .semaphore("pay", 2)
+        .unwrap()
         .acquire_with(SemaphoreOptions::default().name("payments"))
         .await
         .unwrap();

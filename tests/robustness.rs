@@ -232,10 +232,10 @@ async fn a_panic_before_the_guard_exists_leaks_no_lock() {
     wire.arm(relaylock::metrics::ACQUIRED_TOTAL);
     let task = {
         let client = client.clone();
-        tokio::spawn(async move { client.semaphore("s", 1).acquire().await.map(drop) })
+        tokio::spawn(async move { client.semaphore("s", 1).unwrap().acquire().await.map(drop) })
     };
     assert!(task.await.is_err_and(|e| e.is_panic()));
-    let sem = other.semaphore("s", 1);
+    let sem = other.semaphore("s", 1).unwrap();
     let freed = support::eventually(Duration::from_secs(2), || async {
         sem.available().await.unwrap() == 1
     })
@@ -307,6 +307,7 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
     drop(client.lock("dropped").await.unwrap());
     let permits = client
         .semaphore("sem", 3)
+        .unwrap()
         .acquire_with(SemaphoreOptions::default().permits(2))
         .await
         .unwrap();
@@ -345,7 +346,15 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
     for key in ["live", "fixed", "dropped"] {
         assert!(!other.is_locked(key).await.unwrap(), "{key} still held");
     }
-    assert_eq!(other.semaphore("sem", 3).available().await.unwrap(), 3);
+    assert_eq!(
+        other
+            .semaphore("sem", 3)
+            .unwrap()
+            .available()
+            .await
+            .unwrap(),
+        3
+    );
     other
         .rw_lock("rw-r")
         .try_write()
@@ -393,7 +402,7 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
     assert!(matches!(again.try_lock("x").await, Err(Error::Shutdown)));
     assert!(matches!(again.is_locked("x").await, Err(Error::Shutdown)));
     assert!(matches!(
-        again.semaphore("s", 1).acquire().await,
+        again.semaphore("s", 1).unwrap().acquire().await,
         Err(Error::Shutdown)
     ));
     assert!(matches!(
@@ -587,7 +596,7 @@ mod settings {
             let _ = g.release().await;
             let _ = waiter.await.expect("the waiter did not panic");
         }
-        let sem = client.semaphore("sem", limit);
+        let sem = client.semaphore("sem", limit).unwrap();
         let r = sem
             .acquire_with(
                 SemaphoreOptions::default()

@@ -373,16 +373,16 @@ async fn a_lapsed_reservation_of_the_other_role_strands_nobody() {
     let args: Vec<String> = vec![
         "ghost-token".into(),
         "1".into(),
-        relaylock::scripts::RW_WRITE.to_string(),
+        relaylock::__scripts::RW_WRITE.to_string(),
         "30000".into(),
         "deadbeefdeadbeef".into(),
-        relaylock::scripts::SIDE_RETENTION_MS.to_string(),
+        relaylock::__scripts::SIDE_RETENTION_MS.to_string(),
         format!("{name}:ch"),
         "PUBLISH".into(),
-        relaylock::scripts::HANDOFF_GRACE_MS.to_string(),
+        relaylock::__scripts::HANDOFF_GRACE_MS.to_string(),
     ];
     let refused: Vec<i64> = admin
-        .eval(relaylock::scripts::SEM_ACQUIRE, keys, args)
+        .eval(relaylock::__scripts::SEM_ACQUIRE, keys, args)
         .await
         .unwrap();
     assert_eq!(refused[0], 0);
@@ -651,4 +651,32 @@ async fn a_write_release_costs_one_call_per_reader_client() {
     for r in readers {
         r.await.unwrap().release().await.unwrap();
     }
+}
+
+/// `try_read_with` and `try_write_with` take their options (the lease here)
+/// and never wait: `None` while the other side holds.
+#[tokio::test]
+async fn try_read_with_and_try_write_with_never_wait_and_take_their_options() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let rw = c.rw_lock("tw");
+    let short = LockOptions::default()
+        .lease(Duration::from_secs(7))
+        .watchdog(false);
+    let w = rw
+        .try_write_with(short.clone())
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(w.lease(), Duration::from_secs(7));
+    assert!(rw.try_read_with(short.clone()).await.unwrap().is_none());
+    w.release().await.unwrap();
+    let r = rw
+        .try_read_with(short.clone())
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(r.lease(), Duration::from_secs(7));
+    assert!(rw.try_write_with(short).await.unwrap().is_none());
+    r.release().await.unwrap();
 }

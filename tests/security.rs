@@ -93,9 +93,9 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
 
     // A semaphore across the two clients: admission, the reservation
     // message to the waiting client, renewal, the read-only peek.
-    let p = a.semaphore("s", 1).acquire().await.unwrap();
+    let p = a.semaphore("s", 1).unwrap().acquire().await.unwrap();
     let waiter = {
-        let sem = b.semaphore("s", 1);
+        let sem = b.semaphore("s", 1).unwrap();
         tokio::spawn(async move {
             let p = sem.acquire().await.unwrap();
             let at = Instant::now();
@@ -105,7 +105,7 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
     };
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert!(p.is_held());
-    assert_eq!(a.semaphore("s", 1).available().await.unwrap(), 0);
+    assert_eq!(a.semaphore("s", 1).unwrap().available().await.unwrap(), 0);
     let released = Instant::now();
     p.release().await.unwrap();
     let woke = waiter.await.unwrap() - released;

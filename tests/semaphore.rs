@@ -45,7 +45,7 @@ async fn never_more_than_the_limit_inside() {
     ];
     let mut tasks = Vec::new();
     for i in 0..TASKS {
-        let sem = clients[i % clients.len()].semaphore("pool", LIMIT);
+        let sem = clients[i % clients.len()].semaphore("pool", LIMIT).unwrap();
         let ledger = Arc::clone(&ledger);
         tasks.push(tokio::spawn(async move {
             let mut fences = Vec::new();
@@ -76,7 +76,7 @@ async fn never_more_than_the_limit_inside() {
             Ok(f) => f.unwrap(),
             Err(_) => {
                 // What Redis holds, to diagnose a stall.
-                let name = clients[0].semaphore("pool", LIMIT).redis_key();
+                let name = clients[0].semaphore("pool", LIMIT).unwrap().redis_key();
                 let v: Option<String> = admin.get(&name).await.unwrap();
                 let h: Vec<(String, f64)> = admin
                     .zrange(format!("{name}:h"), 0, -1, None, false, None, true)
@@ -107,7 +107,7 @@ async fn never_more_than_the_limit_inside() {
     assert_eq!(all.len(), n, "a fencing token was issued twice");
     // Everything comes back: a reservation made for a client whose last
     // waiter had just left lapses after its grace.
-    let sem = clients[0].semaphore("pool", LIMIT);
+    let sem = clients[0].semaphore("pool", LIMIT).unwrap();
     assert!(
         eventually(Duration::from_secs(2), || async {
             sem.available().await.unwrap() == LIMIT && sem.queued_clients().await.unwrap() == 0
@@ -128,7 +128,7 @@ async fn a_large_request_is_not_starved_by_small_ones() {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut stream = Vec::new();
     for i in 0..12 {
-        let sem = streamers[i % 2].semaphore("fair", 4);
+        let sem = streamers[i % 2].semaphore("fair", 4).unwrap();
         let stop = Arc::clone(&stop);
         stream.push(tokio::spawn(async move {
             let mut n = 0u64;
@@ -145,6 +145,7 @@ async fn a_large_request_is_not_starved_by_small_ones() {
     let started = Instant::now();
     let got = big
         .semaphore("fair", 4)
+        .unwrap()
         .acquire_with(
             SemaphoreOptions::default()
                 .permits(3)
@@ -171,8 +172,8 @@ async fn a_large_request_is_not_starved_by_small_ones() {
 async fn limits_that_disagree_apply_to_each_callers_own_admission() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let wide = c.semaphore("mixed", 8);
-    let narrow = c.semaphore("mixed", 4);
+    let wide = c.semaphore("mixed", 8).unwrap();
+    let narrow = c.semaphore("mixed", 4).unwrap();
     let five = wide
         .acquire_with(SemaphoreOptions::default().permits(5))
         .await
@@ -220,7 +221,7 @@ async fn one_retry_per_freed_permit() {
     let before = command_calls(&admin).await;
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
-        let sem = clients[i % 2].semaphore("eight", 8);
+        let sem = clients[i % 2].semaphore("eight", 8).unwrap();
         let opts = opts.clone();
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
@@ -267,6 +268,7 @@ async fn a_killed_holders_permits_come_back_within_the_lease() {
         let c = client_with_lease(&url, CHILD_LEASE).await;
         let p = c
             .semaphore("crash", 2)
+            .unwrap()
             .acquire_with(SemaphoreOptions::default().permits(2))
             .await
             .unwrap();
@@ -276,7 +278,7 @@ async fn a_killed_holders_permits_come_back_within_the_lease() {
     }
     let server = RedisServer::start();
     let c = client_with_lease(&server.url(), CHILD_LEASE).await;
-    let sem = c.semaphore("crash", 2);
+    let sem = c.semaphore("crash", 2).unwrap();
     let mut worst = Duration::ZERO;
     for run in 0..3 {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
@@ -337,7 +339,7 @@ async fn cancellation_at_random_points_leaves_no_permit_taken() {
     let mut rng = support::Lcg(0x5eed);
     let mut tasks = Vec::new();
     for i in 0..120 {
-        let sem = clients[i % 2].semaphore("cancel", LIMIT);
+        let sem = clients[i % 2].semaphore("cancel", LIMIT).unwrap();
         let n = 1 + rng.below(2) as u32;
         let give_up = Duration::from_micros(rng.below(20_000));
         let hold = Duration::from_micros(rng.below(5_000));
@@ -358,7 +360,7 @@ async fn cancellation_at_random_points_leaves_no_permit_taken() {
     for t in tasks {
         t.await.unwrap();
     }
-    let sem = clients[0].semaphore("cancel", LIMIT);
+    let sem = clients[0].semaphore("cancel", LIMIT).unwrap();
     let settled = eventually(Duration::from_secs(3), || async {
         sem.available().await.unwrap() == LIMIT && sem.queued_clients().await.unwrap() == 0
     })
@@ -392,6 +394,7 @@ async fn a_wait_is_bounded_by_the_soonest_expiry() {
     let lease = Duration::from_millis(400);
     let p = holder
         .semaphore("leak", 1)
+        .unwrap()
         .acquire_with(SemaphoreOptions::default().lease(lease))
         .await
         .unwrap();
@@ -400,6 +403,7 @@ async fn a_wait_is_bounded_by_the_soonest_expiry() {
     std::mem::forget(p);
     let q = waiter
         .semaphore("leak", 1)
+        .unwrap()
         .acquire_with(SemaphoreOptions::default().wait(Duration::from_secs(5)))
         .await
         .unwrap();
@@ -418,7 +422,7 @@ async fn renewal_extend_and_loss() {
     let server = RedisServer::start();
     let admin = server.admin().await;
     let c = client_with_lease(&server.url(), Duration::from_millis(300)).await;
-    let sem = c.semaphore("renewed", 1);
+    let sem = c.semaphore("renewed", 1).unwrap();
     let p = sem.acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert!(p.is_held());
@@ -464,8 +468,8 @@ async fn bad_input_is_a_typed_error() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let invalid = |r: Result<_, Error>| matches!(r, Err(Error::InvalidArgument(_)));
-    assert!(invalid(c.semaphore("zero", 0).acquire().await.map(drop)));
-    let sem = c.semaphore("s", 2);
+    assert!(invalid(c.semaphore("zero", 0).map(drop)));
+    let sem = c.semaphore("s", 2).unwrap();
     assert!(invalid(
         sem.acquire_with(SemaphoreOptions::default().permits(0))
             .await
@@ -476,7 +480,9 @@ async fn bad_input_is_a_typed_error() {
             .await
             .map(drop)
     ));
-    assert!(invalid(c.semaphore("", 2).available().await.map(drop)));
+    assert!(invalid(
+        c.semaphore("", 2).unwrap().available().await.map(drop)
+    ));
     assert!(invalid(
         sem.acquire_with(SemaphoreOptions::default().lease(Duration::ZERO))
             .await
@@ -486,7 +492,7 @@ async fn bad_input_is_a_typed_error() {
     let admin = server.admin().await;
     let _: () = admin
         .set(
-            c.semaphore("foreign", 2).redis_key(),
+            c.semaphore("foreign", 2).unwrap().redis_key(),
             "not ours",
             None,
             None,
@@ -494,7 +500,7 @@ async fn bad_input_is_a_typed_error() {
         )
         .await
         .unwrap();
-    let foreign = c.semaphore("foreign", 2);
+    let foreign = c.semaphore("foreign", 2).unwrap();
     assert!(matches!(
         foreign.try_acquire().await,
         Err(Error::UnexpectedReply(_))
@@ -525,7 +531,7 @@ const LONG: Duration = Duration::from_secs(20);
 async fn a_release_of_k_permits_serves_k_local_waiters() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let sem = c.semaphore("s", 3);
+    let sem = c.semaphore("s", 3).unwrap();
     let big = sem
         .acquire_with(SemaphoreOptions::default().lease(LONG).permits(3))
         .await
@@ -559,12 +565,24 @@ async fn a_second_local_waiter_is_not_stranded_after_the_first_is_admitted() {
     let opts = SemaphoreOptions::default().lease(LONG);
     let d1 = d
         .semaphore("s", 2)
+        .unwrap()
         .acquire_with(opts.clone())
         .await
         .unwrap();
-    let d2 = d.semaphore("s", 2).acquire_with(opts).await.unwrap();
+    let d2 = d
+        .semaphore("s", 2)
+        .unwrap()
+        .acquire_with(opts)
+        .await
+        .unwrap();
     let waiters: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(take_within(c.semaphore("s", 2), 1, Duration::from_secs(4))))
+        .map(|_| {
+            tokio::spawn(take_within(
+                c.semaphore("s", 2).unwrap(),
+                1,
+                Duration::from_secs(4),
+            ))
+        })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     d1.release().await.unwrap();
@@ -590,16 +608,17 @@ async fn a_blocking_queue_head_that_leaves_frees_the_ones_behind() {
     let e = client(&server).await;
     let _held = d
         .semaphore("s", 4)
+        .unwrap()
         .acquire_with(SemaphoreOptions::default().lease(LONG).permits(2))
         .await
         .unwrap();
     let big = tokio::spawn(take_within(
-        c.semaphore("s", 4),
+        c.semaphore("s", 4).unwrap(),
         3,
         Duration::from_millis(300),
     ));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let small = take_within(e.semaphore("s", 4), 1, Duration::from_secs(4))
+    let small = take_within(e.semaphore("s", 4).unwrap(), 1, Duration::from_secs(4))
         .await
         .expect("stranded behind a queue head that left");
     assert!(matches!(big.await.unwrap(), Err(Error::Timeout)));
@@ -618,18 +637,24 @@ async fn a_past_large_need_does_not_stick() {
     let opts = SemaphoreOptions::default().lease(LONG);
     let _held = d
         .semaphore("s", 4)
+        .unwrap()
         .acquire_with(opts.clone().permits(2))
         .await
         .unwrap();
-    let h = c.semaphore("s", 4).acquire_with(opts).await.unwrap();
+    let h = c
+        .semaphore("s", 4)
+        .unwrap()
+        .acquire_with(opts)
+        .await
+        .unwrap();
     let small = {
-        let sem = c.semaphore("s", 4);
+        let sem = c.semaphore("s", 4).unwrap();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
             take_within(sem, 1, Duration::from_secs(4)).await
         })
     };
-    let big = take_within(c.semaphore("s", 4), 3, Duration::from_millis(300)).await;
+    let big = take_within(c.semaphore("s", 4).unwrap(), 3, Duration::from_millis(300)).await;
     assert!(matches!(big, Err(Error::Timeout)));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
@@ -652,7 +677,7 @@ async fn clients_with_equal_load_get_equal_shares() {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
     for i in 0..64 {
-        let sem = clients[i % 4].semaphore("shares", 8);
+        let sem = clients[i % 4].semaphore("shares", 8).unwrap();
         let stop = Arc::clone(&stop);
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
@@ -690,7 +715,7 @@ async fn a_burst_of_local_waiters_fills_the_free_permits_at_once() {
     let started = Instant::now();
     let tasks: Vec<_> = (0..4)
         .map(|_| {
-            let (sem, barrier) = (c.semaphore("burst", 4), Arc::clone(&barrier));
+            let (sem, barrier) = (c.semaphore("burst", 4).unwrap(), Arc::clone(&barrier));
             tokio::spawn(async move {
                 let p = sem.acquire().await.unwrap();
                 // All four must be inside at once to pass.
@@ -729,7 +754,7 @@ async fn contend_permits(
     let until = Instant::now() + run;
     let workers: Vec<_> = (0..tasks)
         .map(|i| {
-            let sem = clients[i % clients.len()].semaphore(key, limit);
+            let sem = clients[i % clients.len()].semaphore(key, limit).unwrap();
             let (ledger, key) = (Arc::clone(ledger), key.to_owned());
             tokio::spawn(async move {
                 let (mut n, mut errors) = (0u64, 0u64);
@@ -836,7 +861,7 @@ async fn a_restart_without_persistence() {
         support::fault_client(&server.url()).await,
         support::fault_client(&server.url()).await,
     ];
-    let sem = clients[0].semaphore("rs", 2);
+    let sem = clients[0].semaphore("rs", 2).unwrap();
     let old = [sem.acquire().await.unwrap(), sem.acquire().await.unwrap()];
     let before = old.iter().map(|p| p.fencing_token()).max().unwrap();
     let waiting = {

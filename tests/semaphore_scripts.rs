@@ -9,7 +9,7 @@ use relaylock_testkit as support;
 use std::time::Duration;
 
 use fred::prelude::*;
-use relaylock::scripts::{
+use relaylock::__scripts::{
     HANDOFF_GRACE_MS, RING_CHARS, SEM_ACQUIRE, SEM_RELEASE, SEM_RENEW, SIDE_RETENTION_MS,
 };
 use support::{Admin, RedisServer};

@@ -644,7 +644,10 @@ async fn an_extend_whose_reply_is_lost_succeeds_by_its_replay() {
     let connections = proxy.accepted();
 
     // Loaded first, so the reply cut is the script's, not a NOSCRIPT.
-    let renew: String = admin.script_load(relaylock::scripts::RENEW).await.unwrap();
+    let renew: String = admin
+        .script_load(relaylock::__scripts::RENEW)
+        .await
+        .unwrap();
     proxy.cut_instead_of_reply_to(renew.as_bytes());
     let before = support::command_runs(&admin).await;
     g.extend(Duration::from_secs(4))
@@ -687,7 +690,7 @@ async fn min_replicas_covers_permits_and_read_write_holds() {
     support::until_a_replica_acknowledges(&admin).await;
     let lock = client(&primary, Duration::from_secs(30)).await;
     let wait = |ms| Duration::from_millis(ms);
-    let sem = lock.semaphore("pool", 3);
+    let sem = lock.semaphore("pool", 3).unwrap();
     let sem_opts = |ms| {
         relaylock::SemaphoreOptions::default()
             .permits(2)
@@ -771,7 +774,7 @@ async fn the_replica_check_write_matches_the_head_and_never_shortens() {
         async move {
             admin
                 .eval::<Vec<i64>, _, _, _>(
-                    relaylock::scripts::RENEW,
+                    relaylock::__scripts::RENEW,
                     vec![key],
                     vec![mode.to_owned(), token, lease.to_string()],
                 )
@@ -847,7 +850,7 @@ async fn min_replicas_does_not_count_a_wait_on_another_server() {
         .expect("connect");
     // The renewal before WAIT is the first RENEW a connection sends (no
     // watchdog runs: the lease is fixed).
-    let renew = fred::util::sha1_hash(relaylock::scripts::RENEW);
+    let renew = fred::util::sha1_hash(relaylock::__scripts::RENEW);
     proxy.cut_after_reply_to(renew.as_bytes(), second.port);
     let opts = named("elsewhere")
         .lease(Duration::from_secs(30))

@@ -154,7 +154,7 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
 /// protocol's values (`<prefix>:3:{k}`, `...:sem`, `...:rw`), every primary
 /// of a cluster, stopped after `limit` names. Also says whether it stopped.
 async fn scan(redis: &Client, prefix: &str, limit: usize) -> Result<(Vec<String>, bool), Error> {
-    let head = format!("{prefix}:{}:{{", relaylock::scripts::PROTOCOL);
+    let head = format!("{prefix}:{}:{{", relaylock::PROTOCOL);
     let pattern = format!("{}*", glob_escape(&head));
     let mut stream = if redis.is_clustered() {
         redis

@@ -312,12 +312,10 @@ async fn take(shared: &Shared, k: usize, read: bool) -> Result<Held, Error> {
             }
         }
         Primitive::Mutex => shared.client.lock(&shared.keys[k]).await.map(Held::Lock),
-        Primitive::Semaphore(limit) => shared
-            .client
-            .semaphore(shared.keys[k].as_str(), limit)
-            .acquire()
-            .await
-            .map(Held::Permit),
+        Primitive::Semaphore(limit) => {
+            let sem = shared.client.semaphore(shared.keys[k].as_str(), limit)?;
+            sem.acquire().await.map(Held::Permit)
+        }
     }
 }
 

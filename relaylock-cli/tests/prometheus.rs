@@ -228,7 +228,7 @@ async fn traffic(url: String, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHan
     }
     // A semaphore of 2 permits, 3 takers.
     for client in [&a, &b, &b] {
-        let (sem, stop) = (client.semaphore("pool", 2), stop.clone());
+        let (sem, stop) = (client.semaphore("pool", 2).unwrap(), stop.clone());
         spawn(Box::pin(async move {
             while running(&stop) {
                 let p = sem

@@ -31,7 +31,7 @@ fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
 }
 
 fn lock_key(key: &str) -> String {
-    format!("relaylock:{}:{{{key}}}", relaylock::scripts::PROTOCOL)
+    format!("relaylock:{}:{{{key}}}", relaylock::PROTOCOL)
 }
 
 /// Held: the lock's value has a token head (not a tombstone `-`, not absent).

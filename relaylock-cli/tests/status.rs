@@ -155,14 +155,14 @@ async fn semaphores_and_read_write_locks() {
         support::client(&server.url()).await,
         support::client(&server.url()).await,
     );
-    let sem = a.semaphore("payments", 3);
+    let sem = a.semaphore("payments", 3).unwrap();
     let p1 = sem.acquire().await.unwrap();
     let p2 = sem
         .acquire_with(SemaphoreOptions::default().permits(2))
         .await
         .unwrap();
     let waiting = {
-        let sem = b.semaphore("payments", 3);
+        let sem = b.semaphore("payments", 3).unwrap();
         tokio::spawn(async move {
             sem.acquire_with(SemaphoreOptions::default().permits(2))
                 .await
@@ -238,7 +238,7 @@ async fn no_key_scans_the_prefix() {
     let server = RedisServer::start();
     let a = support::client(&server.url()).await;
     let _m = a.lock("m").await.unwrap();
-    let _s = a.semaphore("s", 2).acquire().await.unwrap();
+    let _s = a.semaphore("s", 2).unwrap().acquire().await.unwrap();
     let _r = a.rw_lock("r").read().await.unwrap();
     // Another prefix's lock and an unrelated key are not shown.
     let other = LockClient::builder()
@@ -305,7 +305,7 @@ async fn the_read_only_acl_is_enough_and_missing_permission_is_clear() {
     let admin = server.admin().await;
     let a = support::client(&server.url()).await;
     let _g = a.lock("k").await.unwrap();
-    let _s = a.semaphore("s", 1).acquire().await.unwrap();
+    let _s = a.semaphore("s", 1).unwrap().acquire().await.unwrap();
     let setuser = |name: &'static str, rules: &'static [&'static str]| {
         let admin = admin.clone();
         async move {

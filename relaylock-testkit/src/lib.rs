@@ -308,7 +308,7 @@ where
     }
 }
 
-/// The fields of a lock's value (protocol 3, see `relaylock::scripts`):
+/// The fields of a lock's value (protocol 3, see src/scripts.rs):
 /// `head|queue|ring|void`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockValue {
