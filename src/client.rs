@@ -333,6 +333,53 @@ impl LockClient {
         crate::inspect::with_client(&self.inner, key).await
     }
 
+    /// For operators: release the hold `token` of `key`'s lock, semaphore
+    /// or read-write lock (`primitive`), as its holder's own release would:
+    /// a stuck lock, whose holder stopped without releasing it. The next
+    /// fencing token is still greater than every earlier one, the first
+    /// queued client is told at once, and the holder, if it still runs,
+    /// finds its hold lost (its guard's [`lost`](crate::LockGuard::lost)
+    /// fires when its watchdog next renews). Returns the hold it released,
+    /// or `None` when `token` holds nothing there (nothing is written then).
+    /// The tokens held are in [`inspect`](Self::inspect) and
+    /// `relaylock status`; `relaylock unlock` calls this.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// use relaylock::inspect::Primitive;
+    /// for state in client.inspect("orders:42").await?.states {
+    ///     for h in state.holders {
+    ///         if let Some(freed) = client.unlock(state.primitive, "orders:42", &h.token).await? {
+    ///             println!("released {} (fencing token {})", freed.token, freed.fencing_token);
+    ///         }
+    ///     }
+    /// }
+    /// # let _ = Primitive::Mutex;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a key the lock calls would refuse;
+    /// [`Error::Redis`] when a read or the release fails (the hold is then
+    /// as it was, or released: run it again); [`Error::UnexpectedReply`]
+    /// when the name holds something relaylock did not write.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped before the release is sent, it changed nothing;
+    /// dropped after, the release runs to its end in Redis (the same as a
+    /// completed call).
+    pub async fn unlock(
+        &self,
+        primitive: crate::inspect::Primitive,
+        key: &str,
+        token: &str,
+    ) -> Result<Option<crate::inspect::Holder>> {
+        crate::unlock::unlock(&self.inner, primitive, key, token).await
+    }
+
     /// This client's id: how it appears in the queue of clients waiting for
     /// a lock (the queue field of the lock's value, see docs/design.md,
     /// "Redis names") and in hand-over messages.

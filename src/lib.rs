@@ -73,6 +73,7 @@ mod subscriber;
 mod supervise;
 mod sync;
 mod token;
+mod unlock;
 mod watchdog;
 
 /// The Redis client relaylock is built on, re-exported so that

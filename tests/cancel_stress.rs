@@ -551,7 +551,7 @@ impl Ctx {
             return Phase::Quiet(self.quiet.1);
         }
         let n = (now - self.started).as_nanos() / SEGMENT.as_nanos();
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             Phase::Contended
         } else {
             let mut end = (self.started + SEGMENT * (n as u32 + 1)).min(self.load_end);
@@ -632,7 +632,7 @@ async fn task(ctx: Arc<Ctx>, c: usize, t: usize, mut rng: Rng) -> Report {
                 tokio::time::sleep_until(until.into()).await;
                 continue;
             }
-            Phase::Sparse(until) if t % 4 != 0 => {
+            Phase::Sparse(until) if !t.is_multiple_of(4) => {
                 tokio::time::sleep_until(until.into()).await;
                 continue;
             }

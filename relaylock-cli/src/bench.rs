@@ -22,10 +22,10 @@ use futures::StreamExt;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use crate::redis_server::RedisServer;
 use crate::stats::{handoffs, jain, over_limit, percentile};
 use crate::worker::WorkerReport;
 use crate::{parse_duration, Primitive, Strategy};
-use relaylock_testkit::RedisServer;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {

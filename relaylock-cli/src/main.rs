@@ -4,6 +4,8 @@
 //!   distributed flock(1) (`run.rs`);
 //! - `relaylock status [KEY...]`: who holds a key, for how long, who is
 //!   queued and since when (`status.rs`);
+//! - `relaylock unlock KEY --token T`: releases a stuck hold as its holder
+//!   would (`unlock.rs`);
 //! - `relaylock bench` compares pub/sub waiting with spin polling on a real
 //!   Redis server; see `relaylock bench --help` and docs/benchmarks.md;
 //!   `relaylock report` prints saved results again.
@@ -19,9 +21,11 @@ use relaylock::WaitStrategy;
 mod bare;
 mod bench;
 mod plot;
+mod redis_server;
 mod run;
 mod stats;
 mod status;
+mod unlock;
 mod worker;
 
 #[derive(Parser)]
@@ -45,6 +49,8 @@ enum Command {
     Run(run::RunArgs),
     /// Who holds a key, for how long, who is queued and since when.
     Status(status::StatusArgs),
+    /// Release a stuck lock (or a semaphore or read-write hold) by its token.
+    Unlock(unlock::UnlockArgs),
     /// One load-generating process of `bench` (spawned by it).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -165,26 +171,21 @@ impl fmt::Display for Primitive {
     }
 }
 
-/// `250ms`, `10s`, `2m`, or a plain number of seconds.
+/// A duration as `humantime` reads it (`250ms`, `10s`, `2m`, `1h`,
+/// `1h 30m`), or a plain number of seconds (`10`, `0.5`); between 1 ms and
+/// 24 h.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (number, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
+    let d = match s.parse::<f64>() {
+        Ok(secs) => Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("{s:?}: must be between 1 ms and 24 h"))?,
+        Err(_) => humantime::parse_duration(s)
+            .map_err(|e| format!("{s:?}: {e} (e.g. 500ms, 10s, 2m, 1h)"))?,
     };
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{s:?}: expected e.g. 500ms, 10s, 2m"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("{s:?}: the unit is ms, s or m")),
-    };
-    if !(0.001..=86_400.0).contains(&secs) {
+    if !(Duration::from_millis(1)..=Duration::from_secs(86_400)).contains(&d) {
         return Err(format!("{s:?}: must be between 1 ms and 24 h"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 fn main() -> ExitCode {
@@ -207,6 +208,7 @@ fn main() -> ExitCode {
             // Exit statuses of its own, documented in `relaylock run --help`.
             Command::Run(args) => Ok(run::run(args).await),
             Command::Status(args) => Ok(status::run(args).await),
+            Command::Unlock(args) => Ok(unlock::run(args).await),
         }
     });
     match result {
@@ -315,7 +317,11 @@ mod tests {
         assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
         assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        for bad in ["", "0s", "1h", "x", "-1s", "100d"] {
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
+        assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
+        for bad in ["", "0s", "25h", "x", "-1s", "100d", "500us", "NaN", "inf"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }

@@ -67,14 +67,18 @@ pub struct RunArgs {
     pub url: String,
     /// How long to wait for the lock: 0 tries once; without it, wait as
     /// long as it takes.
-    #[arg(long, value_parser = parse_wait)]
+    #[arg(short = 'w', long, value_parser = parse_wait, conflicts_with = "nonblock")]
     pub wait: Option<Duration>,
+    /// Do not wait: fail at once (exit status 75, or -E) if the lock is
+    /// held, as flock -n does. The same as `--wait 0`.
+    #[arg(short = 'n', long)]
+    pub nonblock: bool,
     /// The lease the watchdog keeps renewing while the command runs (a
     /// third of it between renewals): if `run` dies, the key frees within it.
     #[arg(long, value_parser = crate::parse_duration, default_value = "30s")]
     pub lease: Duration,
     /// Key prefix (the library's default: `relaylock`).
-    #[arg(long)]
+    #[arg(long, env = "RELAYLOCK_PREFIX")]
     pub prefix: Option<String>,
     /// After a lost lock's SIGTERM, how long the command has before SIGKILL.
     #[arg(long, value_parser = crate::parse_duration, default_value = "10s")]
@@ -170,16 +174,21 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
         n = next_signal(&mut signals) => return Ok(die_by(n)),
     };
     let mut options = LockOptions::default().name("run");
-    if let Some(wait) = args.wait {
+    let wait = if args.nonblock {
+        Some(Duration::ZERO)
+    } else {
+        args.wait
+    };
+    if let Some(wait) = wait {
         options = options.wait(wait);
     }
     let guard = tokio::select! {
         g = client.lock_with(&args.key, options) => match g {
             Ok(g) => g,
             Err(Error::Timeout) => {
-                let wait = args.wait.unwrap_or_default();
+                let wait = wait.unwrap_or_default();
                 let why = if wait.is_zero() {
-                    "held (--wait 0)".to_owned()
+                    "held (--nonblock or --wait 0)".to_owned()
                 } else {
                     format!("not acquired within {wait:?}")
                 };

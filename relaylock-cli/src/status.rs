@@ -35,8 +35,12 @@ pub struct StatusArgs {
     #[arg(long, env = "RELAYLOCK_URL", default_value = "redis://127.0.0.1:6379")]
     pub url: String,
     /// Key prefix (the library's default).
-    #[arg(long, default_value = "relaylock")]
+    #[arg(long, env = "RELAYLOCK_PREFIX", default_value = "relaylock")]
     pub prefix: String,
+    /// List only what is held (a holder, a reservation or a value relaylock
+    /// did not write), not free names and their tombstones.
+    #[arg(long)]
+    pub held: bool,
     /// One JSON document per refresh, on one line.
     #[arg(long)]
     pub json: bool,
@@ -122,7 +126,14 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
     };
     let mut found = Vec::with_capacity(keys.len());
     for key in &keys {
-        found.push(relaylock::inspect::inspect(client, &args.prefix, key).await?);
+        let mut i = relaylock::inspect::inspect(client, &args.prefix, key).await?;
+        if args.held {
+            i.states.retain(held);
+            if i.states.is_empty() {
+                continue;
+            }
+        }
+        found.push(i);
     }
     Ok(if args.json {
         json!({
@@ -133,7 +144,9 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
         .to_string()
     } else {
         let mut out = String::new();
-        if found.is_empty() {
+        if found.is_empty() && args.held {
+            let _ = writeln!(out, "nothing held under {}:", args.prefix);
+        } else if found.is_empty() {
             let _ = writeln!(out, "no relaylock names under {}:", args.prefix);
         }
         for i in &found {
@@ -148,6 +161,12 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
         }
         out.trim_end().to_owned()
     })
+}
+
+/// Whether `--held` lists it: a holder, a reservation about to be taken, or
+/// a value relaylock did not write (which it treats as held).
+fn held(s: &State) -> bool {
+    s.foreign || !s.holders.is_empty() || !s.reservations.is_empty()
 }
 
 /// The user-facing names under the client's prefix: a `SCAN` of the
@@ -207,7 +226,8 @@ fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
-fn human(d: Duration) -> String {
+/// A duration for people: milliseconds under a second, else seconds.
+pub fn human(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{} ms", d.as_millis())
     } else {

@@ -253,6 +253,44 @@ fn a_held_key_times_out_with_its_own_status() {
     holder.stop();
 }
 
+/// flock's short options: `-n` fails at once on a held key, `-w 300ms`
+/// waits that long; durations read as humantime does (`--lease 1h`); the
+/// prefix comes from `RELAYLOCK_PREFIX` as the URL comes from
+/// `RELAYLOCK_URL`.
+#[test]
+fn flock_options_humantime_durations_and_the_prefix_from_the_environment() {
+    let server = RedisServer::start();
+    let ran = temp_file("ran-flock");
+    let touch = format!("touch {}", ran.display());
+    let holder = Holder::start(&server, "busy");
+    let status = run(&server, &["-n"], "busy", &touch)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(75));
+    let t = Instant::now();
+    let status = run(&server, &["-w", "300ms"], "busy", &touch)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(75));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert!(!ran.exists(), "the command ran without the lock");
+    // Another prefix is another lock: the same key is free there.
+    let status = run(&server, &["-n", "--lease", "1h"], "busy", &touch)
+        .env("RELAYLOCK_PREFIX", "other")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(ran.exists());
+    let status = run(&server, &["--lease", "25h"], "free", "true")
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "clap refuses a lease over 24 h");
+    holder.stop();
+}
+
 /// A SIGKILLed `run` cannot release: the key frees when its lease ends, and
 /// its command is killed with it (PR_SET_PDEATHSIG), not left running
 /// unlocked.

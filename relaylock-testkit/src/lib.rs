@@ -14,6 +14,9 @@ pub mod cluster;
 pub mod ledger;
 pub mod prometheus;
 pub mod proxy;
+// The one copy lives in the CLI, which ships it (`relaylock bench` starts
+// its own server) and cannot depend on this unpublished crate.
+#[path = "../../relaylock-cli/src/redis_server.rs"]
 mod redis_server;
 pub mod sentinel;
 pub mod tls;

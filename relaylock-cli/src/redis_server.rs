@@ -1,7 +1,8 @@
 //! A throwaway `redis-server` on a free loopback port, stopped on drop.
 //!
-//! Shared by the integration tests (`tests/support`) and the `relaylock bench`
-//! load test, which includes this file with `#[path]`. Only `std` is used.
+//! `relaylock bench` starts one when given no `--url`; the test kit
+//! (relaylock-testkit, unpublished) includes this file with `#[path]` for
+//! every test's server. Only `std` is used.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,0 +1,227 @@
+//! `relaylock unlock` and `status --held` against a real redis-server: a
+//! stuck hold is released through the release script (the fencing token
+//! keeps growing, the waiters are woken at once, the holder finds its hold
+//! lost), a wrong token and a missing one change nothing, and `--force`
+//! releases every hold of a semaphore or read-write lock.
+
+use std::time::{Duration, Instant};
+
+use relaylock::inspect::Primitive;
+use relaylock::{LockClient, LockOptions, SemaphoreOptions};
+use relaylock_testkit::RedisServer;
+use serde_json::Value as Json;
+
+/// `relaylock <args> --url <url>`: exit status, stdout, stderr.
+async fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
+        .args(args)
+        .args(["--url", url])
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The tokens holding `key`'s `primitive`.
+async fn holders(client: &LockClient, key: &str, primitive: Primitive) -> Vec<String> {
+    let found = client.inspect(key).await.unwrap();
+    found
+        .states
+        .iter()
+        .filter(|s| s.primitive == primitive)
+        .flat_map(|s| s.holders.iter().map(|h| h.token.clone()))
+        .collect()
+}
+
+/// A lock whose holder stopped (its guard forgotten, no watchdog, a 60 s
+/// lease) with another client waiting: a wrong token and no token change
+/// nothing; the right one releases it, the waiter gets it at once, with a
+/// greater fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_lock_is_released_by_its_token_and_the_waiter_wakes_with_a_greater_fence() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (a, b) = (
+        LockClient::connect(&url).await.unwrap(),
+        LockClient::connect(&url).await.unwrap(),
+    );
+    let stuck = LockOptions::default()
+        .lease(Duration::from_secs(60))
+        .watchdog(false);
+    let guard = a.lock_with("job", stuck).await.unwrap();
+    let (token, fence) = (guard.token().to_owned(), guard.fencing_token());
+    std::mem::forget(guard);
+    let waiter = tokio::spawn(async move {
+        let g = b
+            .lock_with("job", LockOptions::default().wait(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        (Instant::now(), g.fencing_token(), g.release().await)
+    });
+    // The waiter is queued before the operator steps in.
+    let queued = Instant::now();
+    while a.inspect("job").await.unwrap().states[0].queue.is_empty() {
+        assert!(queued.elapsed() < Duration::from_secs(5), "never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let (code, out, err) = cli(&url, &["unlock", "job", "--token", "not-a-token"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("token not-a-token holds nothing"), "{out}");
+    let (code, _, err) = cli(&url, &["unlock", "job"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--token"), "{err}");
+    assert_eq!(
+        holders(&a, "job", Primitive::Mutex).await,
+        vec![token.clone()]
+    );
+
+    let unlocked = Instant::now();
+    let (code, out, err) = cli(&url, &["unlock", "job", "--token", &token]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "released mutex job: token {token}, fencing token {fence}"
+        )),
+        "{out}"
+    );
+    let (woke, next_fence, released) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap();
+    released.unwrap();
+    // Woken by the release's message, not by the 60 s lease running out.
+    assert!(
+        woke.duration_since(unlocked) < Duration::from_secs(5),
+        "{:?}",
+        woke.duration_since(unlocked)
+    );
+    assert!(next_fence > fence, "{next_fence} after {fence}");
+    // Nothing left to release: the same token again changes nothing.
+    let (code, out, _) = cli(&url, &["unlock", "job", "--token", &token]).await;
+    assert_eq!(code, 1, "{out}");
+    a.shutdown().await.unwrap();
+}
+
+/// A holder that still runs finds its lock lost: its watchdog's next
+/// renewal fails and `lost()` fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_of_a_released_lock_finds_it_lost() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let a = LockClient::connect(&url).await.unwrap();
+    let guard = a
+        .lock_with(
+            "report",
+            LockOptions::default().lease(Duration::from_secs(3)),
+        )
+        .await
+        .unwrap();
+    let (code, out, err) = cli(&url, &["unlock", "report", "--token", guard.token()]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the holder never learned its lock was released");
+    assert!(!guard.is_held());
+    a.shutdown().await.unwrap();
+}
+
+/// `--force` releases every hold of the kind asked for: a semaphore's two
+/// holds, then a read-write lock's write; the permits and the lock are
+/// free afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_releases_every_hold_of_a_semaphore_and_a_write() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let a = LockClient::connect(&url).await.unwrap();
+    let sem = a.semaphore("pool", 3).unwrap();
+    let stuck = SemaphoreOptions::default()
+        .lease(Duration::from_secs(60))
+        .watchdog(false);
+    std::mem::forget(sem.acquire_with(stuck.clone()).await.unwrap());
+    std::mem::forget(sem.acquire_with(stuck.permits(2)).await.unwrap());
+    assert_eq!(sem.available().await.unwrap(), 0);
+    let rw = a.rw_lock("pool");
+    let write = rw
+        .write_with(
+            LockOptions::default()
+                .lease(Duration::from_secs(60))
+                .watchdog(false),
+        )
+        .await
+        .unwrap();
+    let write_token = write.token().to_owned();
+    std::mem::forget(write);
+
+    let (code, out, err) = cli(&url, &["unlock", "pool", "--force", "--kind", "semaphore"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.matches("released semaphore pool").count(), 2, "{out}");
+    assert_eq!(sem.available().await.unwrap(), 3);
+    // The read-write lock of the same name was left alone.
+    assert_eq!(
+        holders(&a, "pool", Primitive::RwLock).await,
+        vec![write_token.clone()]
+    );
+
+    let (code, out, err) = cli(
+        &url,
+        &[
+            "unlock",
+            "pool",
+            "--token",
+            &write_token,
+            "--kind",
+            "rwlock",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("released rwlock pool"), "{out}");
+    let read = rw
+        .try_read()
+        .await
+        .unwrap()
+        .expect("the write was released");
+    read.release().await.unwrap();
+    let (code, out, _) = cli(&url, &["unlock", "pool", "--force"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("nothing is held"), "{out}");
+    a.shutdown().await.unwrap();
+}
+
+/// `status --held` lists what is held, not the tombstones of released
+/// locks; without it both show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_held_lists_only_what_is_held() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let a = LockClient::connect(&url).await.unwrap();
+    let held = a.lock("busy").await.unwrap();
+    a.lock("idle").await.unwrap().release().await.unwrap();
+    let keys = |doc: &Json| -> Vec<String> {
+        doc["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["key"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (code, out, err) = cli(&url, &["status", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        keys(&serde_json::from_str(out.trim()).unwrap()),
+        ["busy", "idle"]
+    );
+    let (code, out, err) = cli(&url, &["status", "--json", "--held"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(keys(&serde_json::from_str(out.trim()).unwrap()), ["busy"]);
+    held.release().await.unwrap();
+    let (code, out, err) = cli(&url, &["status", "--held"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("nothing held under relaylock:"), "{out}");
+    a.shutdown().await.unwrap();
+}

@@ -1,0 +1,79 @@
+//! The operator's unlock ([`LockClient::unlock`](crate::LockClient::unlock),
+//! `relaylock unlock`): free one hold by its token, through the same release
+//! scripts its holder would have run.
+//!
+//! A stuck lock is one whose holder stopped without releasing it: a process
+//! frozen, or a lease far longer than the work. Deleting the key by hand
+//! would lose what the value keeps: the last fencing token (a later holder
+//! could be issued a smaller one), the queue of waiting clients (nobody is
+//! told, they sleep until their bound) and the record of releases. Running
+//! the holder's own release instead keeps all three: the value becomes a
+//! tombstone with the hold's fence (so the next fencing token is greater),
+//! the first queued client is told (a reservation, as after any release),
+//! and the holder, if it still runs, finds its lock lost.
+//!
+//! The hold is looked up first with plain reads, for its fencing token: a
+//! token that holds nothing changes nothing in Redis (a release without the
+//! fence would void the token). Between the read and the release the hold
+//! may end by itself; the release script then finds the token gone and does
+//! nothing either: tokens are unique per acquisition.
+
+use std::sync::Arc;
+
+use fred::bytes_utils::Str;
+
+use crate::calls::Released;
+use crate::error::Result;
+use crate::inner::ClientInner;
+use crate::inspect::{Holder, Primitive};
+use crate::scripts::{Kind, Names};
+
+/// Release `token`'s hold of `key`'s `primitive`, as its holder would.
+/// `Some(hold)`: it was held and is released now; `None`: the token held
+/// nothing there (or its hold ended meanwhile).
+pub(crate) async fn unlock(
+    inner: &Arc<ClientInner>,
+    primitive: Primitive,
+    key: &str,
+    token: &str,
+) -> Result<Option<Holder>> {
+    inner.check_key(key)?;
+    let found = crate::inspect::with_client(inner, key).await?;
+    let Some(hold) = found
+        .states
+        .into_iter()
+        .filter(|s| s.primitive == primitive && !s.foreign)
+        .flat_map(|s| s.holders)
+        .find(|h| h.token == token)
+    else {
+        return Ok(None);
+    };
+    let fence = Some(hold.fencing_token);
+    let client = inner.registry.client_id();
+    let released = match primitive {
+        Primitive::Mutex => {
+            let names = inner.names(key);
+            let token = Str::from(token);
+            inner
+                .calls
+                .release(&names, &token, fence, client, false, None)
+                .await?
+                .0
+        }
+        Primitive::Semaphore | Primitive::RwLock => {
+            let names = match primitive {
+                Primitive::Semaphore => Names::semaphore(&inner.prefix, key),
+                _ => Names::rw(&inner.prefix, key, Kind::Read),
+            };
+            inner
+                .calls
+                .sem_release(&names, token, fence, client, None)
+                .await?
+                .0
+        }
+    };
+    Ok(match released {
+        Released::Freed | Released::HandedOver | Released::Granted(_) => Some(hold),
+        Released::Already | Released::NotOurs => None,
+    })
+}
