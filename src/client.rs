@@ -339,7 +339,9 @@ impl LockClient {
     /// fencing token is still greater than every earlier one, the first
     /// queued client is told at once, and the holder, if it still runs,
     /// finds its hold lost (its guard's [`lost`](crate::LockGuard::lost)
-    /// fires when its watchdog next renews). Returns the hold it released,
+    /// fires when its watchdog next renews; with the watchdog off nothing
+    /// tells it, and its own release later returns `Ok`, as for a replayed
+    /// release: the release is recorded under its fencing token). Returns the hold it released,
     /// or `None` when `token` holds nothing there (nothing is written then).
     /// The tokens held are in [`inspect`](Self::inspect) and
     /// `relaylock status`; `relaylock unlock` calls this.

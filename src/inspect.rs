@@ -5,7 +5,7 @@
 //!
 //! It runs plain read commands only (`GET`, `PTTL`, `ZRANGE`, `HGETALL`,
 //! `TIME`, `PUBSUB NUMSUB` or, in Redis Cluster, `PUBSUB SHARDNUMSUB`), never
-//! a script, so an operator's ACL user can be read-only (README, "Security").
+//! a script, so an operator's ACL user can be read-only (docs/security.md).
 //! The reads are not one atomic snapshot: a state that changes while they
 //! run may show half old, half new. Nothing here is used by the lock paths.
 

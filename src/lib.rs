@@ -94,6 +94,18 @@ pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use scripts::PROTOCOL;
 pub use semaphore::{Permit, Semaphore};
 
+// Every Rust snippet of the README and the docs is compiled (and the ones
+// that need no server run) as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/usage.md")]
+struct UsageDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/dashboards/README.md")]
+struct DashboardsDoctests;
+
 /// The Lua scripts and their constants, for the integration tests that
 /// replay or forge script calls. Not part of the API: the protocol is
 /// documented in docs/design.md, and its scripts in `src/scripts.rs`.

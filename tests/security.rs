@@ -1,5 +1,5 @@
 //! Secured connections against real redis-server: a least-privilege ACL
-//! user (the one README.md documents) works end to end.
+//! user (the one docs/security.md documents) works end to end.
 
 use relaylock_testkit as support;
 
@@ -10,7 +10,7 @@ use fred::types::CustomCommand;
 use relaylock::{LockClient, LockOptions};
 use support::{Admin, RedisServer};
 
-/// The ACL README.md documents for a relaylock user of prefix `relaylock`
+/// The ACL docs/security.md documents for a relaylock user of prefix `relaylock`
 /// (keys `~relaylock:*`, channels `&relaylock:*`, and only the commands
 /// relaylock sends or its scripts call).
 const ACL: &[&str] = &[

@@ -109,7 +109,7 @@ fn fail(url: &str, e: &Error) -> u8 {
         eprintln!(
             "relaylock status: permission denied on {url}: {text}\n\
              (the ACL user needs +get +pttl +zrange +hgetall +time +pubsub|numsub \
-             +pubsub|shardnumsub +scan: README, \"Security\")"
+             +pubsub|shardnumsub +scan: docs/security.md)"
         );
         NO_PERMISSION
     } else {

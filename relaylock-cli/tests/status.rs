@@ -1,6 +1,6 @@
 //! `relaylock status` against a real redis-server (and a real cluster):
 //! what it reports is what the clients did, it scans the prefix when given
-//! no key, works under the read-only ACL README documents, and says so when
+//! no key, works under the read-only ACL docs/security.md documents, and says so when
 //! it lacks a permission.
 
 use std::time::{Duration, Instant};
@@ -297,7 +297,7 @@ async fn the_scan_is_cluster_wide() {
     }
 }
 
-/// The read-only ACL user README documents is enough; a user that lacks a
+/// The read-only ACL user docs/security.md documents is enough; a user that lacks a
 /// command gets exit status 77 and a message that says what is missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_read_only_acl_is_enough_and_missing_permission_is_clear() {
@@ -367,20 +367,20 @@ async fn watch_refreshes() {
     );
 }
 
-/// The ACL above is README's, rule for rule.
+/// The ACL above is docs/security.md's, rule for rule.
 #[test]
-fn the_acl_is_the_one_readme_documents() {
-    let readme = include_str!("../../README.md");
+fn the_acl_is_the_one_docs_security_documents() {
+    let readme = include_str!("../../docs/security.md");
     let block = readme
         .split("ACL SETUSER ops on >secret ")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("README documents the read-only user");
+        .expect("docs/security.md documents the read-only user");
     let documented: Vec<&str> = block.split_whitespace().collect();
     assert_eq!(documented, README_STATUS_ACL);
 }
 
-/// README's read-only ACL user for `relaylock status` (prefix `relaylock`).
+/// docs/security.md's read-only ACL user for `relaylock status` (prefix `relaylock`).
 const README_STATUS_ACL: &[&str] = &[
     "resetkeys",
     "%R~relaylock:*",
