@@ -15,6 +15,16 @@ use std::time::{Duration, Instant};
 pub const INSTALL_HINT: &str = "redis-server is not on PATH. Install it with \
 `apt-get install -y redis-server` (Debian/Ubuntu) or your system's package manager.";
 
+/// The variable that names another server binary to start instead of
+/// `redis-server` (a Valkey `valkey-server`, say: `.ci/run` runs the lock
+/// tests against Valkey this way). It must take redis-server's options.
+pub const SERVER_VAR: &str = "RELAYLOCK_SERVER";
+
+/// The server binary: `$RELAYLOCK_SERVER`, or `redis-server` from `PATH`.
+pub fn server_binary() -> std::ffi::OsString {
+    std::env::var_os(SERVER_VAR).unwrap_or_else(|| "redis-server".into())
+}
+
 /// A `redis-server` process with no persistence, killed on drop.
 pub struct RedisServer {
     child: Option<Child>,
@@ -49,7 +59,8 @@ enum Spawn {
 }
 
 fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Result<Spawn, String> {
-    let mut child = Command::new("redis-server")
+    let binary = server_binary();
+    let mut child = Command::new(&binary)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
         .arg("--dir")
@@ -60,8 +71,12 @@ fn spawn(port: u16, dir: &Path, extra: &[&str]) -> Result<Spawn, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound if std::env::var_os(SERVER_VAR).is_some() => format!(
+                "{SERVER_VAR}={} does not exist (.ci/deps valkey installs Valkey's)",
+                binary.to_string_lossy()
+            ),
             std::io::ErrorKind::NotFound => INSTALL_HINT.to_string(),
-            _ => format!("could not run redis-server: {e}"),
+            _ => format!("could not run {}: {e}", binary.to_string_lossy()),
         })?;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(10) {
