@@ -596,14 +596,18 @@ mod settings {
             let _ = g.release().await;
             let _ = waiter.await.expect("the waiter did not panic");
         }
-        let sem = client.semaphore("sem", limit).unwrap();
-        let r = sem
-            .acquire_with(
-                SemaphoreOptions::default()
-                    .permits(permits)
-                    .wait(Duration::from_millis(100)),
-            )
-            .await;
+        let r = match client.semaphore("sem", limit) {
+            Ok(sem) => {
+                sem.acquire_with(
+                    SemaphoreOptions::default()
+                        .permits(permits)
+                        .wait(Duration::from_millis(100)),
+                )
+                .await
+            }
+            // A limit of 0 is refused where it is given.
+            Err(e) => Err(e),
+        };
         match r {
             Ok(p) => {
                 assert!(permits >= 1 && permits <= limit);

@@ -25,6 +25,9 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::Args;
+use nix::libc;
+use nix::sys::signal::{killpg, raise, Signal as Sig};
+use nix::unistd::{getpgrp, tcgetpgrp, Pid};
 use relaylock::{Error, LockClient, LockGuard, LockOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -136,12 +139,14 @@ fn ignored(signal: i32) -> bool {
 /// killed by the signal, as if `run` had not caught it (a shell loop stops
 /// on Ctrl-C; a shell shows 128 + N).
 fn die_by(signal: i32) -> u8 {
-    // SAFETY: restores the default action of a signal this process handles
-    // and raises it at itself; every forwarded signal's default action ends
-    // the process.
+    // SAFETY: restores the default action of a signal this process
+    // handles (no handler of ours is left installed for it to race with).
     unsafe {
         libc::signal(signal, libc::SIG_DFL);
-        libc::raise(signal);
+    }
+    // Every forwarded signal's default action ends the process.
+    if let Ok(signal) = Sig::try_from(signal) {
+        let _ = raise(signal);
     }
     128u8.wrapping_add(signal as u8)
 }
@@ -227,7 +232,9 @@ fn spawn(args: &RunArgs, guard: &LockGuard) -> Result<(Child, Terminal), (u8, St
     let terminal = foreground_terminal();
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: between fork and exec only async-signal-safe calls: signal,
-    // tcsetpgrp, getpid, prctl, getppid, _exit.
+    // tcsetpgrp, getpid, prctl, getppid, _exit (nix's prctl and getppid are
+    // the bare system calls; std's stdin handle, which may allocate, is not
+    // used here).
     unsafe {
         command.pre_exec(move || {
             if terminal {
@@ -240,11 +247,9 @@ fn spawn(args: &RunArgs, guard: &LockGuard) -> Result<(Child, Terminal), (u8, St
             }
             #[cfg(target_os = "linux")]
             {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                nix::sys::prctl::set_pdeathsig(Sig::SIGKILL)?;
                 // `run` died before the prctl: do not run unlocked.
-                if libc::getppid() != parent {
+                if nix::unistd::getppid().as_raw() != parent {
                     libc::_exit(exit::LOST as i32);
                 }
             }
@@ -269,11 +274,9 @@ fn spawn(args: &RunArgs, guard: &LockGuard) -> Result<(Child, Terminal), (u8, St
 /// Standard input is a terminal whose foreground group is ours: the command
 /// gets it while it runs.
 fn foreground_terminal() -> bool {
-    // SAFETY: plain queries of the calling process's state.
-    unsafe {
-        libc::isatty(libc::STDIN_FILENO) == 1
-            && libc::tcgetpgrp(libc::STDIN_FILENO) == libc::getpgrp()
-    }
+    use std::io::IsTerminal;
+    let stdin = std::io::stdin();
+    stdin.is_terminal() && tcgetpgrp(&stdin).is_ok_and(|group| group == getpgrp())
 }
 
 /// Gives the terminal back to `run`'s group once the command is done, if
@@ -354,13 +357,10 @@ fn status_code(status: std::process::ExitStatus) -> u8 {
 /// `signal` to the command's process group: the command and what it
 /// started.
 fn send(child: &Child, signal: i32) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) on the group our own child leads; the child has
-        // not been reaped (`id()` is `None` once it has), so the group id
-        // is not reused.
-        unsafe {
-            libc::kill(-(pid as libc::pid_t), signal);
-        }
+    // The group our own child leads: the child has not been reaped (`id()`
+    // is `None` once it has), so the group id is not reused.
+    if let (Some(pid), Ok(signal)) = (child.id(), Sig::try_from(signal)) {
+        let _ = killpg(Pid::from_raw(pid as i32), signal);
     }
 }
 

@@ -114,17 +114,12 @@ pub fn now_ns() -> u64 {
 
 /// This process's CPU time so far (user + system, every thread), in µs.
 fn process_cpu_us() -> u64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage only writes the struct it is given, which is valid
-    // for writes; RUSAGE_SELF covers every thread of the process.
-    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } == 0;
-    if !ok {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
         return 0;
-    }
-    // SAFETY: getrusage succeeded, so the struct is initialised.
-    let usage = unsafe { usage.assume_init() };
-    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    us(usage.ru_utime) + us(usage.ru_stime)
+    };
+    let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+    us(usage.user_time()) + us(usage.system_time())
 }
 
 fn peak_rss_kib() -> u64 {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::libc;
 use relaylock_testkit::RedisServer;
 
 fn relaylock() -> Command {
@@ -66,10 +67,8 @@ fn wait_child(child: &mut Child, limit: Duration) -> ExitStatus {
 }
 
 fn kill(pid: u32, signal: i32) {
-    // SAFETY: kill(2) on a pid this test started.
-    unsafe {
-        libc::kill(pid as libc::pid_t, signal);
-    }
+    let signal = nix::sys::signal::Signal::try_from(signal).unwrap();
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
 }
 
 fn alive(pid: u32) -> bool {

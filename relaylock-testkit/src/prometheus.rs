@@ -4,17 +4,14 @@
 //!
 //! The config and the TSDB live in a temp dir removed on drop; Prometheus's
 //! own log goes to a file there, and [`Prometheus::log_tail`] shows its end
-//! when something goes wrong. The HTTP API is reached with a plain
-//! HTTP/1.0 GET over [`std::net::TcpStream`] (`Connection: close`, so the
-//! body is everything up to the close), with the query string
-//! percent-encoded by hand: no HTTP client dependency.
+//! when something goes wrong. The HTTP API is reached with `ureq`, a
+//! blocking HTTP client.
 //!
 //! Starting and querying are blocking: call them from a plain thread (or
 //! `spawn_blocking`), not from inside an async task.
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -71,47 +68,25 @@ fn config(targets: &[SocketAddr], rules: Option<&Path>) -> String {
     c
 }
 
-/// Percent-encode a query-string component: everything but the unreserved
-/// characters of RFC 3986.
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            write!(out, "%{b:02X}").unwrap();
-        }
-    }
-    out
-}
-
-/// `GET path` (path and query string, already encoded) from
-/// `127.0.0.1:port`: the status code and the body.
-fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut s = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT)
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    s.set_read_timeout(Some(REQUEST_TIMEOUT))
-        .and_then(|()| s.set_write_timeout(Some(REQUEST_TIMEOUT)))
-        .map_err(|e| e.to_string())?;
-    // HTTP/1.0: the answer is never chunked, and ends with the connection.
-    let request =
-        format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes())
-        .map_err(|e| format!("send GET {path}: {e}"))?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)
-        .map_err(|e| format!("read the answer to GET {path}: {e}"))?;
-    let raw = String::from_utf8(raw).map_err(|e| format!("GET {path}: not UTF-8: {e}"))?;
-    let (head, body) = raw
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("GET {path}: no end of headers in {raw:?}"))?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("GET {path}: bad status line in {head:?}"))?;
-    Ok((status, body.to_owned()))
+/// `GET url?params` (the parameters percent-encoded by ureq): the status
+/// code and the body, whatever the status.
+fn http_get(url: &str, params: &[(&str, &str)]) -> Result<(u16, String), String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(REQUEST_TIMEOUT))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent
+        .get(url)
+        .query_pairs(params.iter().copied())
+        .call()
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| format!("read the answer to GET {url}: {e}"))?;
+    Ok((status, body))
 }
 
 /// The result of an instant query: one sample per series.
@@ -174,7 +149,10 @@ impl Prometheus {
             };
             let started = Instant::now();
             loop {
-                if matches!(http_get(port, "/-/ready"), Ok((200, _))) {
+                if matches!(
+                    http_get(&format!("http://127.0.0.1:{port}/-/ready"), &[]),
+                    Ok((200, _))
+                ) {
                     return p;
                 }
                 let exited = p.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
@@ -211,12 +189,8 @@ impl Prometheus {
     /// `GET /api/v1/<endpoint>?<params>` (each value percent-encoded):
     /// the `data` of a `"status": "success"` answer, or the error.
     pub fn api(&self, endpoint: &str, params: &[(&str, &str)]) -> Result<Value, String> {
-        let mut path = format!("/api/v1/{endpoint}");
-        for (i, (k, v)) in params.iter().enumerate() {
-            path.push(if i == 0 { '?' } else { '&' });
-            write!(path, "{}={}", percent_encode(k), percent_encode(v)).unwrap();
-        }
-        let (status, body) = http_get(self.port, &path)?;
+        let path = format!("{}/api/v1/{endpoint}", self.url());
+        let (status, body) = http_get(&path, params)?;
         let json: Value = serde_json::from_str(&body)
             .map_err(|e| format!("GET {path}: {status}, not JSON ({e}): {body}"))?;
         if status != 200 || json["status"] != "success" {
@@ -269,10 +243,7 @@ impl Prometheus {
     /// Grafana's `label_values(<selector>, <label>)` asks for them
     /// (`/api/v1/label/<label>/values?match[]=<selector>`).
     pub fn label_values(&self, selector: &str, label: &str) -> Result<Vec<String>, String> {
-        let data = self.api(
-            &format!("label/{}/values", percent_encode(label)),
-            &[("match[]", selector)],
-        )?;
+        let data = self.api(&format!("label/{label}/values"), &[("match[]", selector)])?;
         data.as_array()
             .ok_or_else(|| format!("label values of {label}: {data}"))?
             .iter()

@@ -1,7 +1,8 @@
 //! A throwaway certificate authority and a TLS-enabled redis-server.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
+
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
 use super::{free_port, RedisServer};
 
@@ -15,17 +16,14 @@ pub struct Certs {
     pub other_ca: Vec<u8>,
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("could not run openssl: {e}"));
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// A self-signed CA named `name` (ECDSA P-256), with its key.
+fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, format!("relaylock test {name}"));
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
 }
 
 impl Certs {
@@ -36,65 +34,20 @@ impl Certs {
             free_port()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        for ca in ["ca", "other"] {
-            openssl(
-                &dir,
-                &[
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-days",
-                    "1",
-                    "-keyout",
-                    &format!("{ca}.key"),
-                    "-out",
-                    &format!("{ca}.crt"),
-                    "-subj",
-                    &format!("/CN=relaylock test {ca}"),
-                ],
-            );
-        }
-        openssl(
-            &dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=127.0.0.1",
-            ],
-        );
-        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-        openssl(
-            &dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "server.crt",
-                "-days",
-                "1",
-                "-extfile",
-                "ext.cnf",
-            ],
-        );
+        let (signer, other) = (ca("ca"), ca("other"));
+        // The server's certificate: for the IP address 127.0.0.1.
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "127.0.0.1");
+        let key = KeyPair::generate().unwrap();
+        let server = params.signed_by(&key, &signer).unwrap();
+        std::fs::write(dir.join("ca.crt"), signer.pem()).unwrap();
+        std::fs::write(dir.join("server.crt"), server.pem()).unwrap();
+        std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
         Certs {
-            ca: std::fs::read(dir.join("ca.crt")).unwrap(),
-            other_ca: std::fs::read(dir.join("other.crt")).unwrap(),
+            ca: signer.pem().into_bytes(),
+            other_ca: other.pem().into_bytes(),
             dir,
         }
     }
