@@ -12,19 +12,13 @@ use relaylock_testkit::cluster::RedisCluster;
 use relaylock_testkit::{self as support, Admin, RedisServer};
 use serde_json::Value as Json;
 
+mod common;
+
 /// `relaylock status <args>`: exit status, stdout, stderr.
 async fn status(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
-        .args(["status", "--url", url])
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut all = vec!["status", "--url", url];
+    all.extend_from_slice(args);
+    common::relaylock(&all).await
 }
 
 async fn status_json(url: &str, args: &[&str]) -> Json {

@@ -11,19 +11,13 @@ use relaylock::{LockClient, LockOptions, SemaphoreOptions};
 use relaylock_testkit::RedisServer;
 use serde_json::Value as Json;
 
+mod common;
+
 /// `relaylock <args> --url <url>`: exit status, stdout, stderr.
 async fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
-        .args(args)
-        .args(["--url", url])
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--url", url]);
+    common::relaylock(&all).await
 }
 
 /// The tokens holding `key`'s `primitive`.
