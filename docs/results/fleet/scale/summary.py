@@ -1,7 +1,7 @@
 """Issue 23's targets on the 16-core device machine, from the raw runs of
 docs/results/fleet/scale/run.sh (protocol 2, 96a3fbe, and protocol 3, two
 rounds each in the order p2 p3 p3 p2; Redis pinned to one core, the bench on
-the other 15). Every ratio is within one run; no figure is typed by hand.
+the other 15), and of floor256.sh (target 2 with the fenced floor beside). Every ratio is within one run; no figure is typed by hand.
 
     python3 docs/results/fleet/scale/summary.py
 """
@@ -147,4 +147,24 @@ def jain():
     return "\n".join(out)
 
 
-print(targets(), scenarios(), floor(), jain(), sep="\n\n")
+def floor256():
+    """floor256.sh: target 2 with the fenced floor beside relaylock and bare."""
+    out = ["| round | strategy | acq/s (× bare) | Redis CPU µs/acq (× bare) | Redis core busy "
+           "| acquire calls/acq | wait p99 ms (× bare) |",
+           "|---|---|---|---|---|---|---|"]
+    rs = rows("floor256")
+    for n in range(len(rs) // 3):
+        run = rs[3 * n:3 * n + 3]
+        bare = pick(run, "bare:10", 256, 4)
+        for r in run:
+            busy = r["redis_cpu_us_per_acq"] * r["acq_per_s"] / 1e6
+            out.append(
+                f"| {n + 1} | {r['strategy']} "
+                f"| {r['acq_per_s']:,.0f} ({r['acq_per_s'] / bare['acq_per_s']:.2f}×) "
+                f"| {r['redis_cpu_us_per_acq']:.1f} ({r['redis_cpu_us_per_acq'] / bare['redis_cpu_us_per_acq']:.2f}×) "
+                f"| {busy:.2f} | {r['attempts_per_acq']:.3f} "
+                f"| {r['wait_p99_ms']:.1f} ({r['wait_p99_ms'] / bare['wait_p99_ms']:.2f}×) |")
+    return "\n".join(out)
+
+
+print(targets(), scenarios(), floor(), jain(), floor256(), sep="\n\n")
