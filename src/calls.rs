@@ -279,6 +279,12 @@ impl Calls {
     /// With the outcome, whether this client is the stand-by of a hand-over
     /// to another client (queued first behind it): no message tells it so,
     /// the caller arms the grace probe itself.
+    ///
+    /// `record` is false for an operator's release
+    /// ([`unlock`](crate::unlock)): the fence does not join the ring of
+    /// released fences, so the holder's own later release reports the loss
+    /// instead of a replay.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn release(
         &self,
         names: &Names,
@@ -287,13 +293,14 @@ impl Calls {
         client: &Str,
         requeue: bool,
         next: Option<(&str, u64, bool)>,
+        record: bool,
     ) -> Result<(Released, bool)> {
         // The common release (fence known, no `next`) sends the lock's name
         // alone and no `next` arguments: the script reads the marker names
         // only to void an abandoned token or to check `next`'s marker, and
         // every argument costs Redis (about 0.1 µs each,
         // docs/results/args-cost.md).
-        let lean = fence.is_some() && next.is_none();
+        let lean = fence.is_some() && next.is_none() && record;
         let (void, voids) = if lean {
             (String::new(), String::new())
         } else {
@@ -326,6 +333,9 @@ impl Calls {
                     (next_lease as i64).into(),
                     flag(if keep { "1" } else { "0" }),
                 ]);
+                if !record {
+                    args.push(flag("0"));
+                }
                 let mut keys = lock_keys(names, &void, &voids);
                 keys.push(next_void.as_deref().unwrap_or(voids.as_str()).into());
                 (keys, args)
@@ -498,6 +508,7 @@ impl Calls {
     /// still has local waiters, the largest of which needs `n` permits
     /// under `limit`. Returns the outcome and how many local waiters to
     /// wake ([`sem_release_reply`]).
+    /// `record` as for [`release`](Self::release).
     pub(crate) async fn sem_release(
         &self,
         names: &Names,
@@ -505,6 +516,7 @@ impl Calls {
         fence: Option<u64>,
         client: &str,
         requeue: Option<(u32, u32)>,
+        record: bool,
     ) -> Result<(Released, u32, bool)> {
         let (holds, facts) = names.side();
         let (void, voids) = (names.void(token), names.voids());
@@ -512,7 +524,7 @@ impl Calls {
         let reply: Vec<i64> = self
             .script(&self.redis, &self.scripts.sem_release, || {
                 let (n, limit) = requeue.unwrap_or((1, 1));
-                let args: Vec<Value> = vec![
+                let mut args: Vec<Value> = vec![
                     token.into(),
                     fence.map_or_else(|| "".into(), |f| Value::Integer(f as i64)),
                     channel.as_str().into(),
@@ -526,6 +538,9 @@ impl Calls {
                     i64::from(limit).into(),
                     wchannel.as_str().into(),
                 ];
+                if !record {
+                    args.push("0".into());
+                }
                 let keys = vec![&*names.lock, &holds, &facts, &void, &voids];
                 (keys, args)
             })

@@ -334,21 +334,20 @@ impl LockClient {
     }
 
     /// For operators: release the hold `token` of `key`'s lock, semaphore
-    /// or read-write lock (`primitive`), as its holder's own release would:
-    /// a stuck lock, whose holder stopped without releasing it. The next
-    /// fencing token is still greater than every earlier one, the first
-    /// queued client is told at once, and the holder, if it still runs,
-    /// finds its hold lost (its guard's [`lost`](crate::LockGuard::lost)
-    /// fires when its watchdog next renews; with the watchdog off nothing
-    /// tells it, and its own release later returns `Ok`, as for a replayed
-    /// release: the release is recorded under its fencing token). Returns the hold it released,
-    /// or `None` when `token` holds nothing there (nothing is written then).
-    /// The tokens held are in [`inspect`](Self::inspect) and
+    /// or read-write lock (`primitive`), as its holder's release would: a
+    /// stuck lock, whose holder stopped without releasing it. The next
+    /// fencing token is still greater than every earlier one, and the
+    /// first queued client (this one's too) is told at once. A holder that
+    /// still runs finds its hold lost: its guard's
+    /// [`lost`](crate::LockGuard::lost) fires when its watchdog next renews,
+    /// and its own `release` (or `with_lock`) fails with
+    /// [`Error::LockLost`]. Returns the hold it released, or `None` when
+    /// `token` holds nothing there (a value relaylock did not write holds no
+    /// token). The tokens held are in [`inspect`](Self::inspect) and
     /// `relaylock status`; `relaylock unlock` calls this.
     ///
     /// ```no_run
     /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
-    /// use relaylock::inspect::Primitive;
     /// for state in client.inspect("orders:42").await?.states {
     ///     for h in state.holders {
     ///         if let Some(freed) = client.unlock(state.primitive, "orders:42", &h.token).await? {
@@ -356,7 +355,6 @@ impl LockClient {
     ///         }
     ///     }
     /// }
-    /// # let _ = Primitive::Mutex;
     /// # Ok(())
     /// # }
     /// ```
@@ -365,14 +363,14 @@ impl LockClient {
     ///
     /// [`Error::InvalidArgument`] for a key the lock calls would refuse;
     /// [`Error::Redis`] when a read or the release fails (the hold is then
-    /// as it was, or released: run it again); [`Error::UnexpectedReply`]
-    /// when the name holds something relaylock did not write.
+    /// as it was, or released: look again with `inspect`).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: dropped before the release is sent, it changed nothing;
     /// dropped after, the release runs to its end in Redis (the same as a
-    /// completed call).
+    /// completed call). A release whose reply was lost and that fred sent
+    /// again reports `None` the second time, though the first released it.
     pub async fn unlock(
         &self,
         primitive: crate::inspect::Primitive,

@@ -592,6 +592,7 @@ pub(crate) async fn release(
                 registry.client_id(),
                 requeued.is_some(),
                 next,
+                true,
             )
             .await
     };
@@ -678,6 +679,7 @@ async fn release_permits(
             fence,
             registry.role_id(names.kind),
             need.flatten(),
+            true,
         )
         .await;
     let wake = match &outcome {

@@ -274,8 +274,12 @@ return {1, fence, 1}
 /// nine arguments (relaylock does): the script touches the other names only
 /// to void an abandoned acquisition and to check `next`'s marker.
 /// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms,
-/// publish, requeue, next, next_lease_ms, keep]` (`channel`, `publish` as
-/// for [`ACQUIRE`]; `ring_chars` is [`LOCK_RING_CHARS`]).
+/// publish, requeue, next, next_lease_ms, keep, record]` (`channel`,
+/// `publish` as for [`ACQUIRE`]; `ring_chars` is [`LOCK_RING_CHARS`];
+/// `record` is `'0'` for an operator's release, `relaylock unlock`: the
+/// ring is kept as it was, without `f`, so the holder's own later release
+/// finds its fence neither held nor released and reports the loss; absent
+/// otherwise).
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
 /// while in flight (future dropped, error, timeout). `client` is the
 /// releasing client's id; `requeue` is `'1'` when it still has local waiters
@@ -379,6 +383,7 @@ if head and string.sub(head, 1, #mine) == mine then
       if e > s0 then keep = string.sub(v, s0 + 1, e) end
     end
   end
+  if ARGV[13] == '0' then rhead, keep = ring(), '' end
   local tail = '|' .. rhead
   local best, rest, again = nil, nil, false
   if queue ~= '' then
@@ -939,7 +944,8 @@ return {0, bound}
 ///
 /// KEYS: as for [`SEM_ACQUIRE`]. ARGV: `[token, fence, channel,
 /// retention_ms, ring_chars, client, grace_ms, publish, requeue, n, limit,
-/// wchannel]` (`wchannel` as for [`SEM_ACQUIRE`]);
+/// wchannel, record]` (`wchannel` as for [`SEM_ACQUIRE`]; `record` as for
+/// [`RELEASE`]: `'0'` keeps the released fence out of the ring);
 /// `fence` is `''` for an acquisition abandoned in flight; `n` and `limit`
 /// are what the releasing client's next local waiter needs, used when
 /// `requeue` is `'1'`.
@@ -1013,9 +1019,11 @@ if fact and (ARGV[2] == '' or fs == ARGV[2]) then
   redis.call('HDEL', KEYS[3], ARGV[1])
   used = used - n
   if used < 0 then used = 0 end
-  if ring == '' then ring = fs else ring = fs .. ' ' .. ring end
-  local cap = tonumber(ARGV[5])
-  if #ring > cap then ring = string.match(string.sub(ring, 1, cap + 1), '^(.*) ') or fs end
+  if ARGV[13] ~= '0' then
+    if ring == '' then ring = fs else ring = fs .. ' ' .. ring end
+    local cap = tonumber(ARGV[5])
+    if #ring > cap then ring = string.match(string.sub(ring, 1, cap + 1), '^(.*) ') or fs end
+  end
   dequeue(ARGV[6])
   if ARGV[9] == '1' then
     local e = ARGV[6] .. ':' .. ARGV[10] .. ':' .. ARGV[11]

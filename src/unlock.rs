@@ -12,11 +12,20 @@
 //! the first queued client is told (a reservation, as after any release),
 //! and the holder, if it still runs, finds its lock lost.
 //!
+//! Two differences from the holder's own release. The fence does not join
+//! the value's ring of released fences (`record` `'0'`), so the holder's
+//! own later release reports the loss (`LockLost`) instead of taking it for
+//! a replay of a release it made. And the releasing client is named by a
+//! fresh id that no client has: the release scripts treat the releasing
+//! client's queue entry as their caller's (drop it, leave its waiters to
+//! it), so releasing as this client would strand its own waiters.
+//!
 //! The hold is looked up first with plain reads, for its fencing token: a
 //! token that holds nothing changes nothing in Redis (a release without the
 //! fence would void the token). Between the read and the release the hold
-//! may end by itself; the release script then finds the token gone and does
-//! nothing either: tokens are unique per acquisition.
+//! may end by itself; the lock's release script then finds the token gone
+//! and writes nothing, a semaphore's hands permits freed meanwhile to
+//! waiting clients, as any of its releases does.
 
 use std::sync::Arc;
 
@@ -49,14 +58,15 @@ pub(crate) async fn unlock(
         return Ok(None);
     };
     let fence = Some(hold.fencing_token);
-    let client = inner.registry.client_id();
+    // A releaser no client is: see the module docs.
+    let client = crate::token::new();
     let released = match primitive {
         Primitive::Mutex => {
             let names = inner.names(key);
             let token = Str::from(token);
             inner
                 .calls
-                .release(&names, &token, fence, client, false, None)
+                .release(&names, &token, fence, &client, false, None, false)
                 .await?
                 .0
         }
@@ -67,7 +77,7 @@ pub(crate) async fn unlock(
             };
             inner
                 .calls
-                .sem_release(&names, token, fence, client, None)
+                .sem_release(&names, token, fence, &client, None, false)
                 .await?
                 .0
         }

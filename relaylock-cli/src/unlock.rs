@@ -4,7 +4,6 @@
 //! and the holder, if it still runs, finds its hold lost. Without `--token`
 //! it refuses, unless `--force` (then every hold of KEY is released).
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -28,8 +27,9 @@ and the read commands of status).
 
 Exit status: 0 if a hold was released; 1 if nothing was (the token holds
 nothing there: released meanwhile, expired, or mistyped); 2 without --token
-or --force; 69 if Redis could not be reached or refused a command; 77 if the
-ACL user lacks a command.")]
+or --force, or for an argument refused (a bad key); 69 if Redis could not be
+reached or refused a command (holds already released are printed before the
+error); 77 if the ACL user lacks a command.")]
 pub struct UnlockArgs {
     /// Redis URL (redis://, rediss://, redis-cluster://, redis-sentinel://).
     #[arg(long, env = "RELAYLOCK_URL", default_value = "redis://127.0.0.1:6379")]
@@ -41,8 +41,13 @@ pub struct UnlockArgs {
     #[arg(long)]
     pub token: Option<String>,
     /// Without --token: release every hold of KEY (of --kind, if given).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "token")]
     pub force: bool,
+    /// How long the released lock's record (its last fencing token, its
+    /// released fences) stays in Redis: the applications' `side_retention`,
+    /// if they changed it from the default.
+    #[arg(long, value_parser = crate::parse_duration, default_value = "60s")]
+    pub side_retention: Duration,
     /// Only this primitive of KEY (a lock, a semaphore and a read-write lock
     /// may share a name); by default, whichever the token holds.
     #[arg(long, value_enum)]
@@ -85,6 +90,7 @@ pub async fn run(args: UnlockArgs) -> u8 {
     let client = match LockClient::builder()
         .url(&args.url)
         .prefix(&args.prefix)
+        .side_retention(args.side_retention)
         .build()
         .await
     {
@@ -94,20 +100,16 @@ pub async fn run(args: UnlockArgs) -> u8 {
     let outcome = unlock(&client, &args).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), client.shutdown()).await;
     match outcome {
-        Ok((text, released)) => {
-            print!("{text}");
-            if released {
-                0
-            } else {
-                NOTHING
-            }
-        }
+        Ok(true) => 0,
+        Ok(false) => NOTHING,
         Err(e) => fail(&args.url, &e),
     }
 }
 
-/// Release what `args` names; the report, and whether anything was released.
-async fn unlock(client: &LockClient, args: &UnlockArgs) -> Result<(String, bool), Error> {
+/// Release what `args` names, printing each hold as it is released (so an
+/// error part way through `--force` leaves the ones already released on
+/// the screen); whether anything was released.
+async fn unlock(client: &LockClient, args: &UnlockArgs) -> Result<bool, Error> {
     let found = client.inspect(&args.key).await?;
     let mut targets = Vec::new();
     for state in &found.states {
@@ -120,14 +122,12 @@ async fn unlock(client: &LockClient, args: &UnlockArgs) -> Result<(String, bool)
             }
         }
     }
-    let mut out = String::new();
     let mut released = false;
     for (primitive, token) in targets {
         match client.unlock(primitive, &args.key, &token).await? {
             Some(h) => {
                 released = true;
-                let _ = writeln!(
-                    out,
+                println!(
                     "released {primitive} {}: token {}, fencing token {}, {} of its lease left",
                     args.key,
                     h.token,
@@ -135,13 +135,10 @@ async fn unlock(client: &LockClient, args: &UnlockArgs) -> Result<(String, bool)
                     crate::status::human(h.remaining)
                 );
             }
-            None => {
-                let _ = writeln!(
-                    out,
-                    "{primitive} {}: token {token} was released meanwhile",
-                    args.key
-                );
-            }
+            None => println!(
+                "{primitive} {}: token {token} held nothing any more when released",
+                args.key
+            ),
         }
     }
     if !released {
@@ -149,15 +146,18 @@ async fn unlock(client: &LockClient, args: &UnlockArgs) -> Result<(String, bool)
             Some(t) => format!("token {t} holds nothing"),
             None => "nothing is held".to_owned(),
         };
-        let _ = writeln!(out, "{}: {what}; nothing changed", args.key);
+        println!("{}: {what}; nothing changed", args.key);
     }
-    Ok((out, released))
+    Ok(released)
 }
 
 fn fail(url: &str, e: &Error) -> u8 {
     let url = crate::status::redacted(url);
     let text = e.to_string();
-    if text.contains("NOPERM") {
+    if let Error::InvalidArgument(_) = e {
+        eprintln!("relaylock unlock: {e}");
+        USAGE
+    } else if text.contains("NOPERM") {
         eprintln!("relaylock unlock: permission denied on {url}: {text}");
         crate::status::NO_PERMISSION
     } else {

@@ -219,3 +219,154 @@ async fn status_held_lists_only_what_is_held() {
     assert!(out.contains("nothing held under relaylock:"), "{out}");
     a.shutdown().await.unwrap();
 }
+
+/// `LockClient::unlock` from a client whose own waiter is queued on the key:
+/// that waiter is woken at once, for a lock and for a semaphore (the
+/// release scripts must not take the unlocking client for the releasing
+/// holder, whose queue entry they drop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlocking_from_a_client_with_a_waiter_of_its_own_wakes_that_waiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (a, b) = (
+        LockClient::connect(&url).await.unwrap(),
+        LockClient::connect(&url).await.unwrap(),
+    );
+    let stuck = LockOptions::default()
+        .lease(Duration::from_secs(20))
+        .watchdog(false);
+    let guard = a.lock_with("k", stuck).await.unwrap();
+    let token = guard.token().to_owned();
+    std::mem::forget(guard);
+    let sem = a.semaphore("s", 1).unwrap();
+    let permit = sem
+        .acquire_with(
+            SemaphoreOptions::default()
+                .lease(Duration::from_secs(20))
+                .watchdog(false),
+        )
+        .await
+        .unwrap();
+    let permit_token = permit.token().to_owned();
+    std::mem::forget(permit);
+
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let wait = LockOptions::default().wait(Duration::from_secs(30));
+            b.lock_with("k", wait)
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+            Instant::now()
+        })
+    };
+    let sem_waiter = {
+        let sem = b.semaphore("s", 1).unwrap();
+        tokio::spawn(async move {
+            let wait = SemaphoreOptions::default().wait(Duration::from_secs(30));
+            sem.acquire_with(wait)
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+            Instant::now()
+        })
+    };
+    let started = Instant::now();
+    for (key, primitive) in [("k", Primitive::Mutex), ("s", Primitive::Semaphore)] {
+        while b.inspect(key).await.unwrap().states[0].queue.is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{key}: never queued"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let t = if key == "k" { &token } else { &permit_token };
+        assert!(b.unlock(primitive, key, t).await.unwrap().is_some());
+    }
+    let unlocked = Instant::now();
+    for w in [waiter, sem_waiter] {
+        let woke = tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("the unlocking client's own waiter was not woken")
+            .unwrap();
+        assert!(
+            woke.saturating_duration_since(unlocked) < Duration::from_secs(3),
+            "woken {:?} after the unlock, not by it",
+            woke.saturating_duration_since(unlocked)
+        );
+    }
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// A holder that still runs and releases after an operator's unlock (and
+/// after another client took the lock) gets `LockLost`, not `Ok`: the
+/// unlock does not record its fence as released. The same for a permit and
+/// for `with_lock`, whose closure ran while another client held the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_released_by_an_operator_gets_lock_lost_from_its_own_release() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (a, ops, other) = (
+        LockClient::connect(&url).await.unwrap(),
+        LockClient::connect(&url).await.unwrap(),
+        LockClient::connect(&url).await.unwrap(),
+    );
+    let long = LockOptions::default().lease(Duration::from_secs(30));
+    let guard = a.lock_with("k", long.clone().watchdog(true)).await.unwrap();
+    assert!(ops
+        .unlock(Primitive::Mutex, "k", guard.token())
+        .await
+        .unwrap()
+        .is_some());
+    let next = other
+        .try_lock("k")
+        .await
+        .unwrap()
+        .expect("free after the unlock");
+    assert!(matches!(
+        guard.release().await,
+        Err(relaylock::Error::LockLost)
+    ));
+    next.release().await.unwrap();
+
+    let sem = a.semaphore("s", 1).unwrap();
+    let permit = sem.acquire().await.unwrap();
+    assert!(ops
+        .unlock(Primitive::Semaphore, "s", permit.token())
+        .await
+        .unwrap()
+        .is_some());
+    assert!(matches!(
+        permit.release().await,
+        Err(relaylock::Error::LockLost)
+    ));
+
+    let result = a
+        .with_lock("w", long, async |g| {
+            let freed = ops.unlock(Primitive::Mutex, "w", g.token()).await.unwrap();
+            assert!(freed.is_some());
+            other
+                .try_lock("w")
+                .await
+                .unwrap()
+                .expect("free")
+                .release()
+                .await
+                .unwrap();
+            42
+        })
+        .await;
+    assert!(
+        matches!(result, Err(relaylock::Error::LockLost)),
+        "{result:?}"
+    );
+    for c in [a, ops, other] {
+        c.shutdown().await.unwrap();
+    }
+}
