@@ -31,6 +31,32 @@ async fn holders(client: &LockClient, key: &str, primitive: Primitive) -> Vec<St
         .collect()
 }
 
+/// A lock on `key` whose holder stopped: taken by `client` with `lease` and
+/// no watchdog, its guard forgotten (never released). Its token and
+/// fencing token.
+async fn stuck_lock(client: &LockClient, key: &str, lease: Duration) -> (String, u64) {
+    let stuck = LockOptions::default().lease(lease).watchdog(false);
+    let guard = client.lock_with(key, stuck).await.unwrap();
+    let held = (guard.token().to_owned(), guard.fencing_token());
+    std::mem::forget(guard);
+    held
+}
+
+/// Waits (at most 5 s) until a client is queued on `key`'s first primitive.
+async fn wait_queued(client: &LockClient, key: &str) {
+    let started = Instant::now();
+    while client.inspect(key).await.unwrap().states[0]
+        .queue
+        .is_empty()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{key}: never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A lock whose holder stopped (its guard forgotten, no watchdog, a 60 s
 /// lease) with another client waiting: a wrong token and no token change
 /// nothing; the right one releases it, the waiter gets it at once, with a
@@ -43,12 +69,7 @@ async fn a_stuck_lock_is_released_by_its_token_and_the_waiter_wakes_with_a_great
         LockClient::connect(&url).await.unwrap(),
         LockClient::connect(&url).await.unwrap(),
     );
-    let stuck = LockOptions::default()
-        .lease(Duration::from_secs(60))
-        .watchdog(false);
-    let guard = a.lock_with("job", stuck).await.unwrap();
-    let (token, fence) = (guard.token().to_owned(), guard.fencing_token());
-    std::mem::forget(guard);
+    let (token, fence) = stuck_lock(&a, "job", Duration::from_secs(60)).await;
     let waiter = tokio::spawn(async move {
         let g = b
             .lock_with("job", LockOptions::default().wait(Duration::from_secs(30)))
@@ -57,11 +78,7 @@ async fn a_stuck_lock_is_released_by_its_token_and_the_waiter_wakes_with_a_great
         (Instant::now(), g.fencing_token(), g.release().await)
     });
     // The waiter is queued before the operator steps in.
-    let queued = Instant::now();
-    while a.inspect("job").await.unwrap().states[0].queue.is_empty() {
-        assert!(queued.elapsed() < Duration::from_secs(5), "never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_queued(&a, "job").await;
 
     let (code, out, err) = cli(&url, &["unlock", "job", "--token", "not-a-token"]).await;
     assert_eq!(code, 1, "{out}{err}");
@@ -232,12 +249,7 @@ async fn unlocking_from_a_client_with_a_waiter_of_its_own_wakes_that_waiter() {
         LockClient::connect(&url).await.unwrap(),
         LockClient::connect(&url).await.unwrap(),
     );
-    let stuck = LockOptions::default()
-        .lease(Duration::from_secs(20))
-        .watchdog(false);
-    let guard = a.lock_with("k", stuck).await.unwrap();
-    let token = guard.token().to_owned();
-    std::mem::forget(guard);
+    let (token, _) = stuck_lock(&a, "k", Duration::from_secs(20)).await;
     let sem = a.semaphore("s", 1).unwrap();
     let permit = sem
         .acquire_with(
@@ -276,15 +288,8 @@ async fn unlocking_from_a_client_with_a_waiter_of_its_own_wakes_that_waiter() {
             Instant::now()
         })
     };
-    let started = Instant::now();
     for (key, primitive) in [("k", Primitive::Mutex), ("s", Primitive::Semaphore)] {
-        while b.inspect(key).await.unwrap().states[0].queue.is_empty() {
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "{key}: never queued"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_queued(&b, key).await;
         let t = if key == "k" { &token } else { &permit_token };
         assert!(b.unlock(primitive, key, t).await.unwrap().is_some());
     }
