@@ -17,6 +17,7 @@ use fred::types::{FromValue, Key, Value};
 use crate::error::{timed_out, Error, Result};
 use crate::scripts::{
     evalsha_reloading, Kind, Names, Scripts, HANDOFF_GRACE_MS, LOCK_RING_CHARS, RING_CHARS,
+    SIDE_RETENTION_MS,
 };
 
 /// The acquire script's reply, checked.
@@ -35,18 +36,17 @@ pub(crate) enum AcquireReply {
 /// relaylock did not write it; `-2`: a void marker): re-check after that.
 pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<AcquireReply> {
     match reply {
+        [fence] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64, None)),
         // The third element (`others`) is for clients that want it.
-        [1, fence] | [1, fence, 0 | 1] if *fence > 0 => {
-            Ok(AcquireReply::Acquired(*fence as u64, None))
-        }
         [1, fence, 0 | 1, pttl] if *fence > 0 => Ok(AcquireReply::Acquired(
             *fence as u64,
             // No expiry cannot happen for a lock relaylock holds; treat it
             // as a lease that is all there.
             u64::try_from(*pttl).ok().map(Duration::from_millis),
         )),
-        [0, pttl] => Ok(AcquireReply::Held(
-            u64::try_from(*pttl).map_or(default_lease, Duration::from_millis),
+        // Refused: `-3 - pttl`.
+        [refused] if *refused < 0 => Ok(AcquireReply::Held(
+            u64::try_from(-3 - *refused).map_or(default_lease, Duration::from_millis),
         )),
         other => Err(Error::UnexpectedReply(format!("acquire replied {other:?}"))),
     }
@@ -110,12 +110,12 @@ pub(crate) enum Released {
     NotOurs,
 }
 
-/// Parse the release script's reply.
+/// Parse the release script's reply (one integer).
 pub(crate) fn release_reply(reply: &[i64]) -> Result<Released> {
     Ok(match reply {
         [1] => Released::Freed,
-        [3] | [3, 0 | 1] => Released::HandedOver,
-        [4, fence] if *fence > 0 => Released::Granted(*fence as u64),
+        [3 | 5] => Released::HandedOver,
+        [granted] if *granted < 0 => Released::Granted(granted.unsigned_abs()),
         [2] => Released::Already,
         [0] => Released::NotOurs,
         other => return Err(Error::UnexpectedReply(format!("release replied {other:?}"))),
@@ -197,6 +197,11 @@ pub(crate) struct Calls {
     /// `PUBLISH`, or `SPUBLISH` with sharded pub/sub (Redis Cluster 7+);
     /// a static string, shared by every call, not copied.
     publish: Value,
+    /// Whether the lock's scripts may be sent their lean argument lists,
+    /// which stand for `PUBLISH` and the default retention: each argument
+    /// costs Redis (docs/benchmarks.md, "Integer replies and lean
+    /// arguments").
+    lean_args: bool,
 }
 
 impl Calls {
@@ -213,6 +218,7 @@ impl Calls {
             limit,
             side_retention_ms,
             publish: Value::String(fred::util::static_str(publish)),
+            lean_args: publish == "PUBLISH" && side_retention_ms == SIDE_RETENTION_MS,
         }
     }
 
@@ -258,14 +264,20 @@ impl Calls {
         // rare or contended path) from it. Every name and id goes as a
         // shared buffer: no argument is copied.
         self.script(&self.redis, &self.scripts.acquire, || {
-            let args: Vec<Value> = vec![
+            let mut args: Vec<Value> = vec![
                 Value::String(token.clone()),
                 (lease_ms as i64).into(),
                 Value::String(client.clone()),
-                Value::String(names.channel.clone()),
-                self.publish.clone(),
-                (self.side_retention_ms as i64).into(),
             ];
+            // The script's defaults stand for the channel (the lock's
+            // `...:ch`), `PUBLISH` and the default retention.
+            if !self.lean_args {
+                args.extend([
+                    Value::String(names.channel.clone()),
+                    self.publish.clone(),
+                    (self.side_retention_ms as i64).into(),
+                ]);
+            }
             (vec![&names.lock], args)
         })
         .await
@@ -311,18 +323,31 @@ impl Calls {
         let next_void = next.map(|(t, _, _)| names.void(t));
         let reply: Vec<i64> = self
             .script(&self.redis, &self.scripts.release, || {
+                let fence_arg = fence.map_or_else(|| flag(""), |f| Value::Integer(f as i64));
+                let requeue_arg = flag(if requeue { "1" } else { "0" });
+                if lean && self.lean_args {
+                    // The four-argument call: the script's defaults stand
+                    // for the channel, retention, ring, grace and `PUBLISH`.
+                    let args = vec![
+                        Value::String(token.clone()),
+                        fence_arg,
+                        Value::String(client.clone()),
+                        requeue_arg,
+                    ];
+                    return (vec![Key::from(&names.lock)], args);
+                }
                 let mut args: Vec<Value> = vec![
                     Value::String(token.clone()),
                     // `''` (unknown) is the empty string; a fence goes as an
                     // integer, which Lua reads as its digits.
-                    fence.map_or_else(|| flag(""), |f| Value::Integer(f as i64)),
+                    fence_arg,
                     Value::String(names.channel.clone()),
                     (self.side_retention_ms as i64).into(),
                     (LOCK_RING_CHARS as i64).into(),
                     Value::String(client.clone()),
                     (HANDOFF_GRACE_MS as i64).into(),
                     self.publish.clone(),
-                    flag(if requeue { "1" } else { "0" }),
+                    requeue_arg,
                 ];
                 if lean {
                     return (vec![Key::from(&names.lock)], args);
@@ -341,7 +366,7 @@ impl Calls {
                 (keys, args)
             })
             .await?;
-        Ok((release_reply(&reply)?, reply == [3, 1]))
+        Ok((release_reply(&reply)?, reply == [5]))
     }
 
     /// Set one hold's remaining lease to `lease_ms` (not grow-only), on
@@ -585,30 +610,42 @@ mod tests {
     #[test]
     fn acquire_replies_are_checked() {
         let lease = Duration::from_secs(30);
-        for ok in [&[1, 7, 0][..], &[1, 7, 1], &[1, 7]] {
-            assert_eq!(
-                acquire_reply(ok, lease).unwrap(),
-                AcquireReply::Acquired(7, None)
-            );
-        }
+        assert_eq!(
+            acquire_reply(&[7], lease).unwrap(),
+            AcquireReply::Acquired(7, None)
+        );
         assert_eq!(
             acquire_reply(&[1, 7, 0, 1500], lease).unwrap(),
             AcquireReply::Acquired(7, Some(Duration::from_millis(1500)))
         );
+        // Refused: `-3 - pttl`.
         assert_eq!(
-            acquire_reply(&[0, 250], lease).unwrap(),
+            acquire_reply(&[-253], lease).unwrap(),
             AcquireReply::Held(Duration::from_millis(250))
+        );
+        assert_eq!(
+            acquire_reply(&[-3], lease).unwrap(),
+            AcquireReply::Held(Duration::ZERO)
         );
         // No expiry (a foreign key) or a void marker: re-check after the lease.
         assert_eq!(
-            acquire_reply(&[0, -1], lease).unwrap(),
+            acquire_reply(&[-2], lease).unwrap(),
             AcquireReply::Held(lease)
         );
         assert_eq!(
-            acquire_reply(&[0, -2], lease).unwrap(),
+            acquire_reply(&[-1], lease).unwrap(),
             AcquireReply::Held(lease)
         );
-        for bad in [&[][..], &[1], &[1, 0], &[1, 7, 2], &[2, 1], &[0, 1, 2]] {
+        for bad in [
+            &[][..],
+            &[0],
+            &[1, 0],
+            &[1, 7],
+            &[1, 7, 0],
+            &[0, 250],
+            &[1, 7, 2, 5],
+            &[0, 1, 2],
+        ] {
             assert!(acquire_reply(bad, lease).is_err(), "{bad:?}");
         }
     }
@@ -640,10 +677,11 @@ mod tests {
     fn release_replies_are_checked() {
         assert_eq!(release_reply(&[1]).unwrap(), Released::Freed);
         assert_eq!(release_reply(&[3]).unwrap(), Released::HandedOver);
-        assert_eq!(release_reply(&[4, 9]).unwrap(), Released::Granted(9));
+        assert_eq!(release_reply(&[5]).unwrap(), Released::HandedOver);
+        assert_eq!(release_reply(&[-9]).unwrap(), Released::Granted(9));
         assert_eq!(release_reply(&[2]).unwrap(), Released::Already);
         assert_eq!(release_reply(&[0]).unwrap(), Released::NotOurs);
-        for bad in [&[][..], &[4], &[4, 0], &[1, 1], &[5], &[-1]] {
+        for bad in [&[][..], &[4], &[4, 9], &[1, 1], &[6], &[3, 1]] {
             assert!(release_reply(bad).is_err(), "{bad:?}");
         }
     }

@@ -138,18 +138,28 @@ pub const RELEASE_RING: usize = 32;
 /// name passed costs Redis; the derived names share the lock's hash tag, so
 /// Redis Cluster accepts them: a script may touch undeclared keys of its
 /// own slot);
-/// ARGV: `[token, lease_ms, client, channel, publish, retention_ms]`
-/// (`retention_ms` is only for `since`; 60000 when absent).
+/// ARGV: `[token, lease_ms, client, channel, publish, retention_ms]`, or
+/// the lean `[token, lease_ms, client]` relaylock sends when the last three
+/// are their defaults (each argument costs Redis; `channel` is then the
+/// lock's `p:3:{k}:ch`, `publish` is `PUBLISH` and `retention_ms`, used only
+/// for `since`, 60000).
 /// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
 /// the message stays within the lock's shard).
 /// `channel` is the lock's `p:3:{k}:ch`; a client's own channel is
 /// `<channel>:<client>`.
+///
+/// The reply is one integer on the common paths (an array reply costs
+/// Redis about 0.5 µs more, docs/benchmarks.md "Integer replies and lean
+/// arguments"): a fencing token (`> 0`) when the call took the lock, and
+/// `-3 - pttl` (`< 0`) when it did not, `pttl` being how long to wait at
+/// most (`-1`: a key without expiry, `-2`: this token's void marker). Only
+/// the replay answers an array, `{1, fence, others, pttl}`.
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
 /// neither queues nor takes a reservation.
 ///
 /// * a value that is not relaylock's (not four fields, or a `void` field
 ///   that is not a number) counts as held by another owner: reply
-///   `{0, pttl}` and never rewrite it.
+///   `-3 - pttl` (`pttl` the key's `PTTL`) and never rewrite it.
 /// * head holds OUR token (a replay of this very call after a lost reply, as
 ///   fred does after a reconnect, or a lock a [`RELEASE`] gave this token):
 ///   reply `{1, fence, others, pttl}` with the stored fence, so acquiring is
@@ -158,15 +168,15 @@ pub const RELEASE_RING: usize = 32;
 /// * head holds another token, or a reservation for another client that has
 ///   not lapsed: append `client` to the queue if it waits and is not queued
 ///   yet (`SET ... KEEPTTL`: the lease is untouched; not for a token whose
-///   void marker exists, `{0, -2}`; a client that joins is also noted in
-///   `since`, see [`QUEUE_TIMES`]), and reply `{0, pttl}`: the key's `PTTL`,
-///   or the reservation's remaining grace.
+///   void marker exists, `-1`; a client that joins is also noted in
+///   `since`, see [`QUEUE_TIMES`]), and reply `-3 - pttl`, `pttl` being the
+///   key's `PTTL` or the reservation's remaining grace.
 /// * otherwise the lock is free: absent, a tombstone, a lapsed reservation,
 ///   or a reservation for `client`. The `void` field is the value's, or for
 ///   an absent key the `voids` key's. If it has not passed and this token's
 ///   void marker exists, this token's caller gave up and already released it
 ///   (see [`RELEASE`]): a delayed copy of the call must not take the lock,
-///   reply `{0, -2}`. An absent key costs one `GET` of `voids`; a value
+///   reply `-1` (`pttl = -2`). An absent key costs one `GET` of `voids`; a value
 ///   without a `void` field, the common case, no void command at all. Else the fencing
 ///   token is the server's `TIME` in microseconds, raised to `last + 1` if
 ///   the head's fence is equal or later (two acquisitions in one microsecond,
@@ -175,8 +185,7 @@ pub const RELEASE_RING: usize = 32;
 ///   (the ring kept; the `void` field carried on until it passes); if other
 ///   clients still wait, publish `t:<lease>` on the channel of the first of
 ///   them (the stand-by of a hand-over; whoever is served next), so it
-///   learns the new holder's lease. Reply `{1, fence, others}`, `others` = 1
-///   when other clients are queued.
+///   learns the new holder's lease. Reply `fence`.
 pub const ACQUIRE: &str = r#"
 local v = redis.call('GET', KEYS[1])
 local client = ARGV[3]
@@ -192,7 +201,7 @@ if v then
     if c < #v then void = string.sub(v, c + 1) end
   end
   if not c or (void ~= '' and not string.find(void, '^%d+$')) then
-    return {0, redis.call('PTTL', KEYS[1])}
+    return -3 - redis.call('PTTL', KEYS[1])
   end
   local t = ARGV[1]
   if string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t then
@@ -221,13 +230,14 @@ end
 if pttl then
   local since = KEYS[4] or (not KEYS[2] and KEYS[1] .. ':q')
   if client ~= '' and not string.find(',' .. queue .. ',', ',' .. client .. ',', 1, true) then
-    if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. ARGV[1]) == 1 then return {0, -2} end
+    if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. ARGV[1]) == 1 then return -1 end
     if queue == '' then queue = client else queue = queue .. ',' .. client end
     redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
     if since then
       local t = redis.call('TIME')
-      redis.pcall('HSET', since, client, string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
-      local n = redis.pcall('HLEN', since)
+      -- Only a new field makes the record longer: count it then.
+      local n = redis.pcall('HSET', since, client, string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+      if n == 1 then n = redis.pcall('HLEN', since) end
       if type(n) == 'number' and n > 32 then
         local inq, nq = {}, 0
         for c in string.gmatch(queue, '[^,]+') do inq[c] = true; nq = nq + 1 end
@@ -242,7 +252,7 @@ if pttl then
   elseif client ~= '' and since then
     redis.pcall('PEXPIRE', since, tonumber(ARGV[6] or '') or 60000)
   end
-  return {0, pttl}
+  return -3 - pttl
 end
 if not v then
   void = redis.call('GET', KEYS[3] or KEYS[1] .. ':void') or ''
@@ -251,7 +261,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if void ~= '' and (tonumber(void) or 0) < math.floor(now / 1000) then void = '' end
 if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. ARGV[1]) == 1 then
-  return {0, -2}
+  return -1
 end
 local fence = now
 if last >= fence then fence = last + 1 end
@@ -262,9 +272,10 @@ if client ~= '' and queue ~= '' then
 end
 local fs = string.format('%d', fence)
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs .. '|' .. queue .. '|' .. ring .. '|' .. void, 'PX', ARGV[2])
-if queue == '' then return {1, fence, 0} end
-redis.pcall(ARGV[5], ARGV[4] .. ':' .. string.match(queue, '^[^,]+'), 't:' .. ARGV[2])
-return {1, fence, 1}
+if queue ~= '' then
+  redis.pcall(ARGV[5] or 'PUBLISH', (ARGV[4] or KEYS[1] .. ':ch') .. ':' .. string.match(queue, '^[^,]+'), 't:' .. ARGV[2])
+end
+return fence
 "#;
 /// Release.
 ///
@@ -272,7 +283,12 @@ return {1, fence, 1}
 /// [`ACQUIRE`]; `next_void` is the void marker of `next`'s token). A release
 /// that gives `fence` and no `next` may send `[lock]` alone and the first
 /// nine arguments (relaylock does): the script touches the other names only
-/// to void an abandoned acquisition and to check `next`'s marker.
+/// to void an abandoned acquisition and to check `next`'s marker. Such a
+/// release may also send the lean four arguments `[token, fence, client,
+/// requeue]` (relaylock does, outside Redis Cluster and with the default
+/// retention): they stand for the channel `p:3:{k}:ch`, `retention_ms`
+/// 60000 ([`SIDE_RETENTION_MS`]), `ring_chars` 200 ([`LOCK_RING_CHARS`]),
+/// `grace_ms` 50 ([`HANDOFF_GRACE_MS`]) and `PUBLISH`.
 /// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms,
 /// publish, requeue, next, next_lease_ms, keep, record]` (`channel`,
 /// `publish` as for [`ACQUIRE`]; `ring_chars` is [`LOCK_RING_CHARS`];
@@ -288,6 +304,10 @@ return {1, fence, 1}
 /// with `next_lease_ms`, `keep` and `next_void`); `keep` is `'1'` when the client has other local waiters
 /// besides `next`'s (it stays queued after giving the lock to `next`).
 ///
+/// The reply is one integer: `1` freed, `3` reserved for another client,
+/// `5` reserved for another client with the caller its stand-by, `-fence'`
+/// given to `next` with the fencing token `fence'`, `2` a replay, `0` lost.
+///
 /// * head holds `"<token>:<f>"`: prepend `f` to the ring (`f`, then `f - r1`
 ///   in place of its newest fence `r1`; the ring starts over at `f` if `f` is
 ///   not newer, which no relaylock value has), cut to the newest fences that fit
@@ -296,24 +316,24 @@ return {1, fence, 1}
 ///   queue, `client` joins its back if `requeue` or if it was queued, the
 ///   key lives `retention_ms + grace_ms`: the reservation lapses when the
 ///   grace has passed) and publish `r:X` on X's channel. The client queued
-///   next, the stand-by, is told too: reply `{3, 1}` when that is `client`
+///   next, the stand-by, is told too: reply `5` when that is `client`
 ///   itself (no message; the caller arms its probe), else publish `r:X` on
-///   the stand-by's channel (when there is one) and reply `{3}`. Otherwise, with `next` given (and `fence` known), the lock
+///   the stand-by's channel (when there is one) and reply `3`. Otherwise, with `next` given (and `fence` known), the lock
 ///   goes to `next` directly, as [`ACQUIRE`] would give it (unless `next`'s
 ///   void marker exists while the `void` field is live): fencing token
 ///   `max(TIME µs, f + 1)`, `SET lock "<next>:<fence'>|<client if
 ///   keep>|<ring>|<void>" PX next_lease_ms`, no message (no other client
-///   waits), reply `{4, fence'}`. Otherwise leave the tombstone `-<f>` with
-///   an empty queue for `retention_ms`, publish nothing, and reply `{1}`: no
+///   waits), reply `-fence'`. Otherwise leave the tombstone `-<f>` with
+///   an empty queue for `retention_ms`, publish nothing, and reply `1`: no
 ///   other client waits, and the caller wakes its own local waiters. A
 ///   release never reserves the lock for its own client.
 /// * head does not hold our token but `fence` is in the value's ring: this
 ///   release already happened (fred replayed it after the reply was lost);
-///   reply `{2}`, so the caller does not report a lock loss that did not
+///   reply `2`, so the caller does not report a lock loss that did not
 ///   happen. (A replay of a release that gave the lock to `next` lands
 ///   here too; `next`'s own acquire finds the lock its own, see
 ///   [`ACQUIRE`]'s replay case.)
-/// * otherwise reply `{0}`: the lease ran out before the release. The value, if
+/// * otherwise reply `0`: the lease ran out before the release. The value, if
 ///   present, belongs to a newer owner and keeps its head.
 ///
 /// An abandoned acquisition (`fence == ''`), whether it took the lock or not,
@@ -322,6 +342,14 @@ return {1, fence, 1}
 /// retention_ms`, and raise both the value's `void` field and the `voids`
 /// key to the marker's end (an absent key becomes a tombstone with fence 0).
 pub const RELEASE: &str = r#"
+-- The lean call's four arguments stand for the full list with the defaults
+-- (the channel is derived where a message needs it).
+local channel, retention, ring_chars, client, grace, publish, requeue
+if #ARGV == 4 then
+  retention, ring_chars, client, grace, publish, requeue = '60000', 200, ARGV[3], 50, 'PUBLISH', ARGV[4]
+else
+  channel, retention, ring_chars, client, grace, publish, requeue = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
+end
 local v = redis.call('GET', KEYS[1])
 -- The ring stays in `v` (characters b + 1 .. c - 1): the common paths read
 -- it in place, and copy it only into the value they write.
@@ -342,9 +370,9 @@ local function ring()
   return ''
 end
 local function voided()
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+  redis.call('SET', KEYS[2], '1', 'PX', retention)
   local t = redis.call('TIME')
-  local til = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4])
+  local til = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(retention)
   local old = tonumber(redis.call('GET', KEYS[3]) or '')
   if old and old > til then til = old end
   if void ~= '' and tonumber(void) > til then til = tonumber(void) end
@@ -363,7 +391,7 @@ if head and string.sub(head, 1, #mine) == mine then
   local d = r1 and tonumber(fence) - tonumber(r1)
   if d and d > 0 then
     local ds = string.format('%d', d)
-    local room = tonumber(ARGV[5]) - #fence - 1 - #ds
+    local room = ring_chars - #fence - 1 - #ds
     if room >= 0 then
       rhead = fence .. ' ' .. ds
       -- In `v`'s positions: r1 ends at s0, the ring at e.
@@ -389,7 +417,7 @@ if head and string.sub(head, 1, #mine) == mine then
   if queue ~= '' then
     rest = {}
     for q in string.gmatch(queue, '[^,]+') do
-      if q == ARGV[6] then
+      if q == client then
         again = true
       elseif best then
         rest[#rest + 1] = q
@@ -399,13 +427,14 @@ if head and string.sub(head, 1, #mine) == mine then
     end
   end
   if best then
-    if again or ARGV[9] == '1' then rest[#rest + 1] = ARGV[6] end
-    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. ARGV[4] .. '|' .. table.concat(rest, ',') .. tail .. keep .. '|' .. void, 'PX', tonumber(ARGV[4]) + tonumber(ARGV[7]))
+    if again or requeue == '1' then rest[#rest + 1] = client end
+    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. retention .. '|' .. table.concat(rest, ',') .. tail .. keep .. '|' .. void, 'PX', tonumber(retention) + grace)
     local told = 'r:' .. best
-    redis.pcall(ARGV[8], ARGV[3] .. ':' .. best, told)
-    if rest[1] == ARGV[6] then return {3, 1} end
-    if rest[1] then redis.pcall(ARGV[8], ARGV[3] .. ':' .. rest[1], told) end
-    return {3}
+    channel = channel or KEYS[1] .. ':ch'
+    redis.pcall(publish, channel .. ':' .. best, told)
+    if rest[1] == client then return 5 end
+    if rest[1] then redis.pcall(publish, channel .. ':' .. rest[1], told) end
+    return 3
   end
   local nxt = ARGV[10] or ''
   if nxt ~= '' and ARGV[2] ~= '' then
@@ -416,33 +445,33 @@ if head and string.sub(head, 1, #mine) == mine then
       local nf = now
       if tonumber(fence) >= nf then nf = tonumber(fence) + 1 end
       local q = ''
-      if (ARGV[12] or ARGV[9]) == '1' then q = ARGV[6] end
+      if (ARGV[12] or requeue) == '1' then q = client end
       redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. tail .. keep .. '|' .. void, 'PX', ARGV[11])
-      return {4, nf}
+      return -nf
     end
   end
-  redis.call('SET', KEYS[1], '-' .. fence .. '|' .. tail .. keep .. '|' .. void, 'PX', ARGV[4])
-  return {1}
+  redis.call('SET', KEYS[1], '-' .. fence .. '|' .. tail .. keep .. '|' .. void, 'PX', retention)
+  return 1
 end
 if ARGV[2] == '' then
   voided()
   if not v then
-    redis.call('SET', KEYS[1], '-0|||' .. void, 'PX', ARGV[4])
+    redis.call('SET', KEYS[1], '-0|||' .. void, 'PX', retention)
   elseif head then
     redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring() .. '|' .. void, 'KEEPTTL')
   end
-  return {0}
+  return 0
 end
 local fences = ring()
 if fences ~= '' then
   local f, r = tonumber(ARGV[2]), nil
   for d in string.gmatch(fences, '%d+') do
     if r then r = r - tonumber(d) else r = tonumber(d) end
-    if r == f then return {2} end
+    if r == f then return 2 end
     if not f or r < f then break end
   end
 end
-return {0}
+return 0
 "#;
 
 /// Leave the queue: a client whose last local waiter of the lock left.
@@ -1440,6 +1469,20 @@ pub const RING_CHARS: usize = RELEASE_RING * 17;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lean_calls_stand_for_the_default_settings() {
+        // RELEASE's four-argument call and ACQUIRE's three-argument call
+        // write these defaults into the lock's value and its TTL.
+        let lean = format!(
+            "retention, ring_chars, client, grace, publish, requeue = '{SIDE_RETENTION_MS}', \
+             {LOCK_RING_CHARS}, ARGV[3], {HANDOFF_GRACE_MS}, 'PUBLISH', ARGV[4]"
+        );
+        assert!(RELEASE.contains(&lean), "{lean}");
+        assert!(ACQUIRE.contains(&format!("or {SIDE_RETENTION_MS})")));
+        assert!(ACQUIRE.contains("ARGV[5] or 'PUBLISH'"));
+        assert!(ACQUIRE.contains("ARGV[4] or KEYS[1] .. ':ch'"));
+    }
 
     #[test]
     fn names_share_one_hash_tag() {
