@@ -365,11 +365,10 @@ if v then
     if void ~= '' and not string.find(void, '^%d+$') then head, queue, void = nil, '', '' end
   end
 end
-local function ring()
-  if head then return string.sub(v, b + 1, c - 1) end
-  return ''
-end
-local function voided()
+-- Closures cost an allocation each: `voided` is made only for an
+-- abandoned acquisition, the one caller.
+local voided
+if ARGV[2] == '' then voided = function()
   redis.call('SET', KEYS[2], '1', 'PX', retention)
   local t = redis.call('TIME')
   local til = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(retention)
@@ -378,11 +377,11 @@ local function voided()
   if void ~= '' and tonumber(void) > til then til = tonumber(void) end
   void = string.format('%d', til)
   redis.call('SET', KEYS[3], void, 'PXAT', til)
-end
-local mine = ARGV[1] .. ':'
-if head and string.sub(head, 1, #mine) == mine then
-  if ARGV[2] == '' then voided() end
-  local fence = string.sub(head, #mine + 1)
+end end
+local t = ARGV[1]
+if head and string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t then
+  if voided then voided() end
+  local fence = string.sub(head, #t + 2)
   -- The new ring, `rhead .. keep`: our fence, its difference to the
   -- ring's newest, and the older part of the ring that still fits, cut at
   -- a fence boundary without copying the ring first.
@@ -411,7 +410,7 @@ if head and string.sub(head, 1, #mine) == mine then
       if e > s0 then keep = string.sub(v, s0 + 1, e) end
     end
   end
-  if ARGV[13] == '0' then rhead, keep = ring(), '' end
+  if ARGV[13] == '0' then rhead, keep = string.sub(v, b + 1, c - 1), '' end
   local tail = '|' .. rhead
   local best, rest, again = nil, nil, false
   if queue ~= '' then
@@ -453,16 +452,16 @@ if head and string.sub(head, 1, #mine) == mine then
   redis.call('SET', KEYS[1], '-' .. fence .. '|' .. tail .. keep .. '|' .. void, 'PX', retention)
   return 1
 end
-if ARGV[2] == '' then
+if voided then
   voided()
   if not v then
     redis.call('SET', KEYS[1], '-0|||' .. void, 'PX', retention)
   elseif head then
-    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring() .. '|' .. void, 'KEEPTTL')
+    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. string.sub(v, b + 1, c - 1) .. '|' .. void, 'KEEPTTL')
   end
   return 0
 end
-local fences = ring()
+local fences = head and string.sub(v, b + 1, c - 1) or ''
 if fences ~= '' then
   local f, r = tonumber(ARGV[2]), nil
   for d in string.gmatch(fences, '%d+') do

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Integer replies and lean arguments (commit 17ab682) on the 16-core device
+# machine: the build before (f9682a5) against the build after, rounds in the
+# order before, after, after, before; as docs/results/fleet/scale/run.sh runs
+# them (redis-server 7.0.15 pinned to core 0, the bench on cores 1-15,
+# `--url`, `--no-rtt`, 6 s per strategy), each bench with the bare lock and the
+# fenced floor beside relaylock. Scenarios: target 1 (10,000 keys, 4 x 64,
+# hold 0), target 2 (256 keys, 4 x 64, hold 1 ms) and the issue's 256 keys x 12
+# processes. Staged here, then run there:
+#
+#   bash ../shared/tools/scale/prepare.sh        # target/scale: this build (after)
+#   git worktree add /tmp/before f9682a5 && (cd /tmp/before && CARGO_TARGET_DIR=/work/main/target/before cargo build --release -p relaylock-cli)
+#   strip -o target/scale/bin/relaylock-before target/before/release/relaylock
+#   device run, carry target/scale: bash docs/results/fleet/lean/scale.sh
+#
+# Writes $OUT/{before,after}-{1,2}.jsonl and $OUT/machine.txt.
+set -u
+export PATH=$PWD/target/scale/bin:$PATH LD_LIBRARY_PATH=$PWD/target/scale/lib
+out=${OUT:-/tmp/out}; mkdir -p "$out"; D=${D:-6s}
+{ nproc; grep -m1 'model name' /proc/cpuinfo; uname -r; redis-server --version; } > "$out/machine.txt"
+cat "$out/machine.txt"
+port=6390; dir=$(mktemp -d); last=$(( $(nproc) - 1 ))
+pin() { if command -v taskset >/dev/null; then taskset -c "$@"; else shift; "$@"; fi; }
+pin 0 redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+  --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log"
+sleep 0.5; redis-cli -p $port ping
+run() { # build round
+  local bin=relaylock; [ "$1" = before ] && bin=relaylock-before
+  local f="$out/$1-$2.jsonl"
+  b() { redis-cli -p $port flushall >/dev/null; echo "+ $1 round $2: ${*:3}" >&2
+    pin 1-$last "$bin" bench --url redis://127.0.0.1:$port --no-rtt --json --duration "$D" \
+      --workers 64 "${@:3}" 2>>"$out/stderr.txt" >> "$f"; }
+  b "$1" "$2" --keys 256 --processes 4 --hold-ms 1 --strategy pubsub --strategy bare:10 --strategy floor:10
+  b "$1" "$2" --keys 10000 --processes 4 --hold-ms 0 --strategy pubsub --strategy bare:10 --strategy floor:10
+  b "$1" "$2" --keys 256 --processes 12 --hold-ms 1 --strategy pubsub --strategy bare:10
+  wc -l "$f" >&2
+}
+run before 1; run after 1; run after 2; run before 2
+kill "$(cat "$dir/pid")"
