@@ -101,7 +101,7 @@ pub const HANDOFF_GRACE_MS: u64 = 50;
 /// [`LockClient::inspect`](crate::LockClient::inspect)), not for the lock
 /// paths: `<value>:q`, a hash of client id → the server time (ms) it joined
 /// the queue through a refused try ([`ACQUIRE`], [`SEM_ACQUIRE`]). Written
-/// only when a client joins (`TIME`, `HSET`, `HLEN`, `PEXPIRE` for a lock,
+/// only when a client joins (`TIME`, `HSET`, `PEXPIRE`, and `HLEN` when `HSET` added a field, for a lock,
 /// the semaphore's script has the time already: once per client per wait,
 /// not per waiter), its TTL refreshed by one `PEXPIRE` on a queued client's
 /// refused try; never on a release: a client the release queues again at
@@ -112,8 +112,9 @@ pub const HANDOFF_GRACE_MS: u64 = 50;
 /// lease, the bound of every wait), so it never outlives the other
 /// bookkeeping; a client that made no try for longer than the retention
 /// may show no time. Past 32 fields and twice the queue's length, a join
-/// drops the fields of clients no longer queued (one pass over a set of the
-/// queued ids).
+/// that adds a field drops the fields of clients no longer queued (one pass
+/// over a set of the queued ids); a client joining again only updates its
+/// time, so the record grows only through joins that check it.
 /// Scripts never read it; clients of an earlier release, which do not
 /// write it, interoperate (their queue entries show no time). Written with
 /// `redis.pcall`: an ACL user without `HLEN`/`HKEYS` (README's before this
