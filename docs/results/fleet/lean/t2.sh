@@ -6,13 +6,7 @@
 #   device run, carry target/scale: bash docs/results/fleet/lean/t2.sh
 # Writes $OUT/t2-{before,after}.jsonl.
 set -u
-export PATH=$PWD/target/scale/bin:$PATH LD_LIBRARY_PATH=$PWD/target/scale/lib
-out=${OUT:-/tmp/out}; mkdir -p "$out"; D=${D:-6s}
-port=6390; dir=$(mktemp -d); last=$(( $(nproc) - 1 ))
-pin() { if command -v taskset >/dev/null; then taskset -c "$@"; else shift; "$@"; fi; }
-pin 0 redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-  --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log"
-sleep 0.5; redis-cli -p $port ping
+. docs/results/fleet/scale/server.sh   # PATH, $out, $D, pin(), redis-server on $port
 b() { local bin=relaylock; [ "$1" = before ] && bin=relaylock-before
   redis-cli -p $port flushall >/dev/null; echo "+ $1 round $2" >&2
   pin 1-$last "$bin" bench --url redis://127.0.0.1:$port --no-rtt --json --duration "$D" \

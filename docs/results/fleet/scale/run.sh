@@ -17,15 +17,7 @@
 # Writes $OUT/{p2,p3}-{1,2}.jsonl (one JSON line per strategy run) and
 # $OUT/machine.txt; docs/results/fleet/scale/ holds them as they came back.
 set -u
-export PATH=$PWD/target/scale/bin:$PATH LD_LIBRARY_PATH=$PWD/target/scale/lib
-out=${OUT:-/tmp/out}; mkdir -p "$out"; D=${D:-6s}
-{ nproc; grep -m1 'model name' /proc/cpuinfo; uname -r; redis-server --version; } > "$out/machine.txt"
-cat "$out/machine.txt"
-port=6390; dir=$(mktemp -d); last=$(( $(nproc) - 1 ))
-pin() { if command -v taskset >/dev/null; then taskset -c "$@"; else shift; "$@"; fi; }
-pin 0 redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-  --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log"
-sleep 0.5; redis-cli -p $port ping
+. docs/results/fleet/scale/server.sh   # PATH, $out, $D, pin(), redis-server on $port
 run() { # build round
   local bin=relaylock; [ "$1" = p2 ] && bin=relaylock-p2
   local floor=(); [ "$1" = p3 ] && floor=(--strategy floor:10)
