@@ -13,12 +13,27 @@ fn relaylock() -> Command {
     Command::new(env!("CARGO_BIN_EXE_relaylock"))
 }
 
-/// `relaylock run --url <server> <extra...> KEY -- sh -c SCRIPT`.
+/// `relaylock run --url <server> <extra...> KEY -- sh -c SCRIPT`, with
+/// SIGINT and SIGTERM at their default action whatever this test inherited:
+/// `run` leaves a signal inherited as ignored alone (nohup, a background
+/// job), and a test suite started as a background job of a shell without job
+/// control inherits SIGINT ignored (found running .ci/run that way: the
+/// signal tests then waited for a SIGINT that `run` rightly ignored).
 fn run(server: &RedisServer, extra: &[&str], key: &str, script: &str) -> Command {
+    use std::os::unix::process::CommandExt;
     let mut c = relaylock();
     c.args(["run", "--url", &server.url()])
         .args(extra)
         .args([key, "--", "sh", "-c", script]);
+    // SAFETY: between fork and exec only `signal`, which is
+    // async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     c
 }
 
