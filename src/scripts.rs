@@ -101,8 +101,9 @@ pub const HANDOFF_GRACE_MS: u64 = 50;
 /// [`LockClient::inspect`](crate::LockClient::inspect)), not for the lock
 /// paths: `<value>:q`, a hash of client id → the server time (ms) it joined
 /// the queue through a refused try ([`ACQUIRE`], [`SEM_ACQUIRE`]). Written
-/// only when a client joins (`TIME`, `HSET`, `PEXPIRE`, and `HLEN` when `HSET` added a field, for a lock,
-/// the semaphore's script has the time already: once per client per wait,
+/// only when a client joins (`TIME`, `HSET`, `PEXPIRE`, and `HLEN` when
+/// `HSET` added a field, for a lock; the semaphore's script has the time
+/// already: once per client per wait,
 /// not per waiter), its TTL refreshed by one `PEXPIRE` on a queued client's
 /// refused try; never on a release: a client the release queues again at
 /// the back keeps its time, as it had waiters throughout (so the time
