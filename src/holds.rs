@@ -6,6 +6,8 @@
 //! after that is refused and its hold released at once.
 
 use std::collections::HashMap;
+
+use rapidhash::fast::RandomState;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use fred::bytes_utils::Str;
@@ -31,7 +33,7 @@ struct State {
     next: u64,
     /// Set by the shutdown: nothing registers any more.
     closed: bool,
-    live: HashMap<u64, Hold>,
+    live: HashMap<u64, Hold, RandomState>,
 }
 
 /// The holds of one client, by id.

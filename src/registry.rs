@@ -39,6 +39,7 @@ use fred::types::scripts::Script;
 use fred::types::{ClusterHash, Value};
 use fred::util::redis_keyslot;
 use metrics::SharedString;
+use rapidhash::fast::RandomState;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
@@ -207,7 +208,7 @@ impl KeyWaiters {
 /// The registry of one [`LockClient`](crate::LockClient).
 #[derive(Debug)]
 pub(crate) struct Registry {
-    map: DashMap<Str, Arc<KeyWaiters>>,
+    map: DashMap<Str, Arc<KeyWaiters>, RandomState>,
     /// Woken with `notify_waiters` on a reconnect or a lag: every waiter
     /// re-checks.
     wake_all: Notify,
@@ -342,7 +343,7 @@ impl Registry {
         background: TaskTracker,
     ) -> Self {
         Registry {
-            map: DashMap::new(),
+            map: DashMap::default(),
             wake_all: Notify::new(),
             subscriber,
             redis,

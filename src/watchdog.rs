@@ -33,14 +33,15 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use fred::bytes_utils::Str;
 use fred::interfaces::ClientLike;
 use fred::util::redis_keyslot;
 use metrics::SharedString;
+use rapidhash::fast::RandomState;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -59,15 +60,20 @@ const RETRY: Duration = Duration::from_millis(100);
 pub(crate) struct Lease {
     record: LeaseRecord,
     /// Cancelled when the lock is known lost, or when its guard is released
-    /// or dropped.
-    signal: CancellationToken,
+    /// or dropped. Made by the first caller that asks for it (`lost()`,
+    /// `lost_token()`): most guards never do, and a token costs an
+    /// allocation and, when dropped, its lock.
+    signal: OnceLock<CancellationToken>,
+    /// The guard was released or dropped (or the shutdown took its hold).
+    closed: AtomicBool,
 }
 
 impl Lease {
     pub(crate) fn new(sent: Instant, lease: Duration) -> Arc<Self> {
         Arc::new(Lease {
             record: LeaseRecord::new(sent, lease),
-            signal: CancellationToken::new(),
+            signal: OnceLock::new(),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -87,7 +93,9 @@ impl Lease {
 
     /// Held as far as this process knows, without a round trip.
     pub(crate) fn is_held(&self) -> bool {
-        !self.record.is_lost() && !self.signal.is_cancelled() && Instant::now() < self.safe_until()
+        !self.record.is_lost()
+            && !self.closed.load(Ordering::SeqCst)
+            && Instant::now() < self.safe_until()
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -103,18 +111,36 @@ impl Lease {
         if is_first {
             first();
         }
-        self.signal.cancel();
+        self.fire();
         is_first
     }
 
-    /// The guard is gone (released or dropped): fire the signal without
-    /// counting a loss.
+    /// The guard is gone (released, dropped, or its hold taken by the
+    /// shutdown): fire the signal.
     pub(crate) fn close(&self) {
-        self.signal.cancel();
+        self.closed.store(true, Ordering::SeqCst);
+        self.fire();
     }
 
+    /// Cancel the signal if one was made. The fence pairs with the one in
+    /// [`signal`](Self::signal): of a loss or close and a signal made at
+    /// the same time, one side sees the other, so the signal fires.
+    fn fire(&self) {
+        fence(Ordering::SeqCst);
+        if let Some(signal) = self.signal.get() {
+            signal.cancel();
+        }
+    }
+
+    /// The lost-lock signal: cancelled once the lock is known lost or the
+    /// guard is gone (at once, for a signal asked for after that).
     pub(crate) fn signal(&self) -> &CancellationToken {
-        &self.signal
+        let signal = self.signal.get_or_init(CancellationToken::new);
+        fence(Ordering::SeqCst);
+        if self.record.is_lost() || self.closed.load(Ordering::SeqCst) {
+            signal.cancel();
+        }
+        signal
     }
 }
 
@@ -160,7 +186,7 @@ type Round = Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>;
 pub(crate) struct Watchdog {
     /// The script calls (a batched `RENEW`).
     calls: Calls,
-    entries: Mutex<HashMap<u64, Watched>>,
+    entries: Mutex<HashMap<u64, Watched, RandomState>>,
     next_id: AtomicU64,
     wake: Notify,
     /// When the task will next wake by itself, in µs since `epoch`. Written
@@ -174,7 +200,7 @@ impl Watchdog {
     pub(crate) fn new(calls: Calls) -> Arc<Self> {
         Arc::new(Watchdog {
             calls,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(HashMap::default()),
             next_id: AtomicU64::new(1),
             wake: Notify::new(),
             planned: AtomicU64::new(u64::MAX),
@@ -182,7 +208,7 @@ impl Watchdog {
         })
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<u64, Watched>> {
+    fn entries(&self) -> MutexGuard<'_, HashMap<u64, Watched, RandomState>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -513,5 +539,40 @@ mod tests {
         assert!(!l.mark_lost(|| counted += 1));
         assert_eq!(counted, 1);
         assert!(l.signal().is_cancelled() && !l.is_held());
+    }
+
+    /// The signal is made on demand: one made before a loss or a close
+    /// fires with it, one asked for after is already fired, and a held
+    /// lock's is not; across threads racing the two, it always fires.
+    #[test]
+    fn the_signal_fires_whenever_it_was_made() {
+        let l = Lease::new(Instant::now(), Duration::from_secs(10));
+        let early = l.signal().clone();
+        assert!(!early.is_cancelled());
+        l.close();
+        assert!(early.is_cancelled() && l.signal().is_cancelled());
+        let l = Lease::new(Instant::now(), Duration::from_secs(10));
+        let early = l.signal().clone();
+        l.mark_lost(|| {});
+        assert!(early.is_cancelled());
+        for round in 0..2_000 {
+            let l = Lease::new(Instant::now(), Duration::from_secs(10));
+            let ender = {
+                let l = Arc::clone(&l);
+                std::thread::spawn(move || {
+                    if round % 2 == 0 {
+                        l.close();
+                    } else {
+                        l.mark_lost(|| {});
+                    }
+                })
+            };
+            let signal = l.signal().clone();
+            ender.join().unwrap();
+            assert!(
+                signal.is_cancelled(),
+                "round {round}: the signal never fired"
+            );
+        }
     }
 }
