@@ -514,7 +514,7 @@ impl<'a> LockCall<'a> {
             Arc::clone(self.inner),
             Acquired {
                 key: self.key.to_owned(),
-                names: std::mem::replace(&mut self.names, Names::new("", "")),
+                names: std::mem::replace(&mut self.names, Names::taken()),
                 token: std::mem::take(&mut self.token),
                 fence,
                 permits,

@@ -9,14 +9,13 @@ use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::Builder;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
 use crate::client::LockClient;
 use crate::error::{connect_within, with_timeout, Error, Result};
 use crate::holds::Holds;
-use crate::inner::{ClientInner, Tasks};
+use crate::inner::{ClientInner, Closing, Tasks};
 use crate::options::{
     validate_lease, validate_prefix, validate_url_scheme, WaitStrategy, MAX_LEASE,
 };
@@ -520,7 +519,7 @@ impl LockClientBuilder {
                     owns_redis,
                 },
                 holds: Holds::default(),
-                closing: CancellationToken::new(),
+                closing: Closing::default(),
                 background,
                 shut_down: tokio::sync::OnceCell::new(),
             }),

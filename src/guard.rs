@@ -481,7 +481,7 @@ impl Drop for LockGuard {
         }
         // The release first: a panic in what follows (the metrics recorder
         // is user code) must not leave the lock held.
-        let names = std::mem::replace(&mut self.names, Names::new("", ""));
+        let names = std::mem::replace(&mut self.names, Names::taken());
         let kind = names.kind;
         let name = self.name.take();
         release_in_background(

@@ -4,13 +4,14 @@
 //! connections and the background tasks. Built by the builder, read by the
 //! acquire loop and the guards; it calls into none of them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::ClientLike;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
@@ -40,7 +41,7 @@ pub(crate) struct ClientInner {
     pub(crate) holds: Holds,
     /// Cancelled when the shutdown begins: lock calls in progress end with
     /// [`Error::Shutdown`], new ones are refused.
-    pub(crate) closing: CancellationToken,
+    pub(crate) closing: Closing,
     /// What the shutdown waits for: background releases and queue leaves,
     /// lock calls and releases in progress.
     pub(crate) background: TaskTracker,
@@ -79,6 +80,33 @@ impl ClientInner {
             ));
         }
         Ok(())
+    }
+}
+
+/// The shutdown's start: a flag every call reads, and the token that wakes
+/// the calls in progress. A token's own check takes its lock, which every
+/// task of the client would share; the flag is one atomic load.
+#[derive(Default)]
+pub(crate) struct Closing {
+    flag: AtomicBool,
+    token: CancellationToken,
+}
+
+impl Closing {
+    /// Begin the shutdown: set the flag, then wake the calls in progress.
+    pub(crate) fn cancel(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.token.cancel();
+    }
+
+    /// Whether the shutdown began.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Completes once the shutdown began.
+    pub(crate) fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.token.cancelled()
     }
 }
 

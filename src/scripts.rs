@@ -1423,6 +1423,16 @@ impl Names {
         Self::build(prefix, key, kind)
     }
 
+    /// What stays behind where names were moved out (a guard's, a lock
+    /// call's): empty, and built without allocating.
+    pub(crate) fn taken() -> Self {
+        Names {
+            lock: Str::new(),
+            channel: Str::new(),
+            kind: Kind::Mutex,
+        }
+    }
+
     fn build(prefix: &str, key: &str, kind: Kind) -> Self {
         // Built without `format!`: this runs once per lock call. One buffer
         // holds the channel, and the value's name is its prefix: both are
