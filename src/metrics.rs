@@ -26,7 +26,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use metrics::{Counter, Histogram, Key, Label, Level, Metadata, SharedString, Unit};
+use metrics::{Key, Label, Level, Metadata, SharedString, Unit};
 
 use crate::scripts::Kind;
 
@@ -207,14 +207,182 @@ fn named(key: &'static Key, name: Option<&SharedString>) -> Cow<'static, Key> {
     }
 }
 
-fn counter(key: &'static Key, name: Option<&SharedString>) -> Counter {
-    let key = named(key, name);
-    metrics::with_recorder(|r| r.register_counter(&key, &METADATA))
+/// Handles of the unnamed series, per thread, registered with the global
+/// recorder (see [`handles`]).
+const SERIES: usize = 16;
+const ATTEMPTS: usize = 0;
+const ACQUIRED: usize = 1;
+const TIMEOUTS: usize = 2;
+const RELEASED: usize = 3;
+const LOST: usize = 4;
+const HELD: usize = 5;
+const WAIT: usize = 6; // ..9
+const RENEWALS: usize = 9; // ..12
+const WAKEUPS: usize = 12; // ..16
+
+/// The cache slot of a primitive's series `column`.
+fn slot(kind: Kind, column: usize) -> usize {
+    let row = match kind {
+        Kind::Mutex => 0,
+        Kind::Semaphore => 1,
+        Kind::Read => 2,
+        Kind::Write => 3,
+    };
+    row * SERIES + column
 }
 
-fn histogram(key: &'static Key, name: Option<&SharedString>) -> Histogram {
-    let key = named(key, name);
-    metrics::with_recorder(|r| r.register_histogram(&key, &METADATA))
+fn increment(kind: Kind, column: usize, key: &'static Key, name: Option<&SharedString>) {
+    handles::record(
+        &handles::COUNTERS,
+        slot(kind, column),
+        (key, name),
+        |r, k| r.register_counter(k, &METADATA),
+        |c| c.increment(1),
+    );
+}
+
+fn observe(kind: Kind, column: usize, key: &'static Key, name: Option<&SharedString>, v: f64) {
+    handles::record(
+        &handles::HISTOGRAMS,
+        slot(kind, column),
+        (key, name),
+        |r, k| r.register_histogram(k, &METADATA),
+        |h| h.record(v),
+    );
+}
+
+/// Registering a series with a recorder on every record costs that
+/// recorder's lookup: with the Prometheus exporter, a key copy, a hash and a
+/// locked map, about 0.2 µs, five times per acquisition. So the handles of
+/// the unnamed series are kept, per thread, for [`REFRESH`](handles::REFRESH)
+/// when they come from the GLOBAL recorder, which lives as long as the
+/// process at one address:
+///
+/// * a local recorder (`metrics::with_local_recorder`, a test's) is never
+///   cached: its address may later hold another one. Each record registers
+///   with it, as before;
+/// * a global recorder installed after the client was built is found by a
+///   probe on a fresh thread (which has no local recorder), started at most
+///   once per `REFRESH` while records meet an unknown recorder; until it
+///   answers, records register each time;
+/// * a handle is registered again after `REFRESH`, so a series an exporter
+///   dropped for being idle (an `idle_timeout` of at least `REFRESH`) comes
+///   back at its next record;
+/// * named series (`LockOptions::name`) register each time.
+mod handles {
+    use std::cell::RefCell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::thread::LocalKey;
+    use std::time::{Duration, Instant};
+
+    use metrics::{Counter, Histogram, Key, Recorder, SharedString};
+
+    use super::{named, SERIES};
+
+    /// How long a thread uses a handle before it registers again.
+    pub(super) const REFRESH: Duration = Duration::from_secs(1);
+
+    const SLOTS: usize = 4 * SERIES;
+
+    type Cache<H> = RefCell<Vec<Option<(Instant, H)>>>;
+
+    thread_local! {
+        pub(super) static COUNTERS: Cache<Counter> = const { RefCell::new(Vec::new()) };
+        pub(super) static HISTOGRAMS: Cache<Histogram> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// The global recorder as a probe found it: its address and size (0:
+    /// not found yet).
+    static GLOBAL: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+    fn identity(r: &dyn Recorder) -> (usize, usize) {
+        (
+            (r as *const dyn Recorder).cast::<()>() as usize,
+            std::mem::size_of_val(r),
+        )
+    }
+
+    fn is_global(r: &dyn Recorder) -> bool {
+        let (address, size) = identity(r);
+        address != 0
+            && GLOBAL[0].load(Ordering::Relaxed) == address
+            && GLOBAL[1].load(Ordering::Relaxed) == size
+    }
+
+    /// Record `op` on the series `key` (with `name`, if any) through the
+    /// current recorder.
+    pub(super) fn record<H: Clone + 'static>(
+        cache: &'static LocalKey<Cache<H>>,
+        slot: usize,
+        (key, name): (&'static Key, Option<&SharedString>),
+        register: impl Fn(&dyn Recorder, &Key) -> H,
+        op: impl FnOnce(&H),
+    ) {
+        metrics::with_recorder(|r| {
+            let handle = if name.is_none() && is_global(r) {
+                cached(cache, slot, || register(r, key))
+            } else {
+                probe(r);
+                register(r, &named(key, name))
+            };
+            op(&handle);
+        });
+    }
+
+    /// This thread's handle of `slot`, registered again when older than
+    /// `REFRESH` (or when the thread's cache is gone: it is exiting).
+    fn cached<H: Clone + 'static>(
+        cache: &'static LocalKey<Cache<H>>,
+        slot: usize,
+        register: impl FnOnce() -> H,
+    ) -> H {
+        let now = Instant::now();
+        let fresh = cache.try_with(|c| match c.try_borrow().ok()?.get(slot) {
+            Some(Some((at, h))) if now.saturating_duration_since(*at) < REFRESH => Some(h.clone()),
+            _ => None,
+        });
+        if let Ok(Some(h)) = fresh {
+            return h;
+        }
+        let h = register();
+        let _ = cache.try_with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                if c.len() < SLOTS {
+                    c.resize(SLOTS, None);
+                }
+                c[slot] = Some((now, h.clone()));
+            }
+        });
+        h
+    }
+
+    /// Learn the global recorder's identity on a fresh thread, at most once
+    /// per `REFRESH`, while none is known and records meet a recorder that
+    /// may be it (the no-op recorder, zero-sized, has nothing to cache).
+    fn probe(r: &dyn Recorder) {
+        static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+        if GLOBAL[0].load(Ordering::Relaxed) != 0 || std::mem::size_of_val(r) == 0 {
+            return;
+        }
+        let Ok(mut last) = LAST.try_lock() else {
+            return;
+        };
+        if last.is_some_and(|t| t.elapsed() < REFRESH) {
+            return;
+        }
+        *last = Some(Instant::now());
+        drop(last);
+        let _ = std::thread::Builder::new()
+            .name("relaylock-metrics-probe".into())
+            .spawn(|| {
+                let (address, size) = metrics::with_recorder(identity);
+                if size > 0 {
+                    GLOBAL[1].store(size, Ordering::Relaxed);
+                    GLOBAL[0].store(address, Ordering::Relaxed);
+                }
+            });
+    }
 }
 
 /// Describe every metric once, so exporters print units and help texts.
@@ -251,7 +419,7 @@ pub(crate) fn describe() {
 }
 
 pub(crate) fn attempt(name: Option<&SharedString>, kind: Kind) {
-    counter(&keys(kind).attempts, name).increment(1);
+    increment(kind, ATTEMPTS, &keys(kind).attempts, name);
 }
 
 pub(crate) fn finished(
@@ -261,32 +429,41 @@ pub(crate) fn finished(
     waited: Duration,
 ) {
     let keys = keys(kind);
-    histogram(&keys.wait[outcome as usize], name).record(waited.as_secs_f64());
+    let column = WAIT + outcome as usize;
+    observe(
+        kind,
+        column,
+        &keys.wait[outcome as usize],
+        name,
+        waited.as_secs_f64(),
+    );
     match outcome {
-        Outcome::Acquired => counter(&keys.acquired, name).increment(1),
-        Outcome::Timeout => counter(&keys.timeouts, name).increment(1),
+        Outcome::Acquired => increment(kind, ACQUIRED, &keys.acquired, name),
+        Outcome::Timeout => increment(kind, TIMEOUTS, &keys.timeouts, name),
         Outcome::Error => {}
     }
 }
 
 pub(crate) fn released(name: Option<&SharedString>, kind: Kind) {
-    counter(&keys(kind).released, name).increment(1);
+    increment(kind, RELEASED, &keys(kind).released, name);
 }
 
 pub(crate) fn lost(name: Option<&SharedString>, kind: Kind) {
-    counter(&keys(kind).lost, name).increment(1);
+    increment(kind, LOST, &keys(kind).lost, name);
 }
 
 pub(crate) fn renewal(name: Option<&SharedString>, kind: Kind, outcome: Renewal) {
-    counter(&keys(kind).renewals[outcome as usize], name).increment(1);
+    let column = RENEWALS + outcome as usize;
+    increment(kind, column, &keys(kind).renewals[outcome as usize], name);
 }
 
 pub(crate) fn held(name: Option<&SharedString>, kind: Kind, held: Duration) {
-    histogram(&keys(kind).held, name).record(held.as_secs_f64());
+    observe(kind, HELD, &keys(kind).held, name, held.as_secs_f64());
 }
 
 pub(crate) fn wakeup(name: Option<&SharedString>, kind: Kind, cause: WakeCause) {
-    counter(&keys(kind).wakeups[cause as usize], name).increment(1);
+    let column = WAKEUPS + cause as usize;
+    increment(kind, column, &keys(kind).wakeups[cause as usize], name);
 }
 
 pub(crate) fn waiters(name: Option<&SharedString>, kind: Kind, delta: f64) {
@@ -323,5 +500,91 @@ mod tests {
         );
         let labels: Vec<(&str, &str)> = plain.labels().map(|l| (l.key(), l.value())).collect();
         assert_eq!(labels, [("primitive", "write"), ("cause", "handover")]);
+    }
+
+    /// A recorder that counts the registrations of one series (the write
+    /// lock's renewal errors: no other test records it).
+    struct Registrations(std::sync::atomic::AtomicUsize);
+
+    impl Registrations {
+        fn count(&self) -> usize {
+            self.0.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    impl metrics::Recorder for Registrations {
+        fn describe_counter(&self, _: metrics::KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: metrics::KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: metrics::KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> metrics::Counter {
+            let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
+            if key.name() == RENEWALS_TOTAL
+                && labels.contains(&("primitive", "write"))
+                && labels.contains(&("outcome", "error"))
+            {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            metrics::Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    /// With the global recorder (once the probe found it), a thread
+    /// registers a series once and again only after `REFRESH` (so a series
+    /// an exporter dropped as idle comes back); a local recorder and a
+    /// named series register at every record.
+    #[test]
+    fn global_handles_are_kept_for_a_while_local_ones_never() {
+        let global: &'static Registrations = Box::leak(Box::new(Registrations(Default::default())));
+        metrics::set_global_recorder(global).expect("no other test installs a global recorder");
+        let record = || renewal(None, Kind::Write, Renewal::Error);
+        // Until the probe thread answers, every record registers.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let before = global.count();
+            record();
+            record();
+            if global.count() == before + 1 {
+                break; // the second record used the first one's handle
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the probe never found the recorder"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kept = global.count();
+        for _ in 0..100 {
+            record();
+        }
+        assert_eq!(global.count(), kept, "a kept handle registers nothing");
+        std::thread::sleep(handles::REFRESH + Duration::from_millis(50));
+        record();
+        record();
+        assert_eq!(global.count(), kept + 1, "registered again after REFRESH");
+
+        // A named series registers at every record.
+        let name = SharedString::from("orders");
+        let before = global.count();
+        for _ in 0..3 {
+            renewal(Some(&name), Kind::Write, Renewal::Error);
+        }
+        assert_eq!(global.count(), before + 3);
+        let kept = global.count();
+
+        // A local recorder is never kept: its address may later be another's.
+        let local = Registrations(Default::default());
+        metrics::with_local_recorder(&local, || {
+            for _ in 0..3 {
+                record();
+            }
+        });
+        assert_eq!(local.count(), 3);
+        assert_eq!(global.count(), kept, "the global recorder saw none of them");
     }
 }
