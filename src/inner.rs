@@ -4,14 +4,14 @@
 //! connections and the background tasks. Built by the builder, read by the
 //! acquire loop and the guards; it calls into none of them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::ClientLike;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
@@ -83,20 +83,27 @@ impl ClientInner {
     }
 }
 
-/// The shutdown's start: a flag every call reads, and the token that wakes
-/// the calls in progress. A token's own check takes its lock, which every
-/// task of the client would share; the flag is one atomic load.
+/// The shutdown's start: a flag every call reads, and the wake-up of the
+/// calls in progress. A `CancellationToken` would take its one lock, shared
+/// by every task of the client, for each check and for each call's
+/// registration; the flag is one atomic load, and the calls wait on one of
+/// `SHARDS` `Notify`s (by thread), so that tasks on different threads
+/// rarely share a lock.
 #[derive(Default)]
 pub(crate) struct Closing {
     flag: AtomicBool,
-    token: CancellationToken,
+    wakers: [Notify; SHARDS],
 }
 
+const SHARDS: usize = 8;
+
 impl Closing {
-    /// Begin the shutdown: set the flag, then wake the calls in progress.
+    /// Begin the shutdown: set the flag, then wake every call waiting.
     pub(crate) fn cancel(&self) {
         self.flag.store(true, Ordering::SeqCst);
-        self.token.cancel();
+        for w in &self.wakers {
+            w.notify_waiters();
+        }
     }
 
     /// Whether the shutdown began.
@@ -104,9 +111,22 @@ impl Closing {
         self.flag.load(Ordering::SeqCst)
     }
 
-    /// Completes once the shutdown began.
-    pub(crate) fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.token.cancelled()
+    /// Completes once the shutdown began. The `Notified` is made before the
+    /// flag is read: `notify_waiters` wakes every one made before it, so a
+    /// shutdown that sets the flag after the read still wakes this one.
+    pub(crate) async fn cancelled(&self) {
+        thread_local! {
+            static SHARD: usize = {
+                static NEXT: AtomicUsize = AtomicUsize::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS
+            };
+        }
+        let shard = SHARD.try_with(|s| *s).unwrap_or(0);
+        let notified = self.wakers[shard].notified();
+        if self.is_cancelled() {
+            return;
+        }
+        notified.await;
     }
 }
 
@@ -147,6 +167,48 @@ impl Drop for ClientInner {
         let stopping = self.stop();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(stopping);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every call waiting when the shutdown begins wakes, whichever shard
+    /// its thread uses; one that starts after returns at once; and a wait
+    /// racing the shutdown never misses it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn closing_wakes_every_waiter() {
+        let limit = Duration::from_secs(5);
+        let closing = Arc::new(Closing::default());
+        let waiters: Vec<_> = (0..64)
+            .map(|_| {
+                let c = Arc::clone(&closing);
+                tokio::spawn(async move { c.cancelled().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        closing.cancel();
+        for w in waiters {
+            tokio::time::timeout(limit, w).await.unwrap().unwrap();
+        }
+        tokio::time::timeout(limit, closing.cancelled())
+            .await
+            .unwrap();
+        for _ in 0..500 {
+            let closing = Arc::new(Closing::default());
+            let waiter = {
+                let c = Arc::clone(&closing);
+                tokio::spawn(async move { c.cancelled().await })
+            };
+            let canceller = {
+                let c = Arc::clone(&closing);
+                tokio::spawn(async move { c.cancel() })
+            };
+            canceller.await.unwrap();
+            tokio::time::timeout(limit, waiter).await.unwrap().unwrap();
+            assert!(closing.is_cancelled());
         }
     }
 }
