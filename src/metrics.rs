@@ -567,7 +567,7 @@ mod tests {
         metrics::set_global_recorder(global).expect("no other test installs a global recorder");
         let record = || renewal(None, Kind::Write, Renewal::Error);
         // Until the probe thread answers, every record registers.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let before = global.count();
             record();
@@ -581,15 +581,17 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        // 100 records well inside `REFRESH` use the kept handle (a round
-        // that a descheduled thread stretched past half of it is repeated).
+        // 100 records within `REFRESH` of a registration use its handle (a
+        // round that a descheduled thread stretched past it is repeated).
         loop {
-            let kept = global.count();
+            std::thread::sleep(handles::REFRESH + Duration::from_millis(50));
             let started = std::time::Instant::now();
+            record(); // registers again: the handle is older than REFRESH
+            let kept = global.count();
             for _ in 0..100 {
                 record();
             }
-            if started.elapsed() < handles::REFRESH / 2 {
+            if started.elapsed() < handles::REFRESH {
                 assert_eq!(global.count(), kept, "a kept handle registers nothing");
                 break;
             }
@@ -597,7 +599,6 @@ mod tests {
         }
         let kept = global.count();
         std::thread::sleep(handles::REFRESH + Duration::from_millis(50));
-        record();
         record();
         assert_eq!(global.count(), kept + 1, "registered again after REFRESH");
 
