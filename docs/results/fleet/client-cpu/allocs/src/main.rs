@@ -1,0 +1,69 @@
+//! Allocations (count and bytes, by size class) per uncontended lock +
+//! release, one task on a current-thread runtime, 20,000 acquisitions over
+//! 1,000 keys after a warm-up round.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+struct Counting;
+
+static ON: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+static CLASSES: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+fn count(size: usize) {
+    if ON.load(Ordering::Relaxed) {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(size as u64, Ordering::Relaxed);
+        let class = size.max(1).next_power_of_two().trailing_zeros() as usize;
+        CLASSES[class].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: forwards every call to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        count(l.size());
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        count(n);
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let url = std::env::args().nth(1).expect("usage: relaylock-allocs redis://host:port");
+    let client = relaylock::LockClient::connect(&url).await.expect("connect");
+    let keys: Vec<String> = (0..1000).map(|i| format!("allocs:{i}")).collect();
+    for k in &keys {
+        client.lock(k).await.unwrap().release().await.unwrap();
+    }
+    let n = 20_000u64;
+    ON.store(true, Ordering::Relaxed);
+    for i in 0..n {
+        let guard = client.lock(&keys[(i % 1000) as usize]).await.unwrap();
+        guard.release().await.unwrap();
+    }
+    ON.store(false, Ordering::Relaxed);
+    let per = |v: u64| v as f64 / n as f64;
+    println!(
+        "allocations per acquisition: {:.2}, bytes {:.0}",
+        per(ALLOCS.load(Ordering::Relaxed)),
+        per(BYTES.load(Ordering::Relaxed))
+    );
+    for (i, c) in CLASSES.iter().enumerate() {
+        let c = c.load(Ordering::Relaxed);
+        if per(c) >= 0.01 {
+            println!("  <= {:5} B: {:.2}", 1u64 << i, per(c));
+        }
+    }
+}
