@@ -11,17 +11,18 @@
 #   cargo build --release -p relaylock-cli && cp target/release/relaylock /tmp/relaylock-after
 #   docs/results/fleet/lean/run.sh && python3 docs/results/fleet/lean/run_summary.py
 #
-# Writes docs/results/fleet/lean/two-core/{uncontended,keys256}-{before,after}-<round>.jsonl.
+# Writes docs/results/fleet/lean/two-core/{uncontended,keys256}-{before,after}-<round>.jsonl
+# (ROUNDS=n and OUT=<folder> run it for another comparison: client-cpu/run.sh).
 set -euo pipefail
-cd "$(dirname "$0")"; mkdir -p two-core
-for round in 1 2 3; do
+cd "$(dirname "$0")"; out=${OUT:-two-core}; mkdir -p "$out"
+for round in $(seq "${ROUNDS:-3}"); do
   order="before after"; [ $((round % 2)) = 0 ] && order="after before"
   for b in $order; do
     /tmp/relaylock-$b bench --keys 10000 --workers 64 --processes 4 --hold-ms 0 --no-rtt \
       --strategy bare:10 --strategy floor:10 --strategy pubsub --duration 6s --json 2>/dev/null \
-      > two-core/uncontended-$b-$round.jsonl
+      > "$out/uncontended-$b-$round.jsonl"
     /tmp/relaylock-$b bench --keys 256 --workers 64 --processes 4 --hold-ms 1 --no-rtt \
       --strategy bare:10 --strategy pubsub --duration 6s --json 2>/dev/null \
-      > two-core/keys256-$b-$round.jsonl
+      > "$out/keys256-$b-$round.jsonl"
   done
 done
