@@ -239,21 +239,38 @@ fn slot(kind: Kind, column: usize) -> usize {
     row * SERIES + column
 }
 
-fn increment(kind: Kind, column: usize, key: &'static Key, name: Option<&SharedString>) {
+/// The static key of a primitive's series `column`: the one place the
+/// columns meet the keys.
+fn series(kind: Kind, column: usize) -> &'static Key {
+    let k = keys(kind);
+    match column {
+        ATTEMPTS => &k.attempts,
+        ACQUIRED => &k.acquired,
+        TIMEOUTS => &k.timeouts,
+        RELEASED => &k.released,
+        LOST => &k.lost,
+        HELD => &k.held,
+        c if c < RENEWALS => &k.wait[c - WAIT],
+        c if c < WAKEUPS => &k.renewals[c - RENEWALS],
+        c => &k.wakeups[c - WAKEUPS],
+    }
+}
+
+fn increment(kind: Kind, column: usize, name: Option<&SharedString>) {
     handles::record(
         &handles::COUNTERS,
         slot(kind, column),
-        (key, name),
+        (series(kind, column), name),
         |r, k| r.register_counter(k, &METADATA),
         |c| c.increment(1),
     );
 }
 
-fn observe(kind: Kind, column: usize, key: &'static Key, name: Option<&SharedString>, v: f64) {
+fn observe(kind: Kind, column: usize, name: Option<&SharedString>, v: f64) {
     handles::record(
         &handles::HISTOGRAMS,
         slot(kind, column),
-        (key, name),
+        (series(kind, column), name),
         |r, k| r.register_histogram(k, &METADATA),
         |h| h.record(v),
     );
@@ -442,7 +459,7 @@ pub(crate) fn describe() {
 }
 
 pub(crate) fn attempt(name: Option<&SharedString>, kind: Kind) {
-    increment(kind, ATTEMPTS, &keys(kind).attempts, name);
+    increment(kind, ATTEMPTS, name);
 }
 
 pub(crate) fn finished(
@@ -451,42 +468,32 @@ pub(crate) fn finished(
     outcome: Outcome,
     waited: Duration,
 ) {
-    let keys = keys(kind);
-    let column = WAIT + outcome as usize;
-    observe(
-        kind,
-        column,
-        &keys.wait[outcome as usize],
-        name,
-        waited.as_secs_f64(),
-    );
+    observe(kind, WAIT + outcome as usize, name, waited.as_secs_f64());
     match outcome {
-        Outcome::Acquired => increment(kind, ACQUIRED, &keys.acquired, name),
-        Outcome::Timeout => increment(kind, TIMEOUTS, &keys.timeouts, name),
+        Outcome::Acquired => increment(kind, ACQUIRED, name),
+        Outcome::Timeout => increment(kind, TIMEOUTS, name),
         Outcome::Error => {}
     }
 }
 
 pub(crate) fn released(name: Option<&SharedString>, kind: Kind) {
-    increment(kind, RELEASED, &keys(kind).released, name);
+    increment(kind, RELEASED, name);
 }
 
 pub(crate) fn lost(name: Option<&SharedString>, kind: Kind) {
-    increment(kind, LOST, &keys(kind).lost, name);
+    increment(kind, LOST, name);
 }
 
 pub(crate) fn renewal(name: Option<&SharedString>, kind: Kind, outcome: Renewal) {
-    let column = RENEWALS + outcome as usize;
-    increment(kind, column, &keys(kind).renewals[outcome as usize], name);
+    increment(kind, RENEWALS + outcome as usize, name);
 }
 
 pub(crate) fn held(name: Option<&SharedString>, kind: Kind, held: Duration) {
-    observe(kind, HELD, &keys(kind).held, name, held.as_secs_f64());
+    observe(kind, HELD, name, held.as_secs_f64());
 }
 
 pub(crate) fn wakeup(name: Option<&SharedString>, kind: Kind, cause: WakeCause) {
-    let column = WAKEUPS + cause as usize;
-    increment(kind, column, &keys(kind).wakeups[cause as usize], name);
+    increment(kind, WAKEUPS + cause as usize, name);
 }
 
 pub(crate) fn waiters(name: Option<&SharedString>, kind: Kind, delta: f64) {
@@ -523,6 +530,36 @@ mod tests {
         );
         let labels: Vec<(&str, &str)> = plain.labels().map(|l| (l.key(), l.value())).collect();
         assert_eq!(labels, [("primitive", "write"), ("cause", "handover")]);
+    }
+
+    /// Each (primitive, column) is one series of its own, in a slot of its
+    /// own: a kept handle can only stand for the key it was registered
+    /// with.
+    #[test]
+    fn every_column_is_one_series_in_one_slot() {
+        let kinds = [Kind::Mutex, Kind::Semaphore, Kind::Read, Kind::Write];
+        let mut seen_keys = Vec::new();
+        let mut seen_slots = std::collections::HashSet::new();
+        for kind in kinds {
+            for column in 0..SERIES {
+                let key = series(kind, column);
+                assert!(
+                    !seen_keys.contains(&key),
+                    "{kind:?} column {column} repeats a key"
+                );
+                seen_keys.push(key);
+                assert!(seen_slots.insert(slot(kind, column)));
+                assert!(slot(kind, column) < 4 * SERIES);
+            }
+        }
+        assert_eq!(
+            series(Kind::Write, WAKEUPS + WakeCause::Handover as usize),
+            &keys(Kind::Write).wakeups[WakeCause::Handover as usize]
+        );
+        assert_eq!(
+            series(Kind::Read, RENEWALS + Renewal::Error as usize),
+            &keys(Kind::Read).renewals[Renewal::Error as usize]
+        );
     }
 
     /// A recorder that counts the registrations of one series (the write
