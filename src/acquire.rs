@@ -28,6 +28,7 @@ use fred::interfaces::ClientLike;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
 use metrics::SharedString;
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
 use crate::calls::{
@@ -336,24 +337,18 @@ impl<'a> LockCall<'a> {
         shape: Shape,
     ) -> Result<Self> {
         inner.check_key(key)?;
-        let (names, permits) = match shape {
-            Shape::Mutex => (inner.names(key), None),
+        let (kind, permits) = match shape {
+            Shape::Mutex => (Kind::Mutex, None),
             Shape::Semaphore { n, limit } => {
                 if n == 0 || limit == 0 || n > limit {
                     return Err(Error::InvalidArgument(format!(
                         "a semaphore call takes 1..=limit permits and a limit of at least 1 (asked for {n} of {limit})"
                     )));
                 }
-                (Names::semaphore(&inner.prefix, key), Some((n, limit)))
+                (Kind::Semaphore, Some((n, limit)))
             }
-            Shape::Read => (
-                Names::rw(&inner.prefix, key, Kind::Read),
-                Some((1, RW_WRITE)),
-            ),
-            Shape::Write => (
-                Names::rw(&inner.prefix, key, Kind::Write),
-                Some((RW_WRITE, RW_WRITE)),
-            ),
+            Shape::Read => (Kind::Read, Some((1, RW_WRITE))),
+            Shape::Write => (Kind::Write, Some((RW_WRITE, RW_WRITE))),
         };
         let lease = options.lease.unwrap_or(inner.default_lease);
         let lease_ms = validate_lease(lease)?;
@@ -361,11 +356,12 @@ impl<'a> LockCall<'a> {
             Some((n, timeout)) => Some((n, validate_replicas(n, timeout, lease)?)),
             None => None,
         };
+        let (names, token) = Names::for_call(&inner.prefix, key, kind);
         Ok(LockCall {
             inner,
             key,
             names,
-            token: crate::token::new(),
+            token,
             lease,
             lease_ms,
             name: options.name.as_ref(),
@@ -513,7 +509,7 @@ impl<'a> LockCall<'a> {
         LockGuard::new(
             Arc::clone(self.inner),
             Acquired {
-                key: self.key.to_owned(),
+                key: self.names.key_in(self.key),
                 names: std::mem::replace(&mut self.names, Names::taken()),
                 token: std::mem::take(&mut self.token),
                 fence,
@@ -796,6 +792,25 @@ impl<'a> LockCall<'a> {
             }
         }
         waiter.count_as_waiting(self.name);
+        // The rest of the wait has a box of its own, made only when the lock
+        // was not taken at once: the call's own box (`LockClient::lock`)
+        // then stays under glibc's per-thread cache (1,032 B), so the
+        // uncontended acquisition does not take the arena's lock for it
+        // (docs/benchmarks.md, "Client CPU").
+        Box::pin(self.wait_queued(&waiter, queued, deadline, reconnect.as_mut())).await
+    }
+
+    /// The wait of a registered waiter whose first try (if it made one) did
+    /// not take the lock: subscribe, re-check when needed, and sleep until a
+    /// release, a hand-over, a reconnect, the holder's lease or `deadline`.
+    async fn wait_queued(
+        &self,
+        waiter: &Waiter,
+        queued: bool,
+        deadline: Option<Instant>,
+        mut reconnect: Pin<&mut Notified<'a>>,
+    ) -> Result<(u64, Instant)> {
+        let registry = &self.inner.registry;
         // Only the waiter that CONFIRMED the subscription must try again before
         // sleeping: a release published before the confirmation reached nobody,
         // and that one try observes it for every local waiter. A release after
@@ -803,7 +818,7 @@ impl<'a> LockCall<'a> {
         // queued newcomer tries first only if the re-check is due (or nothing
         // is known yet), and then only one of them (the probe claim). When
         // the subscription cannot be confirmed, the poller (below) re-checks.
-        let mut must_try = match self.subscribe(&waiter, deadline).await {
+        let mut must_try = match self.subscribe(waiter, deadline).await {
             Subscription::ConfirmedNow => true,
             Subscription::AlreadyConfirmed => queued && waiter.claim_probe(PROBE_SLICE),
             Subscription::Unconfirmed => false,
@@ -844,7 +859,7 @@ impl<'a> LockCall<'a> {
             if must_try {
                 match offer.map_or(Gate::Go, Offer::begin_try) {
                     Gate::Go => {
-                        let attempt = self.try_passing_on(&waiter, false).await;
+                        let attempt = self.try_passing_on(waiter, false).await;
                         // Taken: withdraw the offer straight from Trying, so
                         // no other reader's batch can claim this token in
                         // between (found in review: it could take a second
@@ -860,7 +875,7 @@ impl<'a> LockCall<'a> {
                         }
                         attempt?;
                     }
-                    Gate::Granted(fence, sent) => return Ok(self.granted(&waiter, fence, sent)),
+                    Gate::Granted(fence, sent) => return Ok(self.granted(waiter, fence, sent)),
                     // A release of this client is handing the lock to this
                     // call: its outcome wakes us. A wake-up from the key's
                     // `Notify` that brought us here goes to another waiter;
@@ -879,7 +894,7 @@ impl<'a> LockCall<'a> {
             }
             from_key = false;
             if expired(deadline) {
-                return self.at_deadline(&waiter, offer);
+                return self.at_deadline(waiter, offer);
             }
 
             // Sleep until a release message, a reconnect, or the next
@@ -917,7 +932,7 @@ impl<'a> LockCall<'a> {
             let cause = tokio::select! {
                 biased;
                 _ = granting(offer) => match offer.map_or(Handed::Pending, Offer::outcome) {
-                    Handed::Granted(fence, sent) => return Ok(self.granted(&waiter, fence, sent)),
+                    Handed::Granted(fence, sent) => return Ok(self.granted(waiter, fence, sent)),
                     // The release's outcome is unknown, or the lock is
                     // free: try (the acquire script finds a grant that did
                     // happen).
@@ -976,11 +991,11 @@ impl<'a> LockCall<'a> {
                 }
                 WakeCause::Ttl => {
                     if expired(deadline) {
-                        return self.at_deadline(&waiter, offer);
+                        return self.at_deadline(waiter, offer);
                     }
                     if degraded && role.is_some() {
                         if resubscribe.is_none() && waiter.subscribe_due() {
-                            resubscribe = Some(Box::pin(self.subscribe(&waiter, deadline)));
+                            resubscribe = Some(Box::pin(self.subscribe(waiter, deadline)));
                         }
                         waiter.claim_poll(DEGRADED_POLL)
                     } else {

@@ -14,7 +14,6 @@ use tokio_util::task::TaskTracker;
 use crate::calls::Calls;
 use crate::client::LockClient;
 use crate::error::{connect_within, with_timeout, Error, Result};
-use crate::holds::Holds;
 use crate::inner::{ClientInner, Closing, Tasks};
 use crate::options::{
     validate_lease, validate_prefix, validate_url_scheme, WaitStrategy, MAX_LEASE,
@@ -499,7 +498,7 @@ impl LockClientBuilder {
             self.side_retention.as_millis() as u64,
             publish,
         );
-        let watchdog = Watchdog::new(calls.clone());
+        let watchdog = Watchdog::new(calls.clone(), self.default_lease);
         let watchdog_task = watchdog::spawn(&watchdog);
         opened.keep();
         Ok(LockClient {
@@ -518,7 +517,6 @@ impl LockClientBuilder {
                     watchdog_task,
                     owns_redis,
                 },
-                holds: Holds::default(),
                 closing: Closing::default(),
                 background,
                 shut_down: tokio::sync::OnceCell::new(),

@@ -61,7 +61,7 @@ use crate::watchdog::Lease;
 #[must_use = "dropping a guard releases the lock (in the background)"]
 pub struct LockGuard {
     inner: Arc<ClientInner>,
-    key: String,
+    key: Str,
     names: Names,
     token: Str,
     fence: u64,
@@ -72,18 +72,20 @@ pub struct LockGuard {
     lease: Duration,
     /// What is known about the lease; shared with the watchdog.
     lease_state: Arc<Lease>,
-    /// The watchdog id, once the watchdog looks after this lock (at once for
-    /// a renewed lock, on first `lost`/`lost_token` for a fixed one).
-    watch: OnceLock<u64>,
+    /// Set once the watchdog looks after this lock (at once for a renewed
+    /// lock, on first `lost`/`lost_token` for a fixed one).
+    watched: OnceLock<()>,
     /// Where the guard is in its life; decides what dropping it does.
     state: State,
-    /// Its id in the client's holds (see `crate::holds`).
+    /// Its id in the client's holds (see `crate::holds`), which the
+    /// watchdog shares.
     hold: u64,
 }
 
 /// What an acquisition hands to [`LockGuard::new`].
 pub(crate) struct Acquired {
-    pub(crate) key: String,
+    /// A slice of `names.lock` (see [`Names::key_in`]).
+    pub(crate) key: Str,
     pub(crate) names: Names,
     pub(crate) token: Str,
     pub(crate) fence: u64,
@@ -112,7 +114,7 @@ enum State {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.key)
+            .field("key", &&*self.key)
             .field("token", &self.token)
             .field("fencing_token", &self.fence)
             .field("lease", &self.lease)
@@ -130,24 +132,22 @@ impl LockGuard {
     /// then released in the background.
     pub(crate) fn new(inner: Arc<ClientInner>, a: Acquired) -> Result<LockGuard> {
         let lease_state = Lease::new(a.sent, a.lease);
-        let hold = inner.holds.insert(Hold {
+        let hold = Hold {
             names: a.names.clone(),
             token: a.token.clone(),
             fence: a.fence,
             permits: a.permits,
             name: a.name.clone(),
             lease: Arc::clone(&lease_state),
-        });
-        let Some(hold) = hold else {
+            watch: None,
+        };
+        let Some(hold) = inner.watchdog.register(hold, a.renew) else {
             release_in_background(inner, a.names, a.token, Some(a.fence), a.permits, None);
             return Err(Error::Shutdown);
         };
-        let watch = OnceLock::new();
+        let watched = OnceLock::new();
         if a.renew {
-            let id = inner
-                .watchdog
-                .watch(&a.names, &a.token, &lease_state, a.name.clone(), true);
-            let _ = watch.set(id);
+            let _ = watched.set(());
         }
         Ok(LockGuard {
             inner,
@@ -160,7 +160,7 @@ impl LockGuard {
             acquired_at: a.sent,
             lease: a.lease,
             lease_state,
-            watch,
+            watched,
             state: State::Held,
             hold,
         })
@@ -258,22 +258,13 @@ impl LockGuard {
 
     /// Make sure the watchdog fires this lock's signal when its lease runs out.
     fn listen(&self) {
-        self.watch.get_or_init(|| {
-            self.inner.watchdog.watch(
-                &self.names,
-                &self.token,
-                &self.lease_state,
-                self.name.clone(),
-                false,
-            )
-        });
+        self.watched
+            .get_or_init(|| self.inner.watchdog.listen(self.hold));
     }
 
-    /// Leave the watchdog and fire the signal: the guard is going away.
+    /// Fire the signal: the guard is going away. (It left the watchdog with
+    /// its hold, before: see the callers.)
     fn close(&self) {
-        if let Some(id) = self.watch.get() {
-            self.inner.watchdog.unwatch(*id);
-        }
         self.lease_state.close();
     }
 
@@ -309,7 +300,7 @@ impl LockGuard {
         // A shorter lease counts from now on, before the reply: the call may
         // run in Redis even if its outcome never reaches us.
         let generation = self.lease_state.record().extending(sent, lease);
-        if self.watch.get().is_some() {
+        if self.watched.get().is_some() {
             self.inner.watchdog.replan();
         }
         let redis = self.inner.calls.redis();
@@ -334,7 +325,7 @@ impl LockGuard {
         match reply.as_slice() {
             [1] => {
                 self.lease_state.record().extended(generation, sent, lease);
-                if self.watch.get().is_some() {
+                if self.watched.get().is_some() {
                     // The watchdog planned with the old lease.
                     self.inner.watchdog.replan();
                 }
@@ -381,7 +372,7 @@ impl LockGuard {
 
     /// The body of [`release`](Self::release).
     async fn release_now(&mut self) -> Result<()> {
-        let ours = self.inner.holds.remove(self.hold);
+        let ours = self.inner.watchdog.holds.remove(self.hold);
         self.close();
         if !ours {
             // The shutdown took the hold and releases it.
@@ -474,7 +465,7 @@ impl Drop for LockGuard {
         let _busy = self.inner.background.token();
         // Releasing: `release()` already took the hold out of the registry.
         let held = self.state == State::Held;
-        if held && !self.inner.holds.remove(self.hold) {
+        if held && !self.inner.watchdog.holds.remove(self.hold) {
             // The shutdown took the hold and releases it.
             self.close();
             return;

@@ -16,7 +16,6 @@ use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
 use crate::error::{Error, Result};
-use crate::holds::Holds;
 use crate::options::{validate_key, WaitStrategy};
 use crate::registry::Registry;
 use crate::replica_pool::Replicas;
@@ -37,8 +36,6 @@ pub(crate) struct ClientInner {
     pub(crate) command_timeout: Duration,
     /// What to stop and close when the last clone goes away.
     pub(crate) tasks: Tasks,
-    /// The holds guards still own, for the shutdown.
-    pub(crate) holds: Holds,
     /// Cancelled when the shutdown begins: lock calls in progress end with
     /// [`Error::Shutdown`], new ones are refused.
     pub(crate) closing: Closing,

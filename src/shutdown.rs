@@ -90,6 +90,7 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
     inner.closing.cancel();
     inner.tasks.watchdog_task.abort();
     let releases: Vec<_> = inner
+        .watchdog
         .holds
         .close()
         .into_iter()

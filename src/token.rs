@@ -26,14 +26,24 @@ fn next() -> u64 {
     })
 }
 
+/// A token's length in bytes.
+pub(crate) const LEN: usize = uuid::fmt::Hyphenated::LENGTH;
+
 /// A new token: a random UUID (version 4), hyphenated, lower case.
 pub(crate) fn new() -> Str {
+    let mut token = String::with_capacity(LEN);
+    push(&mut token);
+    Str::from(token)
+}
+
+/// Append a new token to `buf` (see [`new`]).
+pub(crate) fn push(buf: &mut String) {
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&next().to_le_bytes());
     bytes[8..].copy_from_slice(&next().to_le_bytes());
     let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
-    let mut buf = uuid::Uuid::encode_buffer();
-    Str::from(&*uuid.hyphenated().encode_lower(&mut buf))
+    let mut encoded = uuid::Uuid::encode_buffer();
+    buf.push_str(uuid.hyphenated().encode_lower(&mut encoded));
 }
 
 #[cfg(test)]

@@ -30,26 +30,24 @@
 //! the client is dropped is abandoned, which is safe because renewing is
 //! idempotent and the leases then simply run out.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use fred::bytes_utils::Str;
 use fred::interfaces::ClientLike;
 use fred::util::redis_keyslot;
-use metrics::SharedString;
-use rapidhash::fast::RandomState;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::{Calls, RenewItem};
+use crate::holds::{Hold, Holds, Watch};
 use crate::lease::{LeaseRecord, LeaseState};
 use crate::metrics::{self as m, Renewal};
-use crate::scripts::{Kind, Names, RENEW_BATCH};
+use crate::scripts::{Kind, RENEW_BATCH};
 
 /// After a round fails (Redis unreachable, timeout), its locks are retried
 /// this long later (and again until their lease runs out).
@@ -144,22 +142,6 @@ impl Lease {
     }
 }
 
-/// One lock the watchdog looks after.
-struct Watched {
-    lock: Str,
-    kind: Kind,
-    token: Str,
-    lease: Arc<Lease>,
-    name: Option<SharedString>,
-    /// Renew it (watchdog lock), or only fire its signal when the lease
-    /// runs out (fixed lease somebody listens to).
-    renew: bool,
-    /// Part of the round in flight.
-    in_flight: bool,
-    /// After a failed renewal: not before this.
-    retry_at: Option<Instant>,
-}
-
 /// One lock of a round.
 struct Item {
     id: u64,
@@ -186,78 +168,95 @@ type Round = Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>;
 pub(crate) struct Watchdog {
     /// The script calls (a batched `RENEW`).
     calls: Calls,
-    entries: Mutex<HashMap<u64, Watched, RandomState>>,
-    next_id: AtomicU64,
+    /// The client's holds, each with the watchdog's state of it (`watch`).
+    pub(crate) holds: Holds,
     wake: Notify,
     /// When the task will next wake by itself, in µs since `epoch`. Written
-    /// and read only under the `entries` lock, so a registration either is
+    /// and read only under the `holds` lock, so a registration either is
     /// seen by the planning pass or sees its result.
     planned: AtomicU64,
     epoch: Instant,
+    /// The longest the task sleeps: a third of the client's default lease
+    /// (at least 1 s, at most an hour). A lock with that lease watched
+    /// after the task planned has its first renewal no earlier than this
+    /// after the plan, so it does not wake the task: a client that holds
+    /// one lock at a time (the map empty whenever the task plans) would
+    /// otherwise wake it for every lock.
+    idle: Duration,
+    /// Planning passes so far (tests count the task's wake-ups).
+    #[cfg(test)]
+    plans: AtomicU64,
 }
 
 impl Watchdog {
-    pub(crate) fn new(calls: Calls) -> Arc<Self> {
+    /// The watchdog of a client whose default lease is `default_lease`.
+    pub(crate) fn new(calls: Calls, default_lease: Duration) -> Arc<Self> {
         Arc::new(Watchdog {
+            idle: (default_lease / 3).clamp(Duration::from_secs(1), Duration::from_secs(3600)),
+            #[cfg(test)]
+            plans: AtomicU64::new(0),
             calls,
-            entries: Mutex::new(HashMap::default()),
-            next_id: AtomicU64::new(1),
+            holds: Holds::default(),
             wake: Notify::new(),
             planned: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
         })
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<u64, Watched, RandomState>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn micros(&self, at: Instant) -> u64 {
         at.saturating_duration_since(self.epoch).as_micros() as u64
     }
 
-    /// Look after one lock: renew it (`renew`), and fire its signal when it
-    /// is found lost or its lease runs out. Returns the id to
-    /// [`unwatch`](Self::unwatch) it with.
-    pub(crate) fn watch(
-        &self,
-        names: &Names,
-        token: &Str,
-        lease: &Arc<Lease>,
-        name: Option<SharedString>,
-        renew: bool,
-    ) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (sent, current) = {
-            let s = lease.state();
-            (s.sent, s.lease)
+    /// Register a hold a guard now owns (see `crate::holds`), looked after
+    /// at once when `renew`: renewed, and its signal fired when it is found
+    /// lost or its lease runs out. Returns its id; `None` once the client is
+    /// shut down (the caller releases the hold itself).
+    pub(crate) fn register(&self, mut hold: Hold, renew: bool) -> Option<u64> {
+        hold.watch = renew.then(|| Watch::new(true));
+        let first_event = renew.then(|| self.first_event(&hold));
+        let mut holds = self.holds.state();
+        let id = holds.insert(hold)?;
+        if let Some(at) = first_event {
+            self.wake_for(at);
+        }
+        drop(holds);
+        Some(id)
+    }
+
+    /// Fire the signal of hold `id` (a fixed lease somebody listens to) when
+    /// its lease runs out or it is found lost. Nothing if the hold is gone
+    /// (released, taken by the shutdown) or already looked after.
+    pub(crate) fn listen(&self, id: u64) {
+        let mut holds = self.holds.state();
+        let Some(hold) = holds.live.get_mut(&id) else {
+            return;
         };
-        let first_event = if renew {
-            sent + current / 3
+        if hold.watch.is_some() {
+            return;
+        }
+        hold.watch = Some(Watch::new(false));
+        let at = self.first_event(hold);
+        self.wake_for(at);
+        drop(holds);
+    }
+
+    /// When the watchdog first has something to do for `hold`: renew it a
+    /// third into its lease, or fire its signal when the lease runs out.
+    fn first_event(&self, hold: &Hold) -> Instant {
+        if hold.watch.is_some_and(|w| w.renew) {
+            let s = hold.lease.state();
+            s.sent + s.lease / 3
         } else {
-            lease.safe_until()
-        };
-        let mut entries = self.entries();
-        entries.insert(
-            id,
-            Watched {
-                lock: names.lock.clone(),
-                kind: names.kind,
-                token: token.clone(),
-                lease: Arc::clone(lease),
-                name,
-                renew,
-                in_flight: false,
-                retry_at: None,
-            },
-        );
-        // Wake the task only when it would otherwise sleep past this lock's
-        // first event; a burst of acquisitions wakes it once.
-        if self.micros(first_event) < self.planned.load(Ordering::SeqCst) {
+            hold.lease.safe_until()
+        }
+    }
+
+    /// Wake the task only when it would otherwise sleep past `at`; a burst
+    /// of acquisitions wakes it once. Called under the `holds` lock.
+    fn wake_for(&self, at: Instant) {
+        if self.micros(at) < self.planned.load(Ordering::SeqCst) {
             self.wake.notify_one();
         }
-        drop(entries);
-        id
     }
 
     /// A lease changed outside the task (`extend`): plan again.
@@ -265,39 +264,38 @@ impl Watchdog {
         self.wake.notify_one();
     }
 
-    /// Stop looking after a lock: no renewal is sent for it from now on, and
-    /// the outcome of one in flight is ignored.
-    pub(crate) fn unwatch(&self, id: u64) {
-        self.entries().remove(&id);
-    }
-
     /// Fire the signals of leases that ran out, start a round if a lock is
     /// due and none is in flight, and return when to look again.
     fn plan(self: &Arc<Self>, round: &mut Option<Round>) -> Instant {
+        #[cfg(test)]
+        self.plans.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        let mut next = now + Duration::from_secs(3600);
+        let mut next = now + self.idle;
         let mut due = Vec::new();
         let mut early = Vec::new();
         let mut expired = Vec::new();
-        let mut entries = self.entries();
-        for (&id, e) in entries.iter() {
-            if e.lease.is_lost() {
+        let mut holds = self.holds.state();
+        for (&id, h) in holds.live.iter() {
+            let Some(w) = h.watch else {
+                continue;
+            };
+            if h.lease.is_lost() {
                 expired.push(id);
                 continue;
             }
-            let s = e.lease.state();
+            let s = h.lease.state();
             let safe_until = s.safe_until();
             if now >= safe_until {
                 expired.push(id);
                 continue;
             }
             next = next.min(safe_until);
-            if !e.renew || e.in_flight || round.is_some() {
+            if !w.renew || w.in_flight || round.is_some() {
                 // A round in flight wakes the task when it ends.
                 continue;
             }
             let period = s.lease / 3;
-            let at = (s.sent + period).max(e.retry_at.unwrap_or(now));
+            let at = (s.sent + period).max(w.retry_at.unwrap_or(now));
             if at <= now {
                 due.push(id);
             } else {
@@ -308,13 +306,16 @@ impl Watchdog {
             }
         }
         for id in expired {
-            let Some(e) = entries.remove(&id) else {
+            // The guard still owns the hold (the shutdown releases it); the
+            // watchdog is done with it.
+            let Some(h) = holds.live.get_mut(&id) else {
                 continue;
             };
+            h.watch = None;
             // Not found by a script: the lease ran out unconfirmed.
-            e.lease.mark_lost(|| {
-                m::lost(e.name.as_ref(), e.kind);
-                tracing::warn!(key = %e.lock,
+            h.lease.mark_lost(|| {
+                m::lost(h.name.as_ref(), h.names.kind);
+                tracing::warn!(key = %h.names.lock,
                     "relaylock: lock lost: its lease ran out before a renewal got through");
             });
         }
@@ -323,14 +324,14 @@ impl Watchdog {
             let items: Vec<Item> = due
                 .into_iter()
                 .filter_map(|id| {
-                    let e = entries.get_mut(&id)?;
-                    e.in_flight = true;
-                    let s = e.lease.state();
+                    let h = holds.live.get_mut(&id)?;
+                    h.watch.as_mut()?.in_flight = true;
+                    let s = h.lease.state();
                     Some(Item {
                         id,
-                        lock: e.lock.clone(),
-                        kind: e.kind,
-                        token: e.token.clone(),
+                        lock: h.names.lock.clone(),
+                        kind: h.names.kind,
+                        token: h.token.clone(),
                         lease: s.renew_with,
                         generation: s.generation,
                     })
@@ -339,7 +340,7 @@ impl Watchdog {
             *round = Some(Box::pin(Arc::clone(self).renew(items)));
         }
         self.planned.store(self.micros(next), Ordering::SeqCst);
-        drop(entries);
+        drop(holds);
         next
     }
 
@@ -446,7 +447,7 @@ impl Watchdog {
     /// Apply the outcome of a round.
     fn finish(&self, outcomes: Vec<Outcome>) {
         let now = Instant::now();
-        let mut entries = self.entries();
+        let mut holds = self.holds.state();
         for Outcome {
             id,
             lease,
@@ -455,36 +456,39 @@ impl Watchdog {
             code,
         } in outcomes
         {
-            // Unwatched meanwhile (released, dropped): not ours to judge.
-            let Some(e) = entries.get_mut(&id) else {
+            // Released or dropped meanwhile: not ours to judge.
+            let Some(h) = holds.live.get_mut(&id) else {
                 continue;
             };
-            e.in_flight = false;
+            let Some(w) = h.watch.as_mut() else {
+                continue;
+            };
+            w.in_flight = false;
             match code {
                 Some(1) => {
-                    e.lease.record().renewed(generation, sent, lease);
-                    e.retry_at = None;
-                    m::renewal(e.name.as_ref(), e.kind, Renewal::Renewed);
+                    h.lease.record().renewed(generation, sent, lease);
+                    w.retry_at = None;
+                    m::renewal(h.name.as_ref(), h.names.kind, Renewal::Renewed);
                 }
                 Some(code @ (0 | -1)) => {
-                    m::renewal(e.name.as_ref(), e.kind, Renewal::Lost);
-                    e.lease.mark_lost(|| {
-                        m::lost(e.name.as_ref(), e.kind);
+                    h.watch = None;
+                    m::renewal(h.name.as_ref(), h.names.kind, Renewal::Lost);
+                    h.lease.mark_lost(|| {
+                        m::lost(h.name.as_ref(), h.names.kind);
                         let found = if code == 0 {
                             "the key is gone"
                         } else {
                             "the key holds another token"
                         };
-                        tracing::warn!(key = %e.lock, "relaylock: lock lost: {found}");
+                        tracing::warn!(key = %h.names.lock, "relaylock: lock lost: {found}");
                     });
-                    entries.remove(&id);
                 }
                 other => {
                     if let Some(code) = other {
-                        tracing::warn!(key = %e.lock, "relaylock: renew replied {code}");
+                        tracing::warn!(key = %h.names.lock, "relaylock: renew replied {code}");
                     }
-                    e.retry_at = Some(now + RETRY);
-                    m::renewal(e.name.as_ref(), e.kind, Renewal::Error);
+                    w.retry_at = Some(now + RETRY);
+                    m::renewal(h.name.as_ref(), h.names.kind, Renewal::Error);
                 }
             }
         }
@@ -498,8 +502,14 @@ pub(crate) fn spawn(dog: &Arc<Watchdog>) -> JoinHandle<()> {
     crate::supervise::supervise("watchdog", move |panics| {
         if panics > 0 {
             // The round in flight died with the run: its locks are due again.
-            for e in dog.entries().values_mut() {
-                e.in_flight = false;
+            for w in dog
+                .holds
+                .state()
+                .live
+                .values_mut()
+                .filter_map(|h| h.watch.as_mut())
+            {
+                w.in_flight = false;
             }
         }
         run(Arc::clone(&dog))
@@ -526,6 +536,37 @@ async fn run(dog: Arc<Watchdog>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client that holds one lock at a time (the map is empty whenever
+    /// the task plans) does not wake the task for each lock: a lock with
+    /// the default lease is due no earlier than the task's longest sleep.
+    /// A shorter lease does wake it, and is renewed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_lock_at_a_time_does_not_wake_the_task_each_time() {
+        let server = relaylock_testkit::RedisServer::start();
+        let client = crate::LockClient::connect(&server.url()).await.unwrap();
+        let dog = Arc::clone(&client.inner.watchdog);
+        // The first lock wakes it (it planned for an empty map at start).
+        client.lock("w").await.unwrap().release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let before = dog.plans.load(Ordering::Relaxed);
+        for i in 0..200 {
+            let guard = client.lock(&format!("w{i}")).await.unwrap();
+            tokio::task::yield_now().await;
+            guard.release().await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        let woken = dog.plans.load(Ordering::Relaxed) - before;
+        assert!(woken <= 5, "200 locks woke the watchdog {woken} times");
+        // A lease shorter than the task's sleep wakes it, and is renewed.
+        let options = crate::LockOptions::default()
+            .lease(Duration::from_millis(300))
+            .watchdog(true);
+        let guard = client.lock_with("short", options).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(guard.is_held(), "the short lease was not renewed");
+        guard.release().await.unwrap();
+    }
 
     #[test]
     fn loss_is_counted_once_and_closing_is_not_a_loss() {
