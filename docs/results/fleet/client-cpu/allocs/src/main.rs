@@ -11,6 +11,23 @@ static ON: AtomicBool = AtomicBool::new(false);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
 static CLASSES: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+/// Allocations above glibc's per-thread cache (1,032 B), by exact size: the
+/// ones that take the arena's lock. Open addressing on the size.
+static LARGE: [(AtomicU64, AtomicU64); 64] = [const { (AtomicU64::new(0), AtomicU64::new(0)) }; 64];
+
+fn count_large(size: usize) {
+    let size = size as u64;
+    for i in 0..LARGE.len() {
+        let slot = &LARGE[(size as usize + i) % LARGE.len()];
+        match slot.0.compare_exchange(0, size, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {}
+            Err(s) if s == size => {}
+            Err(_) => continue,
+        }
+        slot.1.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+}
 
 fn count(size: usize) {
     if ON.load(Ordering::Relaxed) {
@@ -18,6 +35,9 @@ fn count(size: usize) {
         BYTES.fetch_add(size as u64, Ordering::Relaxed);
         let class = size.max(1).next_power_of_two().trailing_zeros() as usize;
         CLASSES[class].fetch_add(1, Ordering::Relaxed);
+        if size > 1032 {
+            count_large(size);
+        }
     }
 }
 
@@ -41,13 +61,15 @@ static A: Counting = Counting;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let url = std::env::args().nth(1).expect("usage: relaylock-allocs redis://host:port");
+    let url = std::env::args().nth(1).expect("usage: relaylock-allocs redis://host:port [count]");
     let client = relaylock::LockClient::connect(&url).await.expect("connect");
     let keys: Vec<String> = (0..1000).map(|i| format!("allocs:{i}")).collect();
     for k in &keys {
         client.lock(k).await.unwrap().release().await.unwrap();
     }
-    let n = 20_000u64;
+    // Acquisitions to count (default 20,000); `instructions.sh` runs two
+    // counts under callgrind and takes the difference.
+    let n: u64 = std::env::args().nth(2).map_or(20_000, |n| n.parse().expect("a count"));
     ON.store(true, Ordering::Relaxed);
     for i in 0..n {
         let guard = client.lock(&keys[(i % 1000) as usize]).await.unwrap();
@@ -65,5 +87,14 @@ async fn main() {
         if per(c) >= 0.01 {
             println!("  <= {:5} B: {:.2}", 1u64 << i, per(c));
         }
+    }
+    let mut large: Vec<(u64, u64)> = LARGE
+        .iter()
+        .map(|(s, c)| (s.load(Ordering::Relaxed), c.load(Ordering::Relaxed)))
+        .filter(|&(s, c)| s > 0 && per(c) >= 0.01)
+        .collect();
+    large.sort_unstable();
+    for (s, c) in large {
+        println!("  exactly {s:5} B (over glibc's 1,032 B cache): {:.2}", per(c));
     }
 }
