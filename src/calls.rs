@@ -11,12 +11,11 @@ use std::time::Duration;
 
 use fred::bytes_utils::Str;
 use fred::clients::Client;
-use fred::types::scripts::Script;
 use fred::types::{FromValue, Key, Value};
 
 use crate::error::{timed_out, Error, Result};
 use crate::scripts::{
-    evalsha_reloading, Kind, Names, Scripts, HANDOFF_GRACE_MS, LOCK_RING_CHARS, RING_CHARS,
+    evalsha_reloading, Kind, Lua, Names, Scripts, HANDOFF_GRACE_MS, LOCK_RING_CHARS, RING_CHARS,
     SIDE_RETENTION_MS,
 };
 
@@ -233,7 +232,7 @@ impl Calls {
     /// The command's future is awaited where it is made: handed to a helper
     /// `async fn`, it would be stored twice (an async fn keeps its arguments
     /// beside its locals), and fred's command futures are large.
-    async fn script<R, K, F>(&self, conn: &Client, script: &Script, make: F) -> Result<R>
+    async fn script<R, K, F>(&self, conn: &Client, script: &Lua, make: F) -> Result<R>
     where
         R: FromValue,
         K: Into<Key> + Send,

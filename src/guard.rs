@@ -18,12 +18,11 @@ use crate::calls::Released;
 use crate::conn_watch::{same_connection, Watch};
 use crate::error::{Error, Result};
 use crate::handoff::{Claim, Orphan};
-use crate::holds::Hold;
+use crate::holds::{Hold, Lease};
 use crate::inner::ClientInner;
 use crate::metrics as m;
 use crate::options::validate_lease;
 use crate::scripts::{Kind, Names};
-use crate::watchdog::Lease;
 
 /// A held lock.
 ///

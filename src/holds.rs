@@ -1,3 +1,5 @@
+//! One hold and what shares it. [`Lease`]: what a guard, the watchdog and
+//! the shutdown know of one hold's lease, and its lost-lock signal.
 //! [`Holds`]: every lock, permit and read-write hold of one client that a
 //! guard still owns, so that [`LockClient::shutdown`](crate::LockClient::shutdown)
 //! can release them all, and the watchdog's state of each (one map for
@@ -8,15 +10,106 @@
 //! a guard made after that is refused and its hold released at once.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use fred::bytes_utils::Str;
 use metrics::SharedString;
 use rapidhash::fast::RandomState;
+use tokio_util::sync::CancellationToken;
 
+use crate::lease::{LeaseRecord, LeaseState};
 use crate::scripts::Names;
-use crate::watchdog::Lease;
+
+/// What a guard and the watchdog share about one lock: the lease record
+/// and the lost-lock signal.
+pub(crate) struct Lease {
+    record: LeaseRecord,
+    /// Cancelled when the lock is known lost, or when its guard is released
+    /// or dropped. Made by the first caller that asks for it (`lost()`,
+    /// `lost_token()`): most guards never do, and a token costs an
+    /// allocation and, when dropped, its lock.
+    signal: OnceLock<CancellationToken>,
+    /// The guard was released or dropped (or the shutdown took its hold).
+    closed: AtomicBool,
+}
+
+impl Lease {
+    pub(crate) fn new(sent: Instant, lease: Duration) -> Arc<Self> {
+        Arc::new(Lease {
+            record: LeaseRecord::new(sent, lease),
+            signal: OnceLock::new(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// The lease record (extend, renewal and their generations).
+    pub(crate) fn record(&self) -> &LeaseRecord {
+        &self.record
+    }
+
+    pub(crate) fn state(&self) -> LeaseState {
+        self.record.snapshot()
+    }
+
+    /// Until when the lock is certainly still ours, by this process's clock.
+    pub(crate) fn safe_until(&self) -> Instant {
+        self.record.safe_until()
+    }
+
+    /// Held as far as this process knows, without a round trip.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.record.is_lost()
+            && !self.closed.load(Ordering::SeqCst)
+            && Instant::now() < self.safe_until()
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.record.is_lost()
+    }
+
+    /// The lock is known lost: run `first` (count and log it) if nobody
+    /// found it before, whoever finds it (watchdog, extend, release), then
+    /// fire the signal, so that whoever the signal wakes sees the count.
+    /// Returns whether this call was the first.
+    pub(crate) fn mark_lost(&self, first: impl FnOnce()) -> bool {
+        let is_first = self.record.set_lost();
+        if is_first {
+            first();
+        }
+        self.fire();
+        is_first
+    }
+
+    /// The guard is gone (released, dropped, or its hold taken by the
+    /// shutdown): fire the signal.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.fire();
+    }
+
+    /// Cancel the signal if one was made. The fence pairs with the one in
+    /// [`signal`](Self::signal): of a loss or close and a signal made at
+    /// the same time, one side sees the other, so the signal fires.
+    fn fire(&self) {
+        fence(Ordering::SeqCst);
+        if let Some(signal) = self.signal.get() {
+            signal.cancel();
+        }
+    }
+
+    /// The lost-lock signal: cancelled once the lock is known lost or the
+    /// guard is gone (at once, for a signal asked for after that).
+    pub(crate) fn signal(&self) -> &CancellationToken {
+        let signal = self.signal.get_or_init(CancellationToken::new);
+        fence(Ordering::SeqCst);
+        if self.record.is_lost() || self.closed.load(Ordering::SeqCst) {
+            signal.cancel();
+        }
+        signal
+    }
+}
 
 /// What a shutdown needs to release one hold, and what the watchdog needs
 /// to look after it.
@@ -102,5 +195,59 @@ impl Holds {
         let mut s = self.state();
         s.closed = true;
         s.live.drain().map(|(_, h)| h).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_is_counted_once_and_closing_is_not_a_loss() {
+        let l = Lease::new(Instant::now(), Duration::from_secs(10));
+        assert!(l.is_held());
+        l.close();
+        assert!(!l.is_held() && !l.is_lost());
+        let l = Lease::new(Instant::now(), Duration::from_secs(10));
+        let mut counted = 0;
+        assert!(l.mark_lost(|| counted += 1));
+        assert!(!l.mark_lost(|| counted += 1));
+        assert_eq!(counted, 1);
+        assert!(l.signal().is_cancelled() && !l.is_held());
+    }
+
+    /// The signal is made on demand: one made before a loss or a close
+    /// fires with it, one asked for after is already fired, and a held
+    /// lock's is not; across threads racing the two, it always fires.
+    #[test]
+    fn the_signal_fires_whenever_it_was_made() {
+        let l = Lease::new(Instant::now(), Duration::from_secs(10));
+        let early = l.signal().clone();
+        assert!(!early.is_cancelled());
+        l.close();
+        assert!(early.is_cancelled() && l.signal().is_cancelled());
+        let l = Lease::new(Instant::now(), Duration::from_secs(10));
+        let early = l.signal().clone();
+        l.mark_lost(|| {});
+        assert!(early.is_cancelled());
+        for round in 0..2_000 {
+            let l = Lease::new(Instant::now(), Duration::from_secs(10));
+            let ender = {
+                let l = Arc::clone(&l);
+                std::thread::spawn(move || {
+                    if round % 2 == 0 {
+                        l.close();
+                    } else {
+                        l.mark_lost(|| {});
+                    }
+                })
+            };
+            let signal = l.signal().clone();
+            ender.join().unwrap();
+            assert!(
+                signal.is_cancelled(),
+                "round {round}: the signal never fired"
+            );
+        }
     }
 }

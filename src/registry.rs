@@ -35,7 +35,6 @@ use fred::bytes_utils::Str;
 use fred::clients::{Client, Pipeline, SubscriberClient};
 use fred::interfaces::{ClientInterface, ClientLike, ClusterInterface, PubsubInterface};
 use fred::types::config::{Options, Server};
-use fred::types::scripts::Script;
 use fred::types::{ClusterHash, Value};
 use fred::util::redis_keyslot;
 use metrics::SharedString;
@@ -47,7 +46,7 @@ use crate::estimate::Estimate;
 use crate::handoff::{Claim, Inbox, Offer, Wake};
 use crate::metrics as m;
 use crate::presence::Presence;
-use crate::scripts::{evalsha_reloading, Kind, Names, Scripts, HANDOFF_GRACE_MS};
+use crate::scripts::{evalsha_reloading, Kind, Lua, Names, Scripts, HANDOFF_GRACE_MS};
 use crate::sync;
 use tokio_util::task::TaskTracker;
 
@@ -216,9 +215,9 @@ pub(crate) struct Registry {
     /// The command connection, to leave a lock's (or semaphore's) queue.
     redis: Client,
     /// [`LEAVE`](crate::scripts::LEAVE), hashed once.
-    leave: Script,
+    leave: Lua,
     /// [`SEM_LEAVE`](crate::scripts::SEM_LEAVE), hashed once.
-    sem_leave: Script,
+    sem_leave: Lua,
     /// This client's id in the locks' queues.
     client_id: Str,
     /// Its id as a read-write lock's writer, `<client_id>.w` (made once:

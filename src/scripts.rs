@@ -83,6 +83,7 @@ use fred::clients::Client;
 use fred::interfaces::LuaInterface;
 use fred::types::scripts::Script;
 use fred::types::{FromValue, Key, Value};
+use std::sync::OnceLock;
 
 /// How long a free lock's value (its tombstone) and a reservation live, in
 /// ms, by default (see [`LockClientBuilder::side_retention`](crate::LockClientBuilder::side_retention)).
@@ -1203,34 +1204,76 @@ return 0
 "#
 );
 
-/// The scripts, hashed once per client.
+/// One script: its Lua and its SHA-1, both `'static`. Every call sends
+/// the hash as a static `Str`, whose clone and drop touch no reference
+/// count: a hash made per client would be a shared buffer whose one
+/// counter every call of every thread increments and decrements.
+#[derive(Clone, Debug)]
+pub(crate) struct Lua {
+    lua: &'static str,
+    sha1: Str,
+}
+
+impl Lua {
+    /// The script's SHA-1, as `EVALSHA` takes it.
+    pub(crate) fn sha1(&self) -> &Str {
+        &self.sha1
+    }
+
+    /// `SCRIPT LOAD` it (on every primary, in a cluster).
+    pub(crate) async fn load(&self, conn: &Client) -> Result<(), fred::error::Error> {
+        Script::from_lua(fred::util::static_str(self.lua))
+            .load(conn)
+            .await
+    }
+}
+
+/// The scripts, hashed once per process.
 #[derive(Clone, Debug)]
 pub(crate) struct Scripts {
-    pub(crate) acquire: Script,
-    pub(crate) release: Script,
-    pub(crate) renew: Script,
-    pub(crate) peek: Script,
-    pub(crate) leave: Script,
-    pub(crate) sem_acquire: Script,
-    pub(crate) sem_release: Script,
-    pub(crate) sem_renew: Script,
-    pub(crate) sem_peek: Script,
-    pub(crate) sem_leave: Script,
+    pub(crate) acquire: Lua,
+    pub(crate) release: Lua,
+    pub(crate) renew: Lua,
+    pub(crate) peek: Lua,
+    pub(crate) leave: Lua,
+    pub(crate) sem_acquire: Lua,
+    pub(crate) sem_release: Lua,
+    pub(crate) sem_renew: Lua,
+    pub(crate) sem_peek: Lua,
+    pub(crate) sem_leave: Lua,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
+        const ALL: [&str; 10] = [
+            ACQUIRE,
+            RELEASE,
+            RENEW,
+            PEEK,
+            LEAVE,
+            SEM_ACQUIRE,
+            SEM_RELEASE,
+            SEM_RENEW,
+            SEM_PEEK,
+            SEM_LEAVE,
+        ];
+        static SHA1: OnceLock<[String; 10]> = OnceLock::new();
+        let sha1 = SHA1.get_or_init(|| ALL.map(fred::util::sha1_hash));
+        let lua = |i: usize| Lua {
+            lua: ALL[i],
+            sha1: fred::util::static_str(&sha1[i]),
+        };
         Scripts {
-            acquire: Script::from_lua(ACQUIRE),
-            release: Script::from_lua(RELEASE),
-            renew: Script::from_lua(RENEW),
-            peek: Script::from_lua(PEEK),
-            leave: Script::from_lua(LEAVE),
-            sem_acquire: Script::from_lua(SEM_ACQUIRE),
-            sem_release: Script::from_lua(SEM_RELEASE),
-            sem_renew: Script::from_lua(SEM_RENEW),
-            sem_peek: Script::from_lua(SEM_PEEK),
-            sem_leave: Script::from_lua(SEM_LEAVE),
+            acquire: lua(0),
+            release: lua(1),
+            renew: lua(2),
+            peek: lua(3),
+            leave: lua(4),
+            sem_acquire: lua(5),
+            sem_release: lua(6),
+            sem_renew: lua(7),
+            sem_peek: lua(8),
+            sem_leave: lua(9),
         }
     }
 }
@@ -1242,7 +1285,7 @@ impl Scripts {
 /// clones them). Unbounded: callers add the command timeout.
 pub(crate) async fn evalsha_reloading<R, K, F>(
     conn: &Client,
-    script: &Script,
+    script: &Lua,
     make: F,
 ) -> Result<R, fred::error::Error>
 where

@@ -32,8 +32,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::bytes_utils::Str;
@@ -41,106 +41,15 @@ use fred::interfaces::ClientLike;
 use fred::util::redis_keyslot;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::calls::{Calls, RenewItem};
 use crate::holds::{Hold, Holds, Watch};
-use crate::lease::{LeaseRecord, LeaseState};
 use crate::metrics::{self as m, Renewal};
 use crate::scripts::{Kind, RENEW_BATCH};
 
 /// After a round fails (Redis unreachable, timeout), its locks are retried
 /// this long later (and again until their lease runs out).
 const RETRY: Duration = Duration::from_millis(100);
-
-/// What a guard and the watchdog share about one lock: the lease record
-/// and the lost-lock signal.
-pub(crate) struct Lease {
-    record: LeaseRecord,
-    /// Cancelled when the lock is known lost, or when its guard is released
-    /// or dropped. Made by the first caller that asks for it (`lost()`,
-    /// `lost_token()`): most guards never do, and a token costs an
-    /// allocation and, when dropped, its lock.
-    signal: OnceLock<CancellationToken>,
-    /// The guard was released or dropped (or the shutdown took its hold).
-    closed: AtomicBool,
-}
-
-impl Lease {
-    pub(crate) fn new(sent: Instant, lease: Duration) -> Arc<Self> {
-        Arc::new(Lease {
-            record: LeaseRecord::new(sent, lease),
-            signal: OnceLock::new(),
-            closed: AtomicBool::new(false),
-        })
-    }
-
-    /// The lease record (extend, renewal and their generations).
-    pub(crate) fn record(&self) -> &LeaseRecord {
-        &self.record
-    }
-
-    fn state(&self) -> LeaseState {
-        self.record.snapshot()
-    }
-
-    /// Until when the lock is certainly still ours, by this process's clock.
-    pub(crate) fn safe_until(&self) -> Instant {
-        self.record.safe_until()
-    }
-
-    /// Held as far as this process knows, without a round trip.
-    pub(crate) fn is_held(&self) -> bool {
-        !self.record.is_lost()
-            && !self.closed.load(Ordering::SeqCst)
-            && Instant::now() < self.safe_until()
-    }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        self.record.is_lost()
-    }
-
-    /// The lock is known lost: run `first` (count and log it) if nobody
-    /// found it before, whoever finds it (watchdog, extend, release), then
-    /// fire the signal, so that whoever the signal wakes sees the count.
-    /// Returns whether this call was the first.
-    pub(crate) fn mark_lost(&self, first: impl FnOnce()) -> bool {
-        let is_first = self.record.set_lost();
-        if is_first {
-            first();
-        }
-        self.fire();
-        is_first
-    }
-
-    /// The guard is gone (released, dropped, or its hold taken by the
-    /// shutdown): fire the signal.
-    pub(crate) fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        self.fire();
-    }
-
-    /// Cancel the signal if one was made. The fence pairs with the one in
-    /// [`signal`](Self::signal): of a loss or close and a signal made at
-    /// the same time, one side sees the other, so the signal fires.
-    fn fire(&self) {
-        fence(Ordering::SeqCst);
-        if let Some(signal) = self.signal.get() {
-            signal.cancel();
-        }
-    }
-
-    /// The lost-lock signal: cancelled once the lock is known lost or the
-    /// guard is gone (at once, for a signal asked for after that).
-    pub(crate) fn signal(&self) -> &CancellationToken {
-        let signal = self.signal.get_or_init(CancellationToken::new);
-        fence(Ordering::SeqCst);
-        if self.record.is_lost() || self.closed.load(Ordering::SeqCst) {
-            signal.cancel();
-        }
-        signal
-    }
-}
 
 /// One lock of a round.
 struct Item {
@@ -566,54 +475,5 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert!(guard.is_held(), "the short lease was not renewed");
         guard.release().await.unwrap();
-    }
-
-    #[test]
-    fn loss_is_counted_once_and_closing_is_not_a_loss() {
-        let l = Lease::new(Instant::now(), Duration::from_secs(10));
-        assert!(l.is_held());
-        l.close();
-        assert!(!l.is_held() && !l.is_lost());
-        let l = Lease::new(Instant::now(), Duration::from_secs(10));
-        let mut counted = 0;
-        assert!(l.mark_lost(|| counted += 1));
-        assert!(!l.mark_lost(|| counted += 1));
-        assert_eq!(counted, 1);
-        assert!(l.signal().is_cancelled() && !l.is_held());
-    }
-
-    /// The signal is made on demand: one made before a loss or a close
-    /// fires with it, one asked for after is already fired, and a held
-    /// lock's is not; across threads racing the two, it always fires.
-    #[test]
-    fn the_signal_fires_whenever_it_was_made() {
-        let l = Lease::new(Instant::now(), Duration::from_secs(10));
-        let early = l.signal().clone();
-        assert!(!early.is_cancelled());
-        l.close();
-        assert!(early.is_cancelled() && l.signal().is_cancelled());
-        let l = Lease::new(Instant::now(), Duration::from_secs(10));
-        let early = l.signal().clone();
-        l.mark_lost(|| {});
-        assert!(early.is_cancelled());
-        for round in 0..2_000 {
-            let l = Lease::new(Instant::now(), Duration::from_secs(10));
-            let ender = {
-                let l = Arc::clone(&l);
-                std::thread::spawn(move || {
-                    if round % 2 == 0 {
-                        l.close();
-                    } else {
-                        l.mark_lost(|| {});
-                    }
-                })
-            };
-            let signal = l.signal().clone();
-            ender.join().unwrap();
-            assert!(
-                signal.is_cancelled(),
-                "round {round}: the signal never fired"
-            );
-        }
     }
 }
