@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The runs of run.sh: target 4 (and 1, 2 beside), each ratio within one run,
-   per round and the median of the five.
-   python3 docs/results/fleet/client-cpu/summary.py"""
-import json, os, statistics
+   per round and the median of the rounds.
+   python3 docs/results/fleet/client-cpu/summary.py [folder, default two-core]"""
+import json, os, statistics, sys
 
-d = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'two-core')
+d = os.path.join(os.path.dirname(os.path.abspath(__file__)), sys.argv[1] if len(sys.argv) > 1 else 'two-core')
 def load(name):
     return {r['strategy']: r for r in map(json.loads, open(os.path.join(d, name)))}
 rounds = sorted({int(f.rsplit('-', 1)[1].split('.')[0]) for f in os.listdir(d)})

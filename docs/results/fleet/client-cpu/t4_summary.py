@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """t4.sh's rounds: the client's CPU per acquisition, relaylock over bare:10 in
    each run, and the median per build.
-   python3 docs/results/fleet/client-cpu/t4_summary.py"""
-import json, os, statistics
+   python3 docs/results/fleet/client-cpu/t4_summary.py [folder, default t4]"""
+import json, os, statistics, sys
 
-d = os.path.join(os.path.dirname(os.path.abspath(__file__)), 't4')
+d = os.path.join(os.path.dirname(os.path.abspath(__file__)), sys.argv[1] if len(sys.argv) > 1 else 't4')
 rows = {'before': [], 'after': []}
 for f in sorted(os.listdir(d), key=lambda f: (f.split('-')[0], int(f.split('-')[1].split('.')[0]))):
     b, rd = f.split('-')[0], int(f.split('-')[1].split('.')[0])

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""instructions.sh's report: instructions per acquisition by part (self
+   cost, callgrind_annotate), before and after, then the relaylock
+   functions whose inclusive cost changed most."""
+import collections, re, subprocess, sys
+
+PER = 2000  # acquisitions between the two runs
+
+def annotate(f, inclusive):
+    out = subprocess.run(['callgrind_annotate', f'--inclusive={"yes" if inclusive else "no"}',
+                          '--threshold=100', f], capture_output=True, text=True).stdout
+    d = collections.Counter()
+    for line in out.splitlines():
+        m = re.match(r'\s*([\d,]+)\s+\(.*?\)\s+(.*)', line)
+        if m and 'PROGRAM TOTALS' not in line:
+            name = re.sub(r' \[/[^\]]*relaylock-allocs[^\]]*\]$|\s\[/tmp/[^\]]*\]$', '', m.group(2))
+            d[name] += int(m.group(1).replace(',', ''))
+    return d
+
+def per_acq(base, inclusive):
+    a, b = annotate(base + '-1000.out', inclusive), annotate(base + '-3000.out', inclusive)
+    return {k: (b[k] - a[k]) / PER for k in set(a) | set(b)}
+
+def part(sym):
+    if 'libc.so' in sym or 'ld-linux' in sym or 'libm.so' in sym:
+        if re.search(r'malloc|free|realloc|unlink_chunk|consolidate', sym):
+            return 'libc malloc/free'
+        if 'mem' in sym:
+            return 'libc memcpy/memmove'
+        return 'libc/libm, other'
+    for p in ['relaylock_allocs', 'relaylock::', 'fred::', 'redis_protocol', 'tokio_util', 'tokio::',
+              'metrics', 'dashmap', 'bytes::', 'futures', 'core::', 'alloc::', 'std::', 'hashbrown',
+              'rapidhash']:
+        if p in sym:
+            return p.rstrip(':') + (' (the harness)' if p == 'relaylock_allocs' else '')
+    return 'other'
+
+labels = ('before', 'after')
+selfs = [per_acq(b, False) for b in sys.argv[1:3]]
+parts = [collections.Counter() for _ in selfs]
+for i, r in enumerate(selfs):
+    for k, v in r.items():
+        parts[i][part(k)] += v
+print('instructions per acquisition (lock + release), self cost by part')
+print(f'{"part":28} {labels[0]:>9} {labels[1]:>9}')
+for k in sorted(set(parts[0]) | set(parts[1]), key=lambda k: -parts[0][k]):
+    print(f'{k:28} {parts[0][k]:9.0f} {parts[1][k]:9.0f}')
+t0, t1 = sum(parts[0].values()), sum(parts[1].values())
+print(f'{"all":28} {t0:9.0f} {t1:9.0f}  ({(t1 - t0) / t0 * 100:+.1f}%)')
+inc = [per_acq(b, True) for b in sys.argv[1:3]]
+print('\nrelaylock functions whose inclusive cost changed most (instructions per acquisition):')
+keys = [k for k in set(inc[0]) | set(inc[1]) if 'relaylock::' in k]
+for k in sorted(keys, key=lambda k: -abs(inc[1].get(k, 0) - inc[0].get(k, 0)))[:14]:
+    print(f'{inc[0].get(k, 0):7.0f} {inc[1].get(k, 0):7.0f}  {k.replace("???:", "")[:100]}')
