@@ -1,5 +1,6 @@
 //! One hold and what shares it. [`Lease`]: what a guard, the watchdog and
 //! the shutdown know of one hold's lease, and its lost-lock signal.
+//!
 //! [`Holds`]: every lock, permit and read-write hold of one client that a
 //! guard still owns, so that [`LockClient::shutdown`](crate::LockClient::shutdown)
 //! can release them all, and the watchdog's state of each (one map for

@@ -81,7 +81,6 @@
 use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::interfaces::LuaInterface;
-use fred::types::scripts::Script;
 use fred::types::{FromValue, Key, Value};
 use std::sync::OnceLock;
 
@@ -1222,8 +1221,7 @@ impl Lua {
 
     /// `SCRIPT LOAD` it (on every primary, in a cluster).
     pub(crate) async fn load(&self, conn: &Client) -> Result<(), fred::error::Error> {
-        Script::from_lua(fred::util::static_str(self.lua))
-            .load(conn)
+        conn.script_load_cluster::<(), _>(fred::util::static_str(self.lua))
             .await
     }
 }

@@ -86,11 +86,11 @@ pub(crate) struct Watchdog {
     planned: AtomicU64,
     epoch: Instant,
     /// The longest the task sleeps: a third of the client's default lease
-    /// (at least 1 s, at most an hour). A lock with that lease watched
-    /// after the task planned has its first renewal no earlier than this
-    /// after the plan, so it does not wake the task: a client that holds
-    /// one lock at a time (the map empty whenever the task plans) would
-    /// otherwise wake it for every lock.
+    /// (at least 1 s, at most an hour). With a default lease of 3 s or
+    /// more, a lock with that lease watched after the task planned has its
+    /// first renewal no earlier than this after the plan, so it does not
+    /// wake the task: a client that holds one lock at a time (the map empty
+    /// whenever the task plans) would otherwise wake it for every lock.
     idle: Duration,
     /// Planning passes so far (tests count the task's wake-ups).
     #[cfg(test)]
