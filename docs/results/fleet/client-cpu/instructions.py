@@ -2,7 +2,10 @@
 """instructions.sh's report: instructions per acquisition by part (self
    cost, callgrind_annotate), before and after, then the relaylock
    functions whose inclusive cost changed most."""
-import collections, re, subprocess, sys
+import collections, os, re, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parts as split  # noqa: E402
 
 PER = 2000  # acquisitions between the two runs
 
@@ -22,18 +25,9 @@ def per_acq(base, inclusive):
     return {k: (b[k] - a[k]) / PER for k in set(a) | set(b)}
 
 def part(sym):
-    if 'libc.so' in sym or 'ld-linux' in sym or 'libm.so' in sym:
-        if re.search(r'malloc|free|realloc|unlink_chunk|consolidate', sym):
-            return 'libc malloc/free'
-        if 'mem' in sym:
-            return 'libc memcpy/memmove'
-        return 'libc/libm, other'
-    for p in ['relaylock_allocs', 'relaylock::', 'fred::', 'redis_protocol', 'tokio_util', 'tokio::',
-              'metrics', 'dashmap', 'bytes::', 'futures', 'core::', 'alloc::', 'std::', 'hashbrown',
-              'rapidhash']:
-        if p in sym:
-            return p.rstrip(':') + (' (the harness)' if p == 'relaylock_allocs' else '')
-    return 'other'
+    in_libc = 'libc.so' in sym or 'ld-linux' in sym or 'libm.so' in sym
+    return split.part(sym, in_libc, 'libc/libm, other', split.CRATES + ['hashbrown', 'rapidhash'],
+                      ('relaylock_allocs', 'the harness'))
 
 labels = ('before', 'after')
 selfs = [per_acq(b, False) for b in sys.argv[1:3]]

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """profile.sh's reports: self time of the tokio workers per acquisition,
    by crate (or libc/kernel part), then the symbols that differ most."""
-import collections, json, re, subprocess, sys
+import collections, json, os, re, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parts as split  # noqa: E402
 
 def load(base):
     acq = json.loads(open(base + '.jsonl').readline())['acquisitions']
@@ -18,17 +21,8 @@ def load(base):
 def part(dso, sym):
     if 'kernel' in dso:
         return 'kernel'
-    if dso.startswith('lib'):
-        if re.search(r'malloc|free|realloc|unlink_chunk|consolidate', sym):
-            return 'libc malloc/free'
-        if 'mem' in sym:
-            return 'libc memcpy/memmove'
-        return 'libc, other'
-    for p in ['relaylock::worker', 'relaylock::', 'fred::', 'redis_protocol', 'tokio_util', 'tokio::',
-              'metrics', 'dashmap', 'bytes::', 'futures', 'core::', 'alloc::', 'std::']:
-        if p in sym:
-            return p.rstrip(':') + (' (the bench)' if p == 'relaylock::worker' else '')
-    return 'other'
+    return split.part(sym, dso.startswith('lib'), 'libc, other', split.CRATES,
+                      ('relaylock::worker', 'the bench'))
 
 names = ('floor:10', 'relaylock')
 data = [load(b) for b in sys.argv[1:3]]
