@@ -1329,6 +1329,15 @@ impl Kind {
     pub(crate) fn counted(self) -> bool {
         self != Kind::Mutex
     }
+
+    /// What follows `<prefix>:3:{<key>}` in the value's name.
+    fn suffix(self) -> &'static str {
+        match self {
+            Kind::Mutex => "",
+            Kind::Semaphore => ":sem",
+            Kind::Read | Kind::Write => ":rw",
+        }
+    }
 }
 
 /// The permits a write takes, and the limit every read-write lock call
@@ -1498,13 +1507,8 @@ impl Names {
     /// name: no copy. (A key the name does not hold, which does not happen,
     /// is copied.)
     pub(crate) fn key_in(&self, key: &str) -> Str {
-        let suffix = match self.kind {
-            Kind::Mutex => 0,
-            Kind::Semaphore => ":sem".len(),
-            Kind::Read | Kind::Write => ":rw".len(),
-        };
         // `...{<key>}<suffix>`
-        let end = self.lock.len().saturating_sub(suffix + 1);
+        let end = self.lock.len().saturating_sub(self.kind.suffix().len() + 1);
         let start = end.saturating_sub(key.len());
         match self.lock.get(start..end) {
             Some(k) if k == key => self.lock.slice(start..end),
@@ -1522,11 +1526,7 @@ impl Names {
         buf.push_str(":{");
         buf.push_str(key);
         buf.push('}');
-        match kind {
-            Kind::Mutex => {}
-            Kind::Semaphore => buf.push_str(":sem"),
-            Kind::Read | Kind::Write => buf.push_str(":rw"),
-        }
+        buf.push_str(kind.suffix());
         let lock_len = buf.len();
         if kind == Kind::Write {
             buf.push_str(":w");
