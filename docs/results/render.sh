@@ -4,7 +4,7 @@
 # benchmark run; needs the relaylock binary (cargo build --release -p relaylock-cli).
 #
 #   <!-- table: X.jsonl -->  relaylock report --markdown docs/results/X.jsonl
-#   <!-- py: X.py -->        python3 docs/results/X.py (reads the raw results)
+#   <!-- py: X.py [args] --> python3 docs/results/X.py [args] (reads the raw results)
 #   <!-- file: X -->         docs/results/X as it is (saved output)
 # each up to the next <!-- /table -->.
 set -euo pipefail
@@ -13,7 +13,8 @@ doc=docs/benchmarks.md
 tmp=$(mktemp)
 awk -v bin="$bin" '
   /<!-- table: / { print; system(bin " report --markdown docs/results/" $3); skip=1; next }
-  /<!-- py: /    { print; system("python3 docs/results/" $3); skip=1; next }
+  /<!-- py: /    { print; args = ""; for (i = 4; i < NF; i++) args = args " " $i
+                   system("python3 docs/results/" $3 args); skip=1; next }
   /<!-- file: /  { print; system("cat docs/results/" $3); skip=1; next }
   /<!-- \/table -->/ { skip=0 }
   !skip { print }
