@@ -349,41 +349,50 @@ mod handles {
         op: impl FnOnce(&H),
     ) {
         metrics::with_recorder(|r| {
-            let handle = if name.is_none() && is_global(r) {
-                cached(cache, slot, || register(r, key))
+            if name.is_none() && is_global(r) {
+                with_cached(cache, slot, || register(r, key), op);
             } else {
                 probe(r);
-                register(r, &named(key, name))
-            };
-            op(&handle);
+                op(&register(r, &named(key, name)));
+            }
         });
     }
 
-    /// This thread's handle of `slot`, registered again when older than
-    /// `REFRESH` (or when the thread's cache is gone: it is exiting).
-    fn cached<H: Clone + 'static>(
+    /// Run `op` on this thread's handle of `slot`, registered again when
+    /// older than `REFRESH` (or when the thread's cache is gone: it is
+    /// exiting). The handle is borrowed, not cloned: a handle is an `Arc`,
+    /// and its reference count is shared by every thread that records the
+    /// series, so a clone and a drop per record would move that cache line
+    /// between cores twice.
+    fn with_cached<H: Clone + 'static>(
         cache: &'static LocalKey<Cache<H>>,
         slot: usize,
         register: impl FnOnce() -> H,
-    ) -> H {
+        op: impl FnOnce(&H),
+    ) {
         let now = Instant::now();
-        let fresh = cache.try_with(|c| match c.try_borrow().ok()?.get(slot) {
-            Some(Some((at, h))) if now.saturating_duration_since(*at) < REFRESH => Some(h.clone()),
-            _ => None,
+        let mut op = Some(op);
+        let _ = cache.try_with(|c| {
+            let Ok(c) = c.try_borrow() else { return };
+            if let Some(Some((at, h))) = c.get(slot) {
+                if now.saturating_duration_since(*at) < REFRESH {
+                    if let Some(op) = op.take() {
+                        op(h);
+                    }
+                }
+            }
         });
-        if let Ok(Some(h)) = fresh {
-            return h;
-        }
+        let Some(op) = op else { return };
         let h = register();
+        op(&h);
         let _ = cache.try_with(|c| {
             if let Ok(mut c) = c.try_borrow_mut() {
                 if c.len() < SLOTS {
                     c.resize(SLOTS, None);
                 }
-                c[slot] = Some((now, h.clone()));
+                c[slot] = Some((now, h));
             }
         });
-        h
     }
 
     /// Learn the global recorder's identity on a fresh thread, while none
@@ -504,6 +513,7 @@ pub(crate) fn waiters(name: Option<&SharedString>, kind: Kind, delta: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// A caller's `name` label comes first, as README's exporter output
     /// shows it; without one the static key is used as it is.
@@ -563,13 +573,39 @@ mod tests {
     }
 
     /// A recorder that counts the registrations of one series (the write
-    /// lock's renewal errors: no other test records it).
-    struct Registrations(std::sync::atomic::AtomicUsize);
+    /// lock's renewal errors: no other test records it), and hands out one
+    /// shared handle for it.
+    struct Registrations(std::sync::atomic::AtomicUsize, Arc<Shares>);
 
     impl Registrations {
+        fn new() -> Self {
+            let shares = Arc::new_cyclic(|me| Shares {
+                me: me.clone(),
+                most: Default::default(),
+            });
+            Registrations(Default::default(), shares)
+        }
+
         fn count(&self) -> usize {
             self.0.load(std::sync::atomic::Ordering::SeqCst)
         }
+    }
+
+    /// A counter handle that notes the most references to itself seen while
+    /// it counts: the recorder's, each thread's kept one, and any clone made
+    /// for the record.
+    struct Shares {
+        me: std::sync::Weak<Shares>,
+        most: std::sync::atomic::AtomicUsize,
+    }
+
+    impl metrics::CounterFn for Shares {
+        fn increment(&self, _: u64) {
+            let now = self.me.strong_count();
+            self.most
+                .fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+        }
+        fn absolute(&self, _: u64) {}
     }
 
     impl metrics::Recorder for Registrations {
@@ -583,6 +619,7 @@ mod tests {
                 && labels.contains(&("outcome", "error"))
             {
                 self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                return metrics::Counter::from_arc(Arc::clone(&self.1));
             }
             metrics::Counter::noop()
         }
@@ -600,7 +637,7 @@ mod tests {
     /// named series register at every record.
     #[test]
     fn global_handles_are_kept_for_a_while_local_ones_never() {
-        let global: &'static Registrations = Box::leak(Box::new(Registrations(Default::default())));
+        let global: &'static Registrations = Box::leak(Box::new(Registrations::new()));
         metrics::set_global_recorder(global).expect("no other test installs a global recorder");
         let record = || renewal(None, Kind::Write, Renewal::Error);
         // Until the probe thread answers, every record registers.
@@ -624,6 +661,7 @@ mod tests {
             std::thread::sleep(handles::REFRESH + Duration::from_millis(50));
             let started = std::time::Instant::now();
             record(); // registers again: the handle is older than REFRESH
+            global.1.most.store(0, std::sync::atomic::Ordering::SeqCst);
             let kept = global.count();
             for _ in 0..100 {
                 record();
@@ -634,6 +672,10 @@ mod tests {
             }
             assert!(std::time::Instant::now() < deadline, "never a quiet round");
         }
+        // Those 100 used the kept handle where it is kept, not a clone: the
+        // recorder's reference and this thread's, no third (a clone per
+        // record would move the shared reference count between cores twice).
+        assert_eq!(global.1.most.load(std::sync::atomic::Ordering::SeqCst), 2);
         let kept = global.count();
         std::thread::sleep(handles::REFRESH + Duration::from_millis(50));
         record();
@@ -649,7 +691,7 @@ mod tests {
         let kept = global.count();
 
         // A local recorder is never kept: its address may later be another's.
-        let local = Registrations(Default::default());
+        let local = Registrations::new();
         metrics::with_local_recorder(&local, || {
             for _ in 0..3 {
                 record();

@@ -29,7 +29,7 @@ def part(sym):
     return split.part(sym, in_libc, 'libc/libm, other', split.CRATES + ['hashbrown', 'rapidhash'],
                       ('relaylock_allocs', 'the harness'))
 
-labels = ('before', 'after')
+labels = tuple(sys.argv[3:5]) if len(sys.argv) > 4 else ('before', 'after')
 selfs = [per_acq(b, False) for b in sys.argv[1:3]]
 parts = [collections.Counter() for _ in selfs]
 for i, r in enumerate(selfs):

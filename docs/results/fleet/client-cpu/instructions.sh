@@ -10,14 +10,19 @@
 #     docs/results/fleet/client-cpu/instructions.sh > docs/results/fleet/client-cpu/instructions.txt
 # Each binary: `cargo build --release --manifest-path docs/results/fleet/client-cpu/allocs/Cargo.toml`
 # in a worktree of its commit (with this commit's allocs/src/main.rs, which takes the count).
+# BEFORE_STRATEGY / AFTER_STRATEGY=floor run that binary's fenced floor instead
+# (ALLOCS_STRATEGY, allocs/src/main.rs), and LABELS names the two columns:
+#   BEFORE=/tmp/allocs AFTER=/tmp/allocs BEFORE_STRATEGY=floor LABELS="floor:10 relaylock" \
+#     docs/results/fleet/client-cpu/instructions.sh > docs/results/fleet/client-cpu/third/instructions-floor.txt
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 url=${URL:-redis://127.0.0.1:6399}
 for b in before after; do
   bin=${BEFORE:-}; [ $b = after ] && bin=${AFTER:-}
+  strategy=${BEFORE_STRATEGY:-}; [ $b = after ] && strategy=${AFTER_STRATEGY:-}
   for n in 1000 3000; do
-    valgrind --tool=callgrind --callgrind-out-file=/tmp/instructions-$b-$n.out "$bin" "$url" $n \
+    ALLOCS_STRATEGY=$strategy valgrind --tool=callgrind --callgrind-out-file=/tmp/instructions-$b-$n.out "$bin" "$url" $n \
       >/dev/null 2>&1
   done
 done
-python3 "$here/instructions.py" /tmp/instructions-before /tmp/instructions-after
+python3 "$here/instructions.py" /tmp/instructions-before /tmp/instructions-after ${LABELS:-}

@@ -1,9 +1,18 @@
 //! Allocations (count and bytes, by size class) per uncontended lock +
 //! release, one task on a current-thread runtime, 20,000 acquisitions over
-//! 1,000 keys after a warm-up round.
+//! 1,000 keys after a warm-up round. `ALLOCS_STRATEGY=floor` runs the
+//! bench's fenced floor (`floor:10`, relaylock-cli/src/bare.rs: one script
+//! each way, on relaylock's fred client as in the bench) instead of
+//! relaylock, to price what relaylock's client does beyond the cheapest
+//! fenced lock.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+#[allow(dead_code)]
+#[path = "../../../../../../relaylock-cli/src/bare.rs"]
+mod bare;
 
 struct Counting;
 
@@ -19,7 +28,10 @@ fn count_large(size: usize) {
     let size = size as u64;
     for i in 0..LARGE.len() {
         let slot = &LARGE[(size as usize + i) % LARGE.len()];
-        match slot.0.compare_exchange(0, size, Ordering::Relaxed, Ordering::Relaxed) {
+        match slot
+            .0
+            .compare_exchange(0, size, Ordering::Relaxed, Ordering::Relaxed)
+        {
             Ok(_) => {}
             Err(s) if s == size => {}
             Err(_) => continue,
@@ -59,21 +71,63 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
+/// The lock under test: relaylock, or the bench's fenced floor.
+enum Lock {
+    Relaylock(relaylock::LockClient),
+    /// The floor, and the relaylock client whose fred client it uses.
+    Floor {
+        lock: bare::BareLock,
+        _client: relaylock::LockClient,
+    },
+}
+
+impl Lock {
+    async fn connect(url: &str) -> Lock {
+        let client = relaylock::LockClient::connect(url).await.expect("connect");
+        if std::env::var("ALLOCS_STRATEGY").as_deref() != Ok("floor") {
+            return Lock::Relaylock(client);
+        }
+        // As the bench does: the floor on relaylock's own fred client, with
+        // its command timeout.
+        let redis = client.fred_client().clone();
+        let ms = Duration::from_millis(10);
+        let lock = bare::BareLock::new(redis, Duration::from_secs(30), ms, true);
+        Lock::Floor {
+            lock,
+            _client: client,
+        }
+    }
+
+    async fn cycle(&self, key: &str, i: u64) {
+        match self {
+            Lock::Relaylock(c) => c.lock(key).await.unwrap().release().await.unwrap(),
+            Lock::Floor { lock: f, .. } => {
+                // The bench's floor worker makes a fresh token per acquisition.
+                let token = f.lock(key, format!("t{i}")).await.unwrap();
+                assert!(f.unlock(key, &token).await.unwrap());
+            }
+        }
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let url = std::env::args().nth(1).expect("usage: relaylock-allocs redis://host:port [count]");
-    let client = relaylock::LockClient::connect(&url).await.expect("connect");
+    let url = std::env::args()
+        .nth(1)
+        .expect("usage: relaylock-allocs redis://host:port [count]");
+    let lock = Lock::connect(&url).await;
     let keys: Vec<String> = (0..1000).map(|i| format!("allocs:{i}")).collect();
-    for k in &keys {
-        client.lock(k).await.unwrap().release().await.unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        lock.cycle(k, i as u64).await;
     }
     // Acquisitions to count (default 20,000); `instructions.sh` runs two
     // counts under callgrind and takes the difference.
-    let n: u64 = std::env::args().nth(2).map_or(20_000, |n| n.parse().expect("a count"));
+    let n: u64 = std::env::args()
+        .nth(2)
+        .map_or(20_000, |n| n.parse().expect("a count"));
     ON.store(true, Ordering::Relaxed);
     for i in 0..n {
-        let guard = client.lock(&keys[(i % 1000) as usize]).await.unwrap();
-        guard.release().await.unwrap();
+        lock.cycle(&keys[(i % 1000) as usize], i).await;
     }
     ON.store(false, Ordering::Relaxed);
     let per = |v: u64| v as f64 / n as f64;
@@ -95,6 +149,9 @@ async fn main() {
         .collect();
     large.sort_unstable();
     for (s, c) in large {
-        println!("  exactly {s:5} B (over glibc's 1,032 B cache): {:.2}", per(c));
+        println!(
+            "  exactly {s:5} B (over glibc's 1,032 B cache): {:.2}",
+            per(c)
+        );
     }
 }
