@@ -5,9 +5,12 @@
    the allocator's."""
 import collections, json, re, sys
 
+# Frames of the allocator and of the generic box, vector and Arc code around
+# it: the caller is the first frame past them.
 ALLOCATOR = ('libc', '_int_', 'alloc::alloc', 'Global', 'lll_', 'futex_wait', 'raw_vec',
              'drop_in_place<alloc::', 'Arc<T,A>', 'RawVec', 'dealloc', 'deallocate', 'allocate',
-             'alloc_impl')
+             'alloc_impl', 'alloc::boxed::', 'drop_in_place<core::pin::Pin<alloc::boxed',
+             'Vec<T,A>::with_capacity')
 
 
 def frames(sample):
