@@ -5,22 +5,15 @@ beside it), so no figure in it is typed by hand. Every ratio is within one run.
 
     python3 docs/results/fleet_targets.py
 """
-import json
 import os
+
+from rules import jsonl, pick
 
 D = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fleet", "ab")
 
 
 def rows(name):
-    with open(os.path.join(D, name)) as f:
-        return [json.loads(l) for l in f if l.strip()]
-
-
-def pick(rs, strategy, processes=None):
-    for r in rs:
-        if r["strategy"] == strategy and (processes is None or r["processes"] == processes):
-            return r
-    raise KeyError((strategy, processes))
+    return jsonl(os.path.join(D, name))
 
 
 def yes(ok):

@@ -1,4 +1,6 @@
-"""Rules shared by the targets tables (targets.py, fleet/kept/kept.py)."""
+"""Rules shared by the targets tables (targets.py, fleet/kept/kept.py,
+fleet_targets.py, fleet/now/now.py), and how they read the bench's rows."""
+import json
 
 
 def contended(target, label, r):
@@ -14,3 +16,17 @@ def contended(target, label, r):
         f"{r['jain_fairness']:.3f}, {r['violations']}",
         r["jain_fairness"] >= 0.99 and r["violations"] == 0,
     )
+
+
+def jsonl(path):
+    """The rows of a bench's `--json` output."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def pick(rs, strategy, processes=None):
+    """The row of `strategy` (and of `processes`, if given) among `rs`."""
+    for r in rs:
+        if r["strategy"] == strategy and (processes is None or r["processes"] == processes):
+            return r
+    raise KeyError((strategy, processes))

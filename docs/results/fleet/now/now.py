@@ -5,7 +5,6 @@ fencing token, in the same runs). No figure is typed by hand.
 
     python3 docs/results/fleet/now/now.py
 """
-import json
 import os
 import statistics
 import sys
@@ -13,20 +12,13 @@ import sys
 D = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(D, "..", ".."))
 import rules  # noqa: E402
+from rules import jsonl, pick  # noqa: E402
 
 ROUNDS = (1, 2, 3)
 
 
 def rows(name):
-    with open(os.path.join(D, name)) as f:
-        return [json.loads(l) for l in f if l.strip()]
-
-
-def pick(rs, strategy, processes=None):
-    for r in rs:
-        if r["strategy"] == strategy and (processes is None or r["processes"] == processes):
-            return r
-    raise KeyError((strategy, processes))
+    return jsonl(os.path.join(D, name))
 
 
 out = ["| target | round 1 | round 2 | round 3 | median | met | the fenced floor, same runs |",
@@ -139,7 +131,7 @@ rules.contended(kept_target, "4 processes × 64 workers", four)
 xs = [(r["handoff_p50_ms"] / r["rtt_p50_ms"], r["workers"]) for r in sweep]
 kept_target("hand-over p50 within one process ≤ 2× PING RTT", ", ".join(f"{x:.1f}× ({w})" for x, w in xs),
             max(x for x, _ in xs) <= 2.0)
-old = next(r for r in rows(os.path.join("..", "..", "protocol-1", "processes.jsonl")) if r["strategy"] == "pubsub")
+old = pick(rows(os.path.join("..", "..", "protocol-1", "processes.jsonl")), "pubsub")
 new_x, old_x = four["handoff_p50_ms"] / four["rtt_p50_ms"], old["handoff_p50_ms"] / old["rtt_p50_ms"]
 kept_target("hand-over across processes unchanged or better",
             f"{four['handoff_p50_ms']:.3f} ms = {new_x:.1f}× RTT (protocol 1: {old['handoff_p50_ms']:.3f} ms = {old_x:.1f}×)",
