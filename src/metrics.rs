@@ -360,10 +360,13 @@ mod handles {
 
     /// Run `op` on this thread's handle of `slot`, registered again when
     /// older than `REFRESH` (or when the thread's cache is gone: it is
-    /// exiting). The handle is borrowed, not cloned: a handle is an `Arc`,
-    /// and its reference count is shared by every thread that records the
-    /// series, so a clone and a drop per record would move that cache line
-    /// between cores twice.
+    /// exiting; or when its cell is borrowed: a record made from inside a
+    /// recorder's own record, which then is not kept). The handle is used in
+    /// place, not cloned: a clone and a drop per record are two atomic
+    /// operations on its `Arc`'s count, which a recorder that hands every
+    /// thread the same `Arc` (metrics-util's `DebuggingRecorder`) shares
+    /// between all the recording threads. (The Prometheus exporter wraps
+    /// each registration in an `Arc` of its own.)
     fn with_cached<H: Clone + 'static>(
         cache: &'static LocalKey<Cache<H>>,
         slot: usize,
@@ -673,8 +676,9 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "never a quiet round");
         }
         // Those 100 used the kept handle where it is kept, not a clone: the
-        // recorder's reference and this thread's, no third (a clone per
-        // record would move the shared reference count between cores twice).
+        // recorder's reference and this thread's, no third (this recorder
+        // hands every thread one `Arc`, whose count a clone per record would
+        // touch twice).
         assert_eq!(global.1.most.load(std::sync::atomic::Ordering::SeqCst), 2);
         let kept = global.count();
         std::thread::sleep(handles::REFRESH + Duration::from_millis(50));
