@@ -15,17 +15,12 @@
 #
 # Writes $OUT/{before,after}-{1,2}.jsonl and $OUT/machine.txt.
 set -u
-. docs/results/fleet/scale/server.sh   # PATH, $out, $D, pin(), redis-server on $port
+. docs/results/fleet/scale/server.sh   # PATH, $out, $D, pin(), bench_round, redis-server on $port
 run() { # build round
-  local bin=relaylock; [ "$1" = before ] && bin=relaylock-before
-  local f="$out/$1-$2.jsonl"
-  b() { redis-cli -p $port flushall >/dev/null; echo "+ $1 round $2: ${*:3}" >&2
-    pin 1-$last "$bin" bench --url redis://127.0.0.1:$port --no-rtt --json --duration "$D" \
-      --workers 64 "${@:3}" 2>>"$out/stderr.txt" >> "$f"; }
-  b "$1" "$2" --keys 256 --processes 4 --hold-ms 1 --strategy pubsub --strategy bare:10 --strategy floor:10
-  b "$1" "$2" --keys 10000 --processes 4 --hold-ms 0 --strategy pubsub --strategy bare:10 --strategy floor:10
-  b "$1" "$2" --keys 256 --processes 12 --hold-ms 1 --strategy pubsub --strategy bare:10
-  wc -l "$f" >&2
+  bench_round "$1" "$2" --keys 256 --processes 4 --hold-ms 1 --strategy pubsub --strategy bare:10 --strategy floor:10
+  bench_round "$1" "$2" --keys 10000 --processes 4 --hold-ms 0 --strategy pubsub --strategy bare:10 --strategy floor:10
+  bench_round "$1" "$2" --keys 256 --processes 12 --hold-ms 1 --strategy pubsub --strategy bare:10
+  wc -l "$out/$1-$2.jsonl" >&2
 }
 run before 1; run after 1; run after 2; run before 2
 kill "$(cat "$dir/pid")"

@@ -13,3 +13,12 @@ pin() { if command -v taskset >/dev/null; then taskset -c "$@"; else shift; "$@"
 pin 0 redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
   --daemonize yes --pidfile "$dir/pid" --logfile "$dir/log"
 sleep 0.5; redis-cli -p $port ping
+# bench_round BUILD ROUND ARGS...: one bench of BUILD (before: the staged
+# relaylock-before; after: relaylock) against this server, on the bench's
+# cores, 64 workers, appended to $out/BUILD-ROUND.jsonl.
+bench_round() {
+  local bin=relaylock; [ "$1" = before ] && bin=relaylock-before
+  redis-cli -p $port flushall >/dev/null; echo "+ $1 round $2: ${*:3}" >&2
+  pin 1-$last "$bin" bench --url redis://127.0.0.1:$port --no-rtt --json --duration "$D" \
+    --workers 64 "${@:3}" 2>>"$out/stderr.txt" >> "$out/$1-$2.jsonl"
+}
