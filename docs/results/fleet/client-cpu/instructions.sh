@@ -14,6 +14,9 @@
 # (ALLOCS_STRATEGY, allocs/src/main.rs), and LABELS names the two columns:
 #   BEFORE=/tmp/allocs AFTER=/tmp/allocs BEFORE_STRATEGY=floor LABELS="floor:10 relaylock" \
 #     docs/results/fleet/client-cpu/instructions.sh > docs/results/fleet/client-cpu/third/instructions-floor.txt
+# (ALLOCS_STRATEGY=bare is the bench's bare lock. The floor leaves a tombstone in
+# each key for 60 s, which a bare lock's SET NX then finds: run the bare lock
+# first, or FLUSHALL the server between: third/instructions-bare.txt.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 url=${URL:-redis://127.0.0.1:6399}

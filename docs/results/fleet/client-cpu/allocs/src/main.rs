@@ -4,7 +4,7 @@
 //! bench's fenced floor (`floor:10`, relaylock-cli/src/bare.rs: one script
 //! each way, on relaylock's fred client as in the bench) instead of
 //! relaylock, to price what relaylock's client does beyond the cheapest
-//! fenced lock.
+//! fenced lock; `ALLOCS_STRATEGY=bare` the bench's bare lock (`bare:10`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,8 +74,9 @@ static A: Counting = Counting;
 /// The lock under test: relaylock, or the bench's fenced floor.
 enum Lock {
     Relaylock(relaylock::LockClient),
-    /// The floor, and the relaylock client whose fred client it uses.
-    Floor {
+    /// The floor or the bare lock, and the relaylock client whose fred
+    /// client it uses.
+    Baseline {
         lock: bare::BareLock,
         _client: relaylock::LockClient,
     },
@@ -84,15 +85,17 @@ enum Lock {
 impl Lock {
     async fn connect(url: &str) -> Lock {
         let client = relaylock::LockClient::connect(url).await.expect("connect");
-        if std::env::var("ALLOCS_STRATEGY").as_deref() != Ok("floor") {
-            return Lock::Relaylock(client);
-        }
-        // As the bench does: the floor on relaylock's own fred client, with
-        // its command timeout.
+        let fenced = match std::env::var("ALLOCS_STRATEGY").as_deref() {
+            Ok("floor") => true,
+            Ok("bare") => false,
+            _ => return Lock::Relaylock(client),
+        };
+        // As the bench does: the floor (or the bare lock) on relaylock's own
+        // fred client, with its command timeout.
         let redis = client.fred_client().clone();
         let ms = Duration::from_millis(10);
-        let lock = bare::BareLock::new(redis, Duration::from_secs(30), ms, true);
-        Lock::Floor {
+        let lock = bare::BareLock::new(redis, Duration::from_secs(30), ms, fenced);
+        Lock::Baseline {
             lock,
             _client: client,
         }
@@ -101,7 +104,7 @@ impl Lock {
     async fn cycle(&self, key: &str, i: u64) {
         match self {
             Lock::Relaylock(c) => c.lock(key).await.unwrap().release().await.unwrap(),
-            Lock::Floor { lock: f, .. } => {
+            Lock::Baseline { lock: f, .. } => {
                 // The bench's floor worker makes a fresh token per acquisition.
                 let token = f.lock(key, format!("t{i}")).await.unwrap();
                 assert!(f.unlock(key, &token).await.unwrap());
