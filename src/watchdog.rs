@@ -220,13 +220,8 @@ impl Watchdog {
             let Some(h) = holds.live.get_mut(&id) else {
                 continue;
             };
-            h.watch = None;
             // Not found by a script: the lease ran out unconfirmed.
-            h.lease.mark_lost(|| {
-                m::lost(h.name.as_ref(), h.names.kind);
-                tracing::warn!(key = %h.names.lock,
-                    "relaylock: lock lost: its lease ran out before a renewal got through");
-            });
+            give_up(h, "its lease ran out before a renewal got through");
         }
         if !due.is_empty() {
             due.extend(early);
@@ -380,17 +375,13 @@ impl Watchdog {
                     m::renewal(h.name.as_ref(), h.names.kind, Renewal::Renewed);
                 }
                 Some(code @ (0 | -1)) => {
-                    h.watch = None;
                     m::renewal(h.name.as_ref(), h.names.kind, Renewal::Lost);
-                    h.lease.mark_lost(|| {
-                        m::lost(h.name.as_ref(), h.names.kind);
-                        let found = if code == 0 {
-                            "the key is gone"
-                        } else {
-                            "the key holds another token"
-                        };
-                        tracing::warn!(key = %h.names.lock, "relaylock: lock lost: {found}");
-                    });
+                    let found = if code == 0 {
+                        "the key is gone"
+                    } else {
+                        "the key holds another token"
+                    };
+                    give_up(h, found);
                 }
                 other => {
                     if let Some(code) = other {
@@ -406,6 +397,17 @@ impl Watchdog {
 
 /// Start the client's watchdog task, run again should it panic (see
 /// `crate::supervise`; a round in flight then is planned again).
+/// The watchdog found hold `h` lost (`why`): it stops looking after it (the
+/// guard still owns the hold), and the loss is counted and logged once,
+/// whoever finds it first.
+fn give_up(h: &mut Hold, why: &str) {
+    h.watch = None;
+    h.lease.mark_lost(|| {
+        m::lost(h.name.as_ref(), h.names.kind);
+        tracing::warn!(key = %h.names.lock, "relaylock: lock lost: {why}");
+    });
+}
+
 pub(crate) fn spawn(dog: &Arc<Watchdog>) -> JoinHandle<()> {
     let dog = Arc::clone(dog);
     crate::supervise::supervise("watchdog", move |panics| {
