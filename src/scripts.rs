@@ -1484,7 +1484,7 @@ impl Names {
     }
 
     fn build(prefix: &str, key: &str, kind: Kind) -> Self {
-        let mut buf = String::with_capacity(prefix.len() + key.len() + 17);
+        let mut buf = String::with_capacity(Self::written_len(prefix, key));
         let (lock_len, channel_len) = Self::write(&mut buf, prefix, key, kind);
         Self::in_buffer(&Str::from(buf), lock_len, channel_len, kind)
     }
@@ -1495,7 +1495,7 @@ impl Names {
     /// allocations (the buffer, and the header that shares it) instead of
     /// four.
     pub(crate) fn for_call(prefix: &str, key: &str, kind: Kind) -> (Self, Str) {
-        let mut buf = String::with_capacity(prefix.len() + key.len() + 17 + crate::token::LEN);
+        let mut buf = String::with_capacity(Self::written_len(prefix, key) + crate::token::LEN);
         let (lock_len, channel_len) = Self::write(&mut buf, prefix, key, kind);
         crate::token::push(&mut buf);
         let buf = Str::from(buf);
@@ -1514,6 +1514,12 @@ impl Names {
             Some(k) if k == key => self.lock.slice(start..end),
             _ => Str::from(key),
         }
+    }
+
+    /// Room for what [`write`](Self::write) appends for `prefix` and `key`:
+    /// those and at most 13 bytes more (`:3:{`, `}`, `:rw`, `:w:ch`).
+    fn written_len(prefix: &str, key: &str) -> usize {
+        prefix.len() + key.len() + 17
     }
 
     /// Append the channel's name to `buf`; the value's name is its prefix.
