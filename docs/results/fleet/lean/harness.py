@@ -11,7 +11,11 @@ CYCLES cycles each; the median per variant and scenario.
                the hand-over between processes of target 2.
 
 usage: harness.py DIR [DIR...]   (each DIR holds acquire.lua and release.lua;
-a file `lean` in it: send the lean argument lists). See harness.sh.
+a file `lean` in it: send the lean argument lists; a file `bare` in it: the
+acquire is `SET key token NX PX`, not a script, and the release script gets
+[key] and [token]: the bare lock, whose `SET` the printed EVALSHA time leaves
+out, for a count of the whole server, docs/results/fleet/counted/). See
+harness.sh.
 Environment: RS (redis-server), ROUNDS, CYCLES, SCEN, DEBUG."""
 import os, re, socket, subprocess, sys, time, uuid, tempfile, statistics
 
@@ -48,16 +52,18 @@ def evalsha_us(c):
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 KEYS = 256
-def run(c, acq, rel, scenario, cycles, lean=False):
+def run(c, acq, rel, scenario, cycles, lean=False, bare=False):
     key = lambda i: 'p:3:{bench:%d}' % i
     A, B = 'a1b2c3d4e5f60718', '9f8e7d6c5b4a3921'
     # state per key: holder client, holder token
     state = {}
     batch = []
     def ACQ(k, t, cl):
+        if bare: return resp('SET', key(k), t, 'NX', 'PX', 30000)
         if lean: return resp('EVALSHA', acq, 1, key(k), t, 30000, cl)
         return resp('EVALSHA', acq, 1, key(k), t, 30000, cl, key(k) + ':ch', 'PUBLISH', 60000)
     def REL(k, t, cl):
+        if bare: return resp('EVALSHA', rel, 1, key(k), t)
         if lean: return resp('EVALSHA', rel, 1, key(k), t, 1, cl, 0)
         return resp('EVALSHA', rel, 1, key(k), t, 1, key(k) + ':ch', 60000, 200, cl, 50, 'PUBLISH', 0)
     n_cmds = 0; acqs = 0
@@ -99,14 +105,15 @@ def main():
         variants = sys.argv[1:]
         shas = {}
         for v in variants:
-            shas[v] = (c.cmd('SCRIPT', 'LOAD', open(v + '/acquire.lua').read()), c.cmd('SCRIPT', 'LOAD', open(v + '/release.lua').read()))
+            load = lambda f: c.cmd('SCRIPT', 'LOAD', open(f).read()) if os.path.exists(f) else None
+            shas[v] = (load(v + '/acquire.lua'), load(v + '/release.lua'))
         rounds = int(os.environ.get('ROUNDS', '5')); cycles = int(os.environ.get('CYCLES', '200'))
         res = {}
         scs = os.environ.get('SCEN', 'uncontended,contended').split(',')
         for r in range(rounds):
             for sc in scs:
                 for v in variants:
-                    us, calls = run(c, *shas[v], sc, cycles, os.path.exists(v + '/lean'))
+                    us, calls = run(c, *shas[v], sc, cycles, os.path.exists(v + '/lean'), os.path.exists(v + '/bare'))
                     res.setdefault((sc, v), []).append(us)
         for sc in scs:
             for v in variants:

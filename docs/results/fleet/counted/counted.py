@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Print run.sh's counts: DIR holds callgrind's files cg.<variant>.<scenario>.<cycles>
+for 10 and 40 cycles of harness.py (256 keys: one acquisition per key and cycle).
+
+usage: counted.py DIR"""
+import os
+import re
+import subprocess
+import sys
+
+d = sys.argv[1]
+PER = 30 * 256  # acquisitions between the run of 10 cycles and the one of 40
+VARIANTS = ['relaylock', 'no-ring', 'no-times', 'fast-take', 'text-fence', 'floor', 'bare']
+SCENARIOS = ['uncontended', 'contended']
+PARTS = [
+    ('evalGenericCommand', 'EVALSHA, all of it'),
+    ('luaCreateArray', '  KEYS and ARGV tables'),
+    ('lua_pcall', '  the script run'),
+    ('luaRedisGenericCommand', '    redis.call, all of it'),
+    ('scriptCall', '      the commands themselves'),
+    ('luaS_newlstr', '  Lua string creation, all of EVALSHA'),
+    ('str_sub', '  string.sub'),
+    ('str_find_aux', '  string.find and string.match'),
+    ('luaV_concat', '  concatenation (..)'),
+    ('luaB_tonumber', '  tonumber'),
+    ('str_format', '  string.format'),
+    ('luaC_step', '  the collector, in the run and after it'),
+]
+
+
+def path(v, sc, cycles):
+    return os.path.join(d, f'cg.{v}.{sc}.{cycles}')
+
+
+def total(f):
+    for line in open(f):
+        if line.startswith(('summary:', 'totals:')):
+            return int(line.split()[1])
+    raise SystemExit(f'no total in {f}')
+
+
+def inclusive(f):
+    out = subprocess.run(['callgrind_annotate', '--inclusive=yes', '--threshold=100', f],
+                         capture_output=True, text=True, check=True).stdout
+    found = {}
+    for line in out.splitlines():
+        m = re.match(r'\s*([\d,]+) \([ \d.]+%\)\s+\S*?:([A-Za-z_]\w*)', line)
+        if m:
+            found.setdefault(m.group(2), int(m.group(1).replace(',', '')))
+    return found
+
+
+def per_acq(a, b):
+    return (b - a) / PER
+
+
+counts = {(v, sc): per_acq(total(path(v, sc, 10)), total(path(v, sc, 40)))
+          for v in VARIANTS for sc in SCENARIOS}
+print('instructions per acquisition, the whole server (run of 40 cycles minus run of 10);')
+print('in brackets: x the bare lock, x the floor, and the change from relaylock')
+print(f'{"variant":12}' + ''.join(f'{sc:>38}' for sc in SCENARIOS))
+for v in VARIANTS:
+    cells = []
+    for sc in SCENARIOS:
+        n, rl = counts[(v, sc)], counts[('relaylock', sc)]
+        note = f'{n / counts[("bare", sc)]:.2f}x, {n / counts[("floor", sc)]:.2f}x'
+        if v not in ('relaylock', 'floor', 'bare'):
+            note += f', {(n - rl) / rl * 100:+.1f}%'
+        cells.append(f'{n:9,.0f} ({note})')
+    print(f'{v:12}' + ''.join(f'{c:>38}' for c in cells))
+for sc in SCENARIOS:
+    print(f'\n{sc}: by part, inclusive, instructions per acquisition')
+    print(f'{"part":44}{"relaylock":>11}{"floor":>9}{"more":>9}')
+    got = {v: (inclusive(path(v, sc, 10)), inclusive(path(v, sc, 40))) for v in ('relaylock', 'floor')}
+    for fn, label in PARTS:
+        r = per_acq(got['relaylock'][0].get(fn, 0), got['relaylock'][1].get(fn, 0))
+        f = per_acq(got['floor'][0].get(fn, 0), got['floor'][1].get(fn, 0))
+        print(f'{label:44}{r:11,.0f}{f:9,.0f}{r - f:9,.0f}')
+    r, f = counts[('relaylock', sc)], counts[('floor', sc)]
+    print(f'{"the whole server":44}{r:11,.0f}{f:9,.0f}{r - f:9,.0f}')

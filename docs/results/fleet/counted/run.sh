@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Redis's instructions per acquisition, counted (callgrind), for relaylock's
+# ACQUIRE and RELEASE as src/scripts.rs has them, for the bench's fenced
+# floor, and for variants of relaylock's scripts that each drop one thing:
+#
+#   relaylock   the scripts of this checkout
+#   no-ring     RELEASE keeps no ring of released fences (ring_chars 0): what
+#               recognising a replayed release costs
+#   no-times    ACQUIRE writes no queue-times record (`<lock>:q`: TIME, HSET,
+#               PEXPIRE): what `relaylock status`'s "waited" column costs
+#   fast-take   ACQUIRE with a fast path for a free tombstone with no queue
+#               and no void marker (a design tried, not kept: see
+#               docs/benchmarks.md "Redis's instructions, counted")
+#   text-fence  ACQUIRE compares the last fence as text and parses it only
+#               when it is not older than the server's time (tried, not kept)
+#   floor       floor:<ms>'s scripts (relaylock-cli/src/bare.rs), its
+#               retention written into the release
+#   bare        the bare lock: `SET key token NX PX` and the seeds' release
+#               script (relaylock-cli/src/bare.rs)
+#
+# The scenarios are harness.py's (docs/results/fleet/lean/): 256 keys,
+# pipelined; uncontended is a release and a take by one client, contended
+# the hand-over between two clients (a refused try that queues, the release
+# that reserves the lock for the other client, its take). A count is the
+# whole server's (reading requests, EVALSHA's tables, the script, replies):
+# the difference between a run of 40 cycles and one of 10, per acquisition,
+# so the start, the loading and the warm-up cancel out. Then, for relaylock
+# and the floor, the same difference for the functions that matter
+# (inclusive).
+#
+# Needs valgrind and a redis-server 7.0.15 with its symbols (Debian's is
+# stripped, and Lua's functions are static):
+#   git clone -q --depth 1 --branch 7.0.15 https://github.com/redis/redis /tmp/redis-src
+#   make -C /tmp/redis-src -j2 OPTIMIZATION=-O2
+#   docs/results/fleet/counted/run.sh > docs/results/fleet/counted/counted.txt
+# Counts are exact for one build of Redis and of the scripts: a rerun gives
+# the same figures within a few instructions.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../../.." && pwd)
+RS=${RS:-/tmp/redis-src/src/redis-server}
+[ -x "$RS" ] || { echo "no redis-server with symbols at $RS (see this script's header)" >&2; exit 1; }
+command -v valgrind >/dev/null || { echo "valgrind is missing" >&2; exit 1; }
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+python3 "$here/variants.py" "$root" "$work"
+
+# count VARIANT SCENARIO CYCLES: run harness.py once under callgrind.
+count() {
+  local port out pid
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  out="$work/cg.$1.$2.$3"
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$RS" --port "$port" --save '' \
+    --appendonly no >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  (cd "$work" && PORT=$port ROUNDS=1 CYCLES=$3 SCEN=$2 \
+    python3 "$root/docs/results/fleet/lean/harness.py" "$1" >/dev/null)
+  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  wait "$pid" || true
+}
+for scenario in uncontended contended; do
+  for v in relaylock no-ring no-times fast-take text-fence floor bare; do
+    count "$v" "$scenario" 10
+    count "$v" "$scenario" 40
+  done
+done
+echo '```text'
+echo "redis-server $("$RS" --version | awk '{print $3}') (built from source, -O2), under callgrind; scripts of $(git -C "$root" rev-parse --short HEAD)"
+python3 "$here/counted.py" "$work"
+echo '```'

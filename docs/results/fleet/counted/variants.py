@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Write the script variants of run.sh into OUT/<variant>/{acquire,release}.lua
+(each with a `lean` file: harness.py sends relaylock's lean argument lists).
+
+usage: variants.py ROOT OUT   (ROOT: the checkout whose scripts are read)"""
+import os
+import re
+import sys
+
+root, out = sys.argv[1], sys.argv[2]
+
+
+def rust_str(path, name):
+    """The raw string constant NAME of a Rust source file."""
+    m = re.search(r'pub const %s: &str = r#"\n(.*?)"#;' % name, open(path).read(), re.S)
+    if not m:
+        raise SystemExit(f'{name} not found in {path}')
+    return m.group(1)
+
+
+def edit(text, old, new):
+    if text.count(old) != 1:
+        raise SystemExit(f'expected one {old!r} in the script')
+    return text.replace(old, new)
+
+
+def write(variant, acquire, release, mode='lean'):
+    d = os.path.join(out, variant)
+    os.makedirs(d, exist_ok=True)
+    if acquire is not None:
+        open(os.path.join(d, 'acquire.lua'), 'w').write(acquire)
+    open(os.path.join(d, 'release.lua'), 'w').write(release)
+    open(os.path.join(d, mode), 'w').close()
+
+
+scripts = os.path.join(root, 'src/scripts.rs')
+acquire, release = rust_str(scripts, 'ACQUIRE'), rust_str(scripts, 'RELEASE')
+write('relaylock', acquire, release)
+
+# The lean call's ring_chars (200) set to 0: RELEASE keeps no ring.
+write('no-ring', acquire, edit(release, "'60000', 200, ARGV[3]", "'60000', 0, ARGV[3]"))
+
+# No queue-times record: the lean call derives no `since` name.
+write('no-times', edit(acquire, "local since = KEYS[4] or (not KEYS[2] and KEYS[1] .. ':q')",
+                       "local since = false"), release)
+
+# A fast path ahead of the parse: a tombstone `-<f>||<ring>|` (no queue, no
+# void marker, no fourth `|` in the ring) is taken as the full path would
+# take it, the new value built from the tombstone's own `||<ring>|`.
+FAST = """local v = redis.call('GET', KEYS[1])
+if v and string.byte(v, 1) == 45 and string.byte(v, -1) == 124 then
+  local a = string.find(v, '|', 2, true)
+  if a and string.byte(v, a + 1) == 124 and string.find(v, '|', a + 2, true) == #v then
+    local last = tonumber(string.sub(v, 2, a - 1)) or 0
+    local t = redis.call('TIME')
+    local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if last >= fence then fence = last + 1 end
+    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', fence) .. string.sub(v, a), 'PX', ARGV[2])
+    return fence
+  end
+end
+"""
+write('fast-take', edit(acquire, "local v = redis.call('GET', KEYS[1])\n", FAST), release)
+
+# The last fence compared as text, parsed only when it is not older than
+# `now` (a 16-digit `tonumber` is a `strtod` of about 2,000 instructions).
+TEXT_FENCE = [
+    ("""local last, reserved, pttl = 0, false, nil
+local kind = string.sub(head, 1, 1)
+if not v then
+elseif kind == '-' then
+  last = tonumber(string.sub(head, 2)) or 0
+elseif kind == '~' then
+  local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
+  last = tonumber(rf) or 0""", """local last, reserved, pttl = '', false, nil
+local kind = string.byte(head, 1)
+if not v then
+elseif kind == 45 then
+  last = string.sub(head, 2)
+elseif kind == 126 then
+  local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
+  last = rf or ''"""),
+    ("""local fence = now
+if last >= fence then fence = last + 1 end""", """local fence = now
+local fs = string.format('%d', fence)
+if #last > #fs or (#last == #fs and last >= fs) then
+  local l = tonumber(last)
+  if l and l >= fence then fence = l + 1; fs = string.format('%d', fence) end
+end"""),
+    ("""local fs = string.format('%d', fence)
+redis.call('SET', KEYS[1], ARGV[1]""", """redis.call('SET', KEYS[1], ARGV[1]"""),
+]
+text_fence = acquire
+for old, new in TEXT_FENCE:
+    text_fence = edit(text_fence, old, new)
+write('text-fence', text_fence, release)
+
+# The bench's floor: its acquire as it is (ARGV [token, lease_ms]); its
+# release takes the retention as ARGV[2], where the lean call sends the
+# fence, so the retention is written in.
+bare = os.path.join(root, 'relaylock-cli/src/bare.rs')
+write('floor', rust_str(bare, 'FLOOR_ACQUIRE'),
+      edit(rust_str(bare, 'FLOOR_RELEASE'), "'PX', ARGV[2]", "'PX', 60000"))
+
+# The bare lock: `SET key token NX PX` (harness.py's `bare` mode) and the
+# seeds' release script.
+write('bare', None, rust_str(bare, 'RELEASE'), mode='bare')
