@@ -1214,6 +1214,15 @@ pub(crate) struct Lua {
 }
 
 impl Lua {
+    /// `lua` with its SHA-1, hashed into `sha1` on first use.
+    fn hashed(lua: &'static str, sha1: &'static OnceLock<String>) -> Lua {
+        let sha1 = sha1.get_or_init(|| fred::util::sha1_hash(lua));
+        Lua {
+            lua,
+            sha1: fred::util::static_str(sha1),
+        }
+    }
+
     /// The script's SHA-1, as `EVALSHA` takes it.
     pub(crate) fn sha1(&self) -> &Str {
         &self.sha1
@@ -1243,35 +1252,25 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        const ALL: [&str; 10] = [
-            ACQUIRE,
-            RELEASE,
-            RENEW,
-            PEEK,
-            LEAVE,
-            SEM_ACQUIRE,
-            SEM_RELEASE,
-            SEM_RENEW,
-            SEM_PEEK,
-            SEM_LEAVE,
-        ];
-        static SHA1: OnceLock<[String; 10]> = OnceLock::new();
-        let sha1 = SHA1.get_or_init(|| ALL.map(fred::util::sha1_hash));
-        let lua = |i: usize| Lua {
-            lua: ALL[i],
-            sha1: fred::util::static_str(&sha1[i]),
-        };
+        // Each script's SHA-1 in a static of its own, hashed once per
+        // process, beside the constant it hashes.
+        macro_rules! lua {
+            ($lua:expr) => {{
+                static SHA1: OnceLock<String> = OnceLock::new();
+                Lua::hashed($lua, &SHA1)
+            }};
+        }
         Scripts {
-            acquire: lua(0),
-            release: lua(1),
-            renew: lua(2),
-            peek: lua(3),
-            leave: lua(4),
-            sem_acquire: lua(5),
-            sem_release: lua(6),
-            sem_renew: lua(7),
-            sem_peek: lua(8),
-            sem_leave: lua(9),
+            acquire: lua!(ACQUIRE),
+            release: lua!(RELEASE),
+            renew: lua!(RENEW),
+            peek: lua!(PEEK),
+            leave: lua!(LEAVE),
+            sem_acquire: lua!(SEM_ACQUIRE),
+            sem_release: lua!(SEM_RELEASE),
+            sem_renew: lua!(SEM_RENEW),
+            sem_peek: lua!(SEM_PEEK),
+            sem_leave: lua!(SEM_LEAVE),
         }
     }
 }
