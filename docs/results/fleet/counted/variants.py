@@ -65,30 +65,18 @@ write('fast-take', edit(acquire, "local v = redis.call('GET', KEYS[1])\n", FAST)
 # The last fence compared as text, parsed only when it is not older than
 # `now` (a 16-digit `tonumber` is a `strtod` of about 2,000 instructions).
 TEXT_FENCE = [
-    ("""local last, reserved, pttl = 0, false, nil
-local kind = string.sub(head, 1, 1)
-if not v then
-elseif kind == '-' then
-  last = tonumber(string.sub(head, 2)) or 0
-elseif kind == '~' then
-  local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
-  last = tonumber(rf) or 0""", """local last, reserved, pttl = '', false, nil
-local kind = string.byte(head, 1)
-if not v then
-elseif kind == 45 then
-  last = string.sub(head, 2)
-elseif kind == 126 then
-  local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
-  last = rf or ''"""),
-    ("""local fence = now
-if last >= fence then fence = last + 1 end""", """local fence = now
-local fs = string.format('%d', fence)
+    ("local last, reserved, pttl = 0, false, nil", "local last, reserved, pttl = '', false, nil"),
+    ("local kind = string.sub(head, 1, 1)", "local kind = string.byte(head, 1)"),
+    ("elseif kind == '-' then", "elseif kind == 45 then"),
+    ("  last = tonumber(string.sub(head, 2)) or 0", "  last = string.sub(head, 2)"),
+    ("elseif kind == '~' then", "elseif kind == 126 then"),
+    ("  last = tonumber(rf) or 0", "  last = rf or ''"),
+    ("if last >= fence then fence = last + 1 end", """local fs = string.format('%d', fence)
 if #last > #fs or (#last == #fs and last >= fs) then
   local l = tonumber(last)
   if l and l >= fence then fence = l + 1; fs = string.format('%d', fence) end
 end"""),
-    ("""local fs = string.format('%d', fence)
-redis.call('SET', KEYS[1], ARGV[1]""", """redis.call('SET', KEYS[1], ARGV[1]"""),
+    ("local fs = string.format('%d', fence)\nredis.call", "redis.call"),
 ]
 text_fence = acquire
 for old, new in TEXT_FENCE:
