@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Print run.sh's counts: DIR holds callgrind's files cg.<variant>.<scenario>.<cycles>
-for 10 and 40 cycles of harness.py (256 keys: one acquisition per key and cycle).
+for 40 and 80 cycles of harness.py (256 keys: one acquisition per key and cycle).
 
 usage: counted.py DIR"""
 import os
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 d = sys.argv[1]
-PER = 30 * 256  # acquisitions between the run of 10 cycles and the one of 40
+PER = 40 * 256  # acquisitions between the run of 40 cycles and the one of 80
 VARIANTS = ['relaylock', 'no-ring', 'no-times', 'fast-take', 'text-fence', 'floor', 'bare']
 SCENARIOS = ['uncontended', 'contended']
 PARTS = [
@@ -54,9 +54,9 @@ def per_acq(a, b):
     return (b - a) / PER
 
 
-counts = {(v, sc): per_acq(total(path(v, sc, 10)), total(path(v, sc, 40)))
+counts = {(v, sc): per_acq(total(path(v, sc, 40)), total(path(v, sc, 80)))
           for v in VARIANTS for sc in SCENARIOS}
-print('instructions per acquisition, the whole server (run of 40 cycles minus run of 10);')
+print('instructions per acquisition, the whole server (run of 80 cycles minus run of 40);')
 print('in brackets: x the bare lock, x the floor, and the change from relaylock')
 print(f'{"variant":12}' + ''.join(f'{sc:>38}' for sc in SCENARIOS))
 for v in VARIANTS:
@@ -69,9 +69,10 @@ for v in VARIANTS:
         cells.append(f'{n:9,.0f} ({note})')
     print(f'{v:12}' + ''.join(f'{c:>38}' for c in cells))
 for sc in SCENARIOS:
-    print(f'\n{sc}: by part, inclusive, instructions per acquisition')
+    print(f'\n{sc}: by part, inclusive, instructions per acquisition (the parts overlap: strings are\n'
+          'made inside string.sub, concatenation and string.format too)')
     print(f'{"part":44}{"relaylock":>11}{"floor":>9}{"more":>9}')
-    got = {v: (inclusive(path(v, sc, 10)), inclusive(path(v, sc, 40))) for v in ('relaylock', 'floor')}
+    got = {v: (inclusive(path(v, sc, 40)), inclusive(path(v, sc, 80))) for v in ('relaylock', 'floor')}
     for fn, label in PARTS:
         r = per_acq(got['relaylock'][0].get(fn, 0), got['relaylock'][1].get(fn, 0))
         f = per_acq(got['floor'][0].get(fn, 0), got['floor'][1].get(fn, 0))

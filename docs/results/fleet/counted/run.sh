@@ -4,8 +4,9 @@
 # floor, and for variants of relaylock's scripts that each drop one thing:
 #
 #   relaylock   the scripts of this checkout
-#   no-ring     RELEASE keeps no ring of released fences (ring_chars 0): what
-#               recognising a replayed release costs
+#   no-ring     RELEASE keeps no ring of released fences (it reads no newest
+#               fence and writes an empty ring): what recognising a replayed
+#               release costs
 #   no-times    ACQUIRE writes no queue-times record (`<lock>:q`: TIME, HSET,
 #               PEXPIRE): what `relaylock status`'s "waited" column costs
 #   fast-take   ACQUIRE with a fast path for a free tombstone with no queue
@@ -23,8 +24,9 @@
 # the hand-over between two clients (a refused try that queues, the release
 # that reserves the lock for the other client, its take). A count is the
 # whole server's (reading requests, EVALSHA's tables, the script, replies):
-# the difference between a run of 40 cycles and one of 10, per acquisition,
-# so the start, the loading and the warm-up cancel out. Then, for relaylock
+# the difference between a run of 80 cycles and one of 40, per acquisition,
+# so the start and the loading cancel out, and both runs end with every
+# key's ring full (it fills in about 25 releases). Then, for relaylock
 # and the floor, the same difference for the functions that matter
 # (inclusive).
 #
@@ -33,14 +35,18 @@
 #   git clone -q --depth 1 --branch 7.0.15 https://github.com/redis/redis /tmp/redis-src
 #   make -C /tmp/redis-src -j2 OPTIMIZATION=-O2
 #   docs/results/fleet/counted/run.sh > docs/results/fleet/counted/counted.txt
-# Counts are exact for one build of Redis and of the scripts: a rerun gives
-# the same figures within a few instructions.
+#   docs/results/fleet/counted/run.sh > docs/results/fleet/counted/counted-rerun.txt
+# A rerun gives the same figures within 2 %: the server's timer
+# (serverCron, 10 times a second) runs more often in a slower run, and the
+# ring's differences have as many digits as the time between a key's cycles.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
 RS=${RS:-/tmp/redis-src/src/redis-server}
 [ -x "$RS" ] || { echo "no redis-server with symbols at $RS (see this script's header)" >&2; exit 1; }
-command -v valgrind >/dev/null || { echo "valgrind is missing" >&2; exit 1; }
+for tool in valgrind redis-cli callgrind_annotate; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
+done
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 python3 "$here/variants.py" "$root" "$work"
 
@@ -53,6 +59,8 @@ count() {
     --appendonly no >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  redis-cli -p "$port" ping >/dev/null 2>&1 ||
+    { kill "$pid"; echo "redis-server under valgrind did not start" >&2; exit 1; }
   (cd "$work" && PORT=$port ROUNDS=1 CYCLES=$3 SCEN=$2 \
     python3 "$root/docs/results/fleet/lean/harness.py" "$1" >/dev/null)
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
@@ -60,8 +68,8 @@ count() {
 }
 for scenario in uncontended contended; do
   for v in relaylock no-ring no-times fast-take text-fence floor bare; do
-    count "$v" "$scenario" 10
     count "$v" "$scenario" 40
+    count "$v" "$scenario" 80
   done
 done
 echo '```text'

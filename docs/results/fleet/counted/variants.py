@@ -37,15 +37,17 @@ scripts = os.path.join(root, 'src/scripts.rs')
 acquire, release = rust_str(scripts, 'ACQUIRE'), rust_str(scripts, 'RELEASE')
 write('relaylock', acquire, release)
 
-# The lean call's ring_chars (200) set to 0: RELEASE keeps no ring.
-write('no-ring', acquire, edit(release, "'60000', 200, ARGV[3]", "'60000', 0, ARGV[3]"))
+# RELEASE keeps no ring: it reads no newest fence from the old ring and
+# writes an empty one (the tombstone `-<f>|||`).
+no_ring = edit(release, "local r1 = c > b + 1 and string.match(v, '^%d+', b + 1)", "local r1 = false")
+write('no-ring', acquire, edit(no_ring, "local tail = '|' .. rhead", "local tail = '|'"))
 
 # No queue-times record: the lean call derives no `since` name.
 write('no-times', edit(acquire, "local since = KEYS[4] or (not KEYS[2] and KEYS[1] .. ':q')",
                        "local since = false"), release)
 
-# A fast path ahead of the parse: a tombstone `-<f>||<ring>|` (no queue, no
-# void marker, no fourth `|` in the ring) is taken as the full path would
+# A fast path ahead of the parse: a tombstone `-<f>||<ring>|` (no queue, an
+# empty void field, no fourth `|` in the ring) is taken as the full path would
 # take it, the new value built from the tombstone's own `||<ring>|`.
 FAST = """local v = redis.call('GET', KEYS[1])
 if v and string.byte(v, 1) == 45 and string.byte(v, -1) == 124 then
