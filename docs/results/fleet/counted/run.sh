@@ -10,7 +10,7 @@
 #   no-times    ACQUIRE writes no queue-times record (`<lock>:q`: TIME, HSET,
 #               PEXPIRE): what `relaylock status`'s "waited" column costs
 #   fast-take   ACQUIRE with a fast path for a free tombstone with no queue
-#               and no void marker (a design tried, not kept: see
+#               and an empty void field (a design tried, not kept: see
 #               docs/benchmarks.md "Redis's instructions, counted")
 #   text-fence  ACQUIRE compares the last fence as text and parses it only
 #               when it is not older than the server's time (tried, not kept)
