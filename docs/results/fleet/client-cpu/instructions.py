@@ -2,22 +2,20 @@
 """instructions.sh's report: instructions per acquisition by part (self
    cost, callgrind_annotate), before and after, then the relaylock
    functions whose inclusive cost changed most."""
-import collections, os, re, subprocess, sys
+import collections, os, re, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
+import callgrind  # noqa: E402
 import parts as split  # noqa: E402
 
 PER = 2000  # acquisitions between the two runs
 
 def annotate(f, inclusive):
-    out = subprocess.run(['callgrind_annotate', f'--inclusive={"yes" if inclusive else "no"}',
-                          '--threshold=100', f], capture_output=True, text=True).stdout
     d = collections.Counter()
-    for line in out.splitlines():
-        m = re.match(r'\s*([\d,]+)\s+\(.*?\)\s+(.*)', line)
-        if m and 'PROGRAM TOTALS' not in line:
-            name = re.sub(r' \[/[^\]]*relaylock-allocs[^\]]*\]$|\s\[/tmp/[^\]]*\]$', '', m.group(2))
-            d[name] += int(m.group(1).replace(',', ''))
+    for n, rest in callgrind.lines(f, inclusive):
+        name = re.sub(r' \[/[^\]]*relaylock-allocs[^\]]*\]$|\s\[/tmp/[^\]]*\]$', '', rest)
+        d[name] += n
     return d
 
 def per_acq(base, inclusive):

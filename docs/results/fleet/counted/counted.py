@@ -5,8 +5,10 @@ for 40 and 80 cycles of harness.py (256 keys: one acquisition per key and cycle)
 usage: counted.py DIR"""
 import os
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
+import callgrind  # noqa: E402
 
 d = sys.argv[1]
 PER = 40 * 256  # acquisitions between the run of 40 cycles and the one of 80
@@ -40,13 +42,13 @@ def total(f):
 
 
 def inclusive(f):
-    out = subprocess.run(['callgrind_annotate', '--inclusive=yes', '--threshold=100', f],
-                         capture_output=True, text=True, check=True).stdout
+    """Each function's inclusive count, by its name alone (its first line:
+    callgrind_annotate lists the largest first)."""
     found = {}
-    for line in out.splitlines():
-        m = re.match(r'\s*([\d,]+) \([ \d.]+%\)\s+\S*?:([A-Za-z_]\w*)', line)
+    for n, rest in callgrind.lines(f, True):
+        m = re.match(r'\S*?:([A-Za-z_]\w*)', rest)
         if m:
-            found.setdefault(m.group(2), int(m.group(1).replace(',', '')))
+            found.setdefault(m.group(1), n)
     return found
 
 
