@@ -104,8 +104,8 @@ def main():
     try:
         variants = sys.argv[1:]
         shas = {}
+        load = lambda f: c.cmd('SCRIPT', 'LOAD', open(f).read()) if os.path.exists(f) else None
         for v in variants:
-            load = lambda f: c.cmd('SCRIPT', 'LOAD', open(f).read()) if os.path.exists(f) else None
             shas[v] = (load(v + '/acquire.lua'), load(v + '/release.lua'))
         rounds = int(os.environ.get('ROUNDS', '5')); cycles = int(os.environ.get('CYCLES', '200'))
         res = {}
