@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use crate::calls::Calls;
 use crate::client::LockClient;
 use crate::error::{connect_within, with_timeout, Error, Result};
+use crate::eviction::{self, OnEvictingServer};
 use crate::inner::{ClientInner, Closing, Tasks};
 use crate::options::{
     validate_lease, validate_prefix, validate_url_scheme, WaitStrategy, MAX_LEASE,
@@ -80,6 +81,7 @@ pub struct LockClientBuilder {
     message_buffer: usize,
     replica_connections: usize,
     side_retention: Duration,
+    on_evicting: OnEvictingServer,
     #[cfg(feature = "tls")]
     tls_roots: Option<Vec<u8>>,
 }
@@ -100,6 +102,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("message_buffer", &self.message_buffer)
             .field("replica_connections", &self.replica_connections)
             .field("side_retention", &self.side_retention)
+            .field("on_evicting_server", &self.on_evicting)
             .finish()
     }
 }
@@ -119,6 +122,7 @@ impl Default for LockClientBuilder {
             message_buffer: 1024,
             replica_connections: 4,
             side_retention: Duration::from_millis(crate::scripts::SIDE_RETENTION_MS),
+            on_evicting: OnEvictingServer::Warn,
             #[cfg(feature = "tls")]
             tls_roots: None,
         }
@@ -278,6 +282,44 @@ impl LockClientBuilder {
     /// 1 s and 1 day. Every client of one prefix should use the same value.
     pub fn side_retention(mut self, retention: Duration) -> Self {
         self.side_retention = retention;
+        self
+    }
+
+    /// What `build` does when a server may evict relaylock's values: a
+    /// `maxmemory` limit with any `maxmemory-policy` but `noeviction` (every
+    /// value relaylock writes has a TTL, so even the `volatile-*` policies
+    /// may pick it). An evicted lock lets a second holder in, an evicted
+    /// semaphore more holders than its limit. Default
+    /// [`OnEvictingServer::Warn`]: a `tracing` warning naming the server and
+    /// its policy, once per server and policy. [`OnEvictingServer::Refuse`]:
+    /// `build` fails with [`Error::EvictingServer`], or
+    /// [`Error::EvictionUnknown`] when the setting cannot be read.
+    ///
+    /// `build` reads every primary's setting (each of a cluster, the one a
+    /// Sentinel names) with `CONFIG GET maxmemory*`, or `INFO memory` where
+    /// an ACL refuses `CONFIG`; and the client reads it again for every
+    /// server it connects to later (a failover, a restart), logging what it
+    /// finds (at `ERROR` level with `Refuse`, which a running client can no
+    /// longer act on). See [`eviction`](crate::eviction).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> relaylock::Result<()> {
+    /// use relaylock::{Error, LockClient, OnEvictingServer};
+    ///
+    /// match LockClient::builder()
+    ///     .on_evicting_server(OnEvictingServer::Refuse)
+    ///     .build()
+    ///     .await
+    /// {
+    ///     Err(Error::EvictingServer { server, policy, .. }) => {
+    ///         eprintln!("{server} runs maxmemory-policy {policy}: not safe for locks");
+    ///     }
+    ///     other => drop(other?),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn on_evicting_server(mut self, on_evicting: OnEvictingServer) -> Self {
+        self.on_evicting = on_evicting;
         self
     }
 
@@ -450,12 +492,16 @@ impl LockClientBuilder {
             scripts.peek.load(&redis).await?;
             scripts.leave.load(&redis).await
         };
-        if let Err(e) = with_timeout(self.command_timeout, loaded).await {
+        let checked = async {
+            with_timeout(self.command_timeout, loaded).await?;
+            self.check_eviction(&redis).await
+        };
+        if let Err(e) = checked.await {
             let _ = tokio::time::timeout(self.connect_timeout, subscriber.quit()).await;
             if owns_redis {
                 let _ = tokio::time::timeout(self.connect_timeout, redis.quit()).await;
             }
-            return Err(e.into());
+            return Err(e);
         }
 
         // Redis Cluster: sharded pub/sub (SSUBSCRIBE, SPUBLISH) keeps each
@@ -500,6 +546,8 @@ impl LockClientBuilder {
         );
         let watchdog = Watchdog::new(calls.clone(), self.default_lease);
         let watchdog_task = watchdog::spawn(&watchdog);
+        let eviction_task =
+            eviction::spawn_watch(calls.redis(), self.on_evicting == OnEvictingServer::Refuse);
         opened.keep();
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -515,6 +563,7 @@ impl LockClientBuilder {
                     subscriber,
                     subscriber_task,
                     watchdog_task,
+                    eviction_task,
                     owns_redis,
                 },
                 closing: Closing::default(),
@@ -522,6 +571,36 @@ impl LockClientBuilder {
                 shut_down: tokio::sync::OnceCell::new(),
             }),
         })
+    }
+}
+
+impl LockClientBuilder {
+    /// Read every primary's eviction setting (within the command timeout),
+    /// warn about each server that may evict, and refuse with
+    /// [`OnEvictingServer::Refuse`].
+    async fn check_eviction(&self, redis: &Client) -> Result<()> {
+        let refuse = self.on_evicting == OnEvictingServer::Refuse;
+        let Ok(servers) =
+            tokio::time::timeout(self.command_timeout, eviction::read_all(redis)).await
+        else {
+            if refuse {
+                return Err(Error::Redis(crate::error::timed_out()));
+            }
+            tracing::warn!(
+                "relaylock: could not read the servers' maxmemory-policy within the command timeout; they must run with maxmemory-policy noeviction (docs/deployments.md)"
+            );
+            return Ok(());
+        };
+        for memory in &servers {
+            if refuse {
+                if let Some(e) = eviction::refusal(memory) {
+                    return Err(e);
+                }
+            } else {
+                eviction::warn_once(memory, false);
+            }
+        }
+        Ok(())
     }
 }
 

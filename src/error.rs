@@ -66,6 +66,29 @@ pub enum Error {
         #[source]
         source: fred::error::Error,
     },
+    /// A server may evict relaylock's values (a `maxmemory` limit with a
+    /// `maxmemory-policy` other than `noeviction`), and the client was
+    /// built with [`OnEvictingServer::Refuse`](crate::OnEvictingServer::Refuse).
+    /// An evicted lock lets a second holder in.
+    #[error("Redis at {server} may evict relaylock's keys (maxmemory {maxmemory} bytes, maxmemory-policy {policy}); set maxmemory-policy noeviction")]
+    EvictingServer {
+        /// The server, `host:port`.
+        server: String,
+        /// Its `maxmemory-policy`.
+        policy: String,
+        /// Its `maxmemory`, in bytes.
+        maxmemory: u64,
+    },
+    /// Whether a server may evict relaylock's values could not be read
+    /// (its ACL refuses both `CONFIG GET` and `INFO`), and the client was
+    /// built with [`OnEvictingServer::Refuse`](crate::OnEvictingServer::Refuse).
+    #[error("could not read whether Redis at {server} may evict relaylock's keys: {reason}")]
+    EvictionUnknown {
+        /// The server, `host:port`.
+        server: String,
+        /// What each command answered.
+        reason: String,
+    },
     /// Redis answered something the scripts never return: a sign that the key
     /// is used by something other than relaylock, or of a version mismatch.
     #[error("unexpected reply from Redis: {0}")]

@@ -51,6 +51,8 @@ pub(crate) struct Tasks {
     pub(crate) subscriber: SubscriberClient,
     pub(crate) subscriber_task: JoinHandle<()>,
     pub(crate) watchdog_task: JoinHandle<()>,
+    /// Reads the eviction setting of every server connected to anew.
+    pub(crate) eviction_task: JoinHandle<()>,
     /// The command connection was opened by relaylock (not passed in with
     /// `fred_client`), so relaylock closes it.
     pub(crate) owns_redis: bool,
@@ -143,6 +145,7 @@ impl ClientInner {
         self.registry.close();
         self.tasks.subscriber_task.abort();
         self.tasks.watchdog_task.abort();
+        self.tasks.eviction_task.abort();
         let subscriber = self.tasks.subscriber.clone();
         let redis = self.tasks.owns_redis.then(|| self.calls.redis().clone());
         let pool = self.replicas.close();

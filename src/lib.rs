@@ -53,6 +53,7 @@ mod client;
 mod conn_watch;
 mod error;
 mod estimate;
+pub mod eviction;
 mod guard;
 mod handoff;
 mod holds;
@@ -86,6 +87,7 @@ pub use fred;
 pub use builder::{reconnect_policy, LockClientBuilder};
 pub use client::LockClient;
 pub use error::{Error, Result};
+pub use eviction::OnEvictingServer;
 pub use guard::LockGuard;
 pub use options::{
     LockOptions, SemaphoreOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN,

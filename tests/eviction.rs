@@ -1,0 +1,180 @@
+//! A server that may evict relaylock's values is found at `build()`, warned
+//! about or refused (`on_evicting_server`); a value that vanishes without a
+//! reconnect (eviction, `FLUSHALL`) wakes the waiters of every client.
+
+use std::time::{Duration, Instant};
+
+use relaylock::eviction::{self, Read};
+use relaylock::fred::interfaces::ClientLike;
+use relaylock::fred::types::CustomCommand;
+use relaylock::{Error, LockOptions, OnEvictingServer};
+use relaylock_testkit::{acl_user, preset, warnings, Admin, RedisServer, PASSWORD};
+
+fn server(maxmemory: &str, policy: &str) -> RedisServer {
+    RedisServer::try_start(&["--maxmemory", maxmemory, "--maxmemory-policy", policy])
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The warnings logged about `server` (its `host:port` in the text).
+fn warned_about(server: &RedisServer) -> Vec<String> {
+    let name = format!("127.0.0.1:{}", server.port);
+    warnings::recorded()
+        .into_iter()
+        .filter(|w| w.message.contains(&name))
+        .map(|w| w.message)
+        .collect()
+}
+
+#[tokio::test]
+async fn an_evicting_policy_is_warned_about_once_or_refused() {
+    warnings::install();
+    for policy in ["volatile-lru", "allkeys-lru", "volatile-ttl"] {
+        let server = server("3mb", policy);
+        let a = preset(&server.url()).build().await.expect("Warn builds");
+        let b = preset(&server.url()).build().await.expect("Warn builds");
+        let said = warned_about(&server);
+        assert_eq!(said.len(), 1, "{policy}: one warning per server: {said:?}");
+        assert!(said[0].contains(policy), "names the policy: {}", said[0]);
+        assert!(said[0].contains("noeviction"), "says the fix: {}", said[0]);
+        match preset(&server.url())
+            .on_evicting_server(OnEvictingServer::Refuse)
+            .build()
+            .await
+        {
+            Err(Error::EvictingServer {
+                server: s,
+                policy: p,
+                maxmemory,
+            }) => {
+                assert_eq!(s, format!("127.0.0.1:{}", server.port));
+                assert_eq!(p, policy);
+                assert_eq!(maxmemory, 3 * 1024 * 1024);
+            }
+            other => panic!("{policy}: Refuse must refuse, got {:?}", other.map(|_| ())),
+        }
+        drop((a, b));
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_never_evicts_is_not_warned_about() {
+    warnings::install();
+    // A limit with noeviction (writes fail instead), and a policy with no
+    // limit: neither ever deletes a key.
+    for (maxmemory, policy) in [("3mb", "noeviction"), ("0", "allkeys-lru")] {
+        let server = server(maxmemory, policy);
+        let client = preset(&server.url())
+            .on_evicting_server(OnEvictingServer::Refuse)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("{maxmemory} {policy}: {e}"));
+        let read = eviction::read_all(&server.admin().await).await;
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].may_evict(), Some(false), "{}", read[0]);
+        assert!(warned_about(&server).is_empty(), "{maxmemory} {policy}");
+        let _held = client.lock("k").await.unwrap();
+    }
+}
+
+/// An ACL user without `CONFIG` is read through `INFO memory`; one without
+/// either is reported as unknown, and refused under `Refuse`.
+#[tokio::test]
+async fn an_acl_user_without_config_is_read_from_info() {
+    warnings::install();
+    let server = server("3mb", "volatile-lru");
+    let admin = server.admin().await;
+    acl_user(&admin, "noconfig", &["~*", "&*", "+@all", "-config"]).await;
+    acl_user(&admin, "blind", &["~*", "&*", "+@all", "-config", "-info"]).await;
+    let url = |user: &str| format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", server.port);
+
+    let noconfig = preset(&url("noconfig")).build().await.unwrap();
+    let read = eviction::read_all(noconfig.fred_client()).await;
+    match &read[0].read {
+        Read::Read {
+            policy,
+            from_config,
+            maxmemory,
+        } => {
+            assert_eq!(policy, "volatile-lru");
+            assert_eq!(*maxmemory, 3 * 1024 * 1024);
+            assert!(!from_config, "CONFIG is refused: read from INFO");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(warned_about(&server).len(), 1);
+    assert!(matches!(
+        preset(&url("noconfig"))
+            .on_evicting_server(OnEvictingServer::Refuse)
+            .build()
+            .await,
+        Err(Error::EvictingServer { .. })
+    ));
+
+    match preset(&url("blind"))
+        .on_evicting_server(OnEvictingServer::Refuse)
+        .build()
+        .await
+    {
+        Err(Error::EvictionUnknown { server: s, reason }) => {
+            assert_eq!(s, format!("127.0.0.1:{}", server.port));
+            assert!(reason.contains("NOPERM"), "{reason}");
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    // Warn builds, and says it could not tell.
+    let _blind = preset(&url("blind")).build().await.unwrap();
+    assert!(
+        warned_about(&server)
+            .iter()
+            .any(|w| w.contains("could not read")),
+        "{:?}",
+        warned_about(&server)
+    );
+}
+
+/// Item 2 of issue 35: the value vanishes under a holder (`FLUSHALL`, as an
+/// eviction would). The holder's release finds it gone and tells every
+/// client, so another client's queued waiter takes the lock in a few
+/// milliseconds instead of sleeping until the lease it last saw ends.
+#[tokio::test]
+async fn a_vanished_value_wakes_the_waiters_of_every_client() {
+    let server = RedisServer::start();
+    let lease = Duration::from_secs(6);
+    let holder = preset(&server.url()).build().await.unwrap();
+    let other = preset(&server.url()).build().await.unwrap();
+    let guard = holder
+        .lock_with("gone", LockOptions::default().lease(lease))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let g = other
+                .lock_with("gone", LockOptions::default().wait(Duration::from_secs(20)))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    // The waiter is queued (its try saw a 6 s lease).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let admin = server.admin().await;
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("FLUSHALL", None, false),
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    let released = Instant::now();
+    assert!(matches!(guard.release().await, Err(Error::LockLost)));
+    let took = waiter.await.unwrap();
+    let after = took.duration_since(released);
+    eprintln!("the other client's waiter took the lock {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(1),
+        "took {after:?}: it slept on the lease instead of being woken"
+    );
+}
