@@ -226,6 +226,43 @@ impl Calls {
         &self.redis
     }
 
+    /// `names`' value vanished while a hold of this client should still
+    /// have kept it (its lease, by this process's clock, ran on): only an
+    /// eviction, a `FLUSHALL` or a `DEL` does that, and the queue went with
+    /// it. Tell every client listening for the name to re-check
+    /// ([`WAKE`](crate::scripts::WAKE)), in the background, within the
+    /// command timeout; logged as a warning, since it means the server
+    /// deletes what relaylock relies on.
+    pub(crate) fn value_vanished(&self, names: &Names) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        tracing::warn!(key = %names.lock, "relaylock: the value vanished before its lease ended (evicted, FLUSHALL or DEL?); telling every waiting client to re-check");
+        let calls = self.clone();
+        let lock = names.lock.clone();
+        let (channel, wchannel) = names.script_channels();
+        let shared = if names.kind.counted() { "1" } else { "0" };
+        let limit = self.limit.unwrap_or(Duration::from_secs(5));
+        handle.spawn(async move {
+            let wake = calls.script::<i64, _, _>(&calls.redis, &calls.scripts.wake, || {
+                (
+                    vec![&*lock],
+                    vec![
+                        channel.as_str().into(),
+                        calls.publish.clone(),
+                        shared.into(),
+                        wchannel.as_str().into(),
+                    ],
+                )
+            });
+            match tokio::time::timeout(limit, wake).await {
+                Ok(Ok(told)) => tracing::debug!(key = %lock, told, "relaylock: told the waiting clients"),
+                Ok(Err(e)) => tracing::debug!(key = %lock, error = %e, "relaylock: could not tell the waiting clients"),
+                Err(_) => tracing::debug!(key = %lock, "relaylock: telling the waiting clients timed out"),
+            }
+        });
+    }
+
     /// Call `script` ([`evalsha_reloading`]), bounded by the command
     /// timeout.
     ///

@@ -397,8 +397,9 @@ impl LockGuard {
         .await;
         self.state = State::Done;
         account(
+            &self.inner,
             self.name.as_ref(),
-            self.names.kind,
+            &self.names,
             &outcome,
             Some(&self.lease_state),
         );
@@ -491,18 +492,28 @@ impl Drop for LockGuard {
 
 /// Count a release's outcome; a loss counts only if nobody counted it before
 /// (the watchdog, `extend`).
+///
+/// A loss found while the lease should still run (by this process's
+/// clock) means the value vanished under the hold (an eviction, a
+/// `FLUSHALL`, a `DEL`): every waiting client is told to re-check
+/// ([`Calls::value_vanished`](crate::calls::Calls::value_vanished)).
 pub(crate) fn account(
+    inner: &ClientInner,
     name: Option<&SharedString>,
-    kind: Kind,
+    names: &Names,
     outcome: &Result<Released>,
     lease: Option<&Lease>,
 ) {
+    let kind = names.kind;
     match outcome {
         Ok(Released::Freed | Released::HandedOver | Released::Granted(_) | Released::Already) => {
             m::released(name, kind)
         }
         Ok(Released::NotOurs) => match lease {
             Some(lease) => {
+                if Instant::now() < lease.record().safe_until() {
+                    inner.calls.value_vanished(names);
+                }
                 lease.mark_lost(|| m::lost(name, kind));
             }
             None => m::lost(name, kind),
@@ -761,7 +772,7 @@ pub(crate) fn release_in_background(
                 }
                 (Ok(_), None) => {}
                 (Ok(_), Some((name, lease))) => {
-                    account(name.as_ref(), names.kind, &outcome, Some(&lease))
+                    account(&inner, name.as_ref(), &names, &outcome, Some(&lease))
                 }
             }
         },

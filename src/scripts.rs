@@ -1203,6 +1203,42 @@ return 0
 "#
 );
 
+/// Tell every client listening for a name to re-check: sent by a client
+/// that found the name's value gone while its own hold's lease still ran
+/// (a release, a renewal), which only an eviction, a `FLUSHALL` or a
+/// `DEL` does. The value's queue went with it, so no release would tell the
+/// clients that were queued: without this, their waiters sleep until the
+/// lease their last try saw ends (docs/design.md, "Falling out of the
+/// queue").
+///
+/// KEYS: `[value]` (for routing; not read). ARGV: `[channel, publish,
+/// shared, wchannel]`. A lock's clients (`shared` `'0'`) each listen on
+/// `<channel>:<client>`: the script lists them (`PUBSUB CHANNELS`, or
+/// `PUBSUB SHARDCHANNELS` when `publish` is `SPUBLISH`, the channel's glob
+/// characters escaped) and publishes `r:` (free: try now) on each, which
+/// wakes one waiter of each client. A semaphore's or read-write lock's
+/// clients (`shared` `'1'`) share `channel` and `wchannel` (when not
+/// `''`): one `r:` on each. Reply: the channels told. Commands through
+/// `redis.pcall`: an ACL user without `PUBSUB` or the channel tells
+/// nobody, and the waiters fall back to their bounded waits. Repeating it
+/// is harmless (one more try per client).
+pub const WAKE: &str = r#"
+local channel, publish = ARGV[1], ARGV[2]
+local found = {channel, ARGV[4]}
+if ARGV[3] ~= '1' then
+  local list = 'CHANNELS'
+  if publish == 'SPUBLISH' then list = 'SHARDCHANNELS' end
+  local pattern = string.gsub(channel .. ':', '[%*%?%[%]\\]', '\\%0') .. '*'
+  found = redis.pcall('PUBSUB', list, pattern)
+  if type(found) ~= 'table' then return 0 end
+end
+local told = 0
+for _, c in ipairs(found) do
+  if c ~= '' and type(redis.pcall(publish, c, 'r:')) == 'number' then told = told + 1 end
+end
+return told
+"#;
+
 /// One script: its Lua and its SHA-1, both `'static`. Every call sends
 /// the hash as a static `Str`, whose clone and drop touch no reference
 /// count: a hash made per client would be a shared buffer whose one
@@ -1248,6 +1284,7 @@ pub(crate) struct Scripts {
     pub(crate) sem_renew: Lua,
     pub(crate) sem_peek: Lua,
     pub(crate) sem_leave: Lua,
+    pub(crate) wake: Lua,
 }
 
 impl Scripts {
@@ -1271,6 +1308,7 @@ impl Scripts {
             sem_renew: lua!(SEM_RENEW),
             sem_peek: lua!(SEM_PEEK),
             sem_leave: lua!(SEM_LEAVE),
+            wake: lua!(WAKE),
         }
     }
 }

@@ -106,7 +106,7 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
                     hold.permits,
                 )
                 .await;
-                account(hold.name.as_ref(), hold.names.kind, &outcome, None);
+                account(&inner, hold.name.as_ref(), &hold.names, &outcome, None);
                 outcome
             })
         })

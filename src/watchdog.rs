@@ -381,6 +381,11 @@ impl Watchdog {
                     } else {
                         "the key holds another token"
                     };
+                    // Before its lease's end the value can only have been
+                    // evicted, flushed or deleted, and its queue with it.
+                    if now < h.lease.record().safe_until() {
+                        self.calls.value_vanished(&h.names);
+                    }
                     give_up(h, found);
                 }
                 other => {

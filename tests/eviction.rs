@@ -178,3 +178,134 @@ async fn a_vanished_value_wakes_the_waiters_of_every_client() {
         "took {after:?}: it slept on the lease instead of being woken"
     );
 }
+
+async fn flushall(server: &RedisServer) {
+    let admin = server.admin().await;
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("FLUSHALL", None, false),
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+}
+
+/// The same with the holder's own waiter: it takes the lock first (its
+/// client serves it), and the other client's waiter, told by the release,
+/// queues behind it and is served by its release, not by a lease.
+#[tokio::test]
+async fn a_vanished_value_with_local_waiters_still_serves_every_client() {
+    let server = RedisServer::start();
+    let wait = LockOptions::default().wait(Duration::from_secs(20));
+    let holder = preset(&server.url()).build().await.unwrap();
+    let other = preset(&server.url()).build().await.unwrap();
+    let guard = holder
+        .lock_with(
+            "gone2",
+            LockOptions::default().lease(Duration::from_secs(6)),
+        )
+        .await
+        .unwrap();
+    let spawn = |c: relaylock::LockClient| {
+        let wait = wait.clone();
+        tokio::spawn(async move {
+            let g = c.lock_with("gone2", wait).await.unwrap();
+            let at = Instant::now();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            g.release().await.unwrap();
+            at
+        })
+    };
+    let local = spawn(holder.clone());
+    let remote = spawn(other.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    flushall(&server).await;
+    let released = Instant::now();
+    assert!(matches!(guard.release().await, Err(Error::LockLost)));
+    let (local, remote) = (local.await.unwrap(), remote.await.unwrap());
+    let last = local.max(remote).duration_since(released);
+    eprintln!("both waiters served within {last:?} of the release");
+    assert!(
+        last < Duration::from_secs(2),
+        "{last:?}: one slept on the lease"
+    );
+}
+
+/// A holder that never releases: its watchdog's renewal (a third of the
+/// lease) finds the value gone before the lease ends, and tells the other
+/// clients, whose waiters would otherwise sleep until that lease's end.
+#[tokio::test]
+async fn a_renewal_that_finds_the_value_gone_wakes_the_other_clients() {
+    let server = RedisServer::start();
+    let lease = Duration::from_secs(6);
+    let holder = preset(&server.url())
+        .default_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let other = preset(&server.url()).build().await.unwrap();
+    let guard = holder.lock("gone3").await.unwrap();
+    let started = Instant::now();
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let g = other
+                .lock_with(
+                    "gone3",
+                    LockOptions::default().wait(Duration::from_secs(20)),
+                )
+                .await
+                .unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    flushall(&server).await;
+    let took = waiter.await.unwrap().duration_since(started);
+    eprintln!("the other client took the lock {took:?} after the hold began (lease {lease:?})");
+    assert!(!guard.is_held(), "the renewal found the loss");
+    assert!(
+        took < lease / 3 + Duration::from_secs(1),
+        "{took:?}: the waiter slept on the lease"
+    );
+}
+
+/// A semaphore's holds vanish the same way: the holder's release tells
+/// every client on the semaphore's shared channel.
+#[tokio::test]
+async fn a_vanished_semaphore_wakes_the_waiters_of_every_client() {
+    let server = RedisServer::start();
+    let holder = preset(&server.url()).build().await.unwrap();
+    let other = preset(&server.url()).build().await.unwrap();
+    let lease = relaylock::SemaphoreOptions::default().lease(Duration::from_secs(6));
+    let permit = holder
+        .semaphore("sgone", 1)
+        .unwrap()
+        .acquire_with(lease.clone())
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let sem = other.semaphore("sgone", 1).unwrap();
+        async move {
+            let p = sem
+                .acquire_with(relaylock::SemaphoreOptions::default().wait(Duration::from_secs(20)))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            p.release().await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    flushall(&server).await;
+    let released = Instant::now();
+    assert!(matches!(permit.release().await, Err(Error::LockLost)));
+    let after = waiter.await.unwrap().duration_since(released);
+    eprintln!("the other client's waiter took the permit {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(1),
+        "{after:?}: it slept on the lease"
+    );
+}
