@@ -980,11 +980,22 @@ impl Registry {
                 || {
                     let client = Value::String(role.clone());
                     let publish = if registry.sharded { "SPUBLISH" } else { "PUBLISH" };
+                    // Read as the command is made: with no local waiter
+                    // now, none of this client's tries can run between
+                    // this LEAVE and Redis on this connection, so a live
+                    // reservation for the client is nobody's and is freed
+                    // at once (else left to the waiter or to lapse).
+                    let free = if entry.presence.count() == 0 { "1" } else { "0" };
                     if !semaphore {
                         // It may pass on a hand-over reservation.
                         return (
                             vec![lock],
-                            vec![client, channel.as_str().into(), publish.into()],
+                            vec![
+                                client,
+                                channel.as_str().into(),
+                                publish.into(),
+                                free.into(),
+                            ],
                         );
                     }
                     // A semaphore's leave walks the queue and may tell the
@@ -997,6 +1008,7 @@ impl Registry {
                             publish.into(),
                             (HANDOFF_GRACE_MS as i64).into(),
                             wchannel.as_str().into(),
+                            free.into(),
                         ],
                     )
                 },

@@ -477,21 +477,26 @@ return 0
 
 /// Leave the queue: a client whose last local waiter of the lock left.
 ///
-/// KEYS: `[lock]`; ARGV: `[client, channel, publish]` (`channel` and
+/// KEYS: `[lock]`; ARGV: `[client, channel, publish, free]` (`channel` and
 /// `publish` as for [`ACQUIRE`]; optional). Remove `client` from the value's
-/// queue (`SET ... KEEPTTL`) and reply `1`; reply `0` when it was not
-/// queued. With `channel` given, a client that was queued first passes on
-/// what it would have acted on, since protocol 3 tells only the clients it
-/// names: it tells the client queued first after it `r:X` behind a live
-/// reservation for another client X (it becomes the stand-by and probes
-/// when the grace ends), `r:` when the lock is free (a tombstone, or a
-/// lapsed reservation), `t:<PTTL>` when it is held (the holder's lease).
+/// queue (`SET ... KEEPTTL`) and reply `1`; reply `0` when it was neither
+/// queued nor freed a reservation. With `channel` given, a client that was
+/// queued first passes on what it would have acted on, since protocol 3
+/// tells only the clients it names: it tells the client queued first after
+/// it `r:X` behind a live reservation for another client X (it becomes the
+/// stand-by and probes when the grace ends), `r:` when the lock is free (a
+/// tombstone, or a lapsed reservation), `t:<PTTL>` when it is held (the
+/// holder's lease).
 ///
-/// A live reservation for `client` itself is left to lapse: the release
-/// that made it told the stand-by, which probes when the grace ends. (An
-/// earlier version let it lapse at once; found in review: a LEAVE delayed
-/// past a new local waiter's try and a new reservation for the client
-/// freed that reservation.)
+/// A live reservation for `client` itself: with `free` `'1'` (the client
+/// had no local waiter when it sent this, so none of its tries can run
+/// after it on its connection) it is nobody's: it lapses now (the head
+/// becomes the tombstone `-<f>`), and the client queued first is told `r:`
+/// (try now), instead of everyone waiting out the grace. Without `free`
+/// it is left to lapse: a local waiter that came meanwhile may have made
+/// it (a delayed `LEAVE` must not free it: found in review), and the
+/// release that made it told the stand-by, which probes when the grace
+/// ends. [`SEM_LEAVE`] follows the same rule.
 pub const LEAVE: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
@@ -502,17 +507,23 @@ if not c then return 0 end
 local head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
 local q = ',' .. queue .. ','
 local s, e = string.find(q, ',' .. ARGV[1] .. ',', 1, true)
-if not s then return 0 end
-q = string.sub(q, 1, s) .. string.sub(q, e + 1)
-queue = string.sub(q, 2, -2)
+local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
+local live = rc and redis.call('PTTL', KEYS[1]) > tonumber(rk)
+local freed = live and rc == ARGV[1] and ARGV[4] == '1'
+if not s and not freed then return 0 end
+if s then
+  q = string.sub(q, 1, s) .. string.sub(q, e + 1)
+  queue = string.sub(q, 2, -2)
+end
+if freed then head = '-' .. rf end
 redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
 local front = string.match(queue, '^[^,]+')
-if s ~= 1 or not (ARGV[2] and front) then return 1 end
+if not (ARGV[2] and front) or not (freed or s == 1) then return 1 end
 local told = 'r:'
-local rc, rk = string.match(head, '^~([^:]*):%d+:(%d+)$')
-if rc then
-  if redis.call('PTTL', KEYS[1]) > tonumber(rk) then told = 'r:' .. rc end
-elseif string.sub(head, 1, 1) ~= '-' then
+if freed then
+elseif live then
+  told = 'r:' .. rc
+elseif not rc and string.sub(head, 1, 1) ~= '-' then
   told = 't:' .. redis.call('PTTL', KEYS[1])
 end
 redis.pcall(ARGV[3], ARGV[2] .. ':' .. front, told)
@@ -820,7 +831,19 @@ if void ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then
 end
 walk(client, grace)
 local m = client ~= '' and ARGV[13] ~= '1' and tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '')
-if m and m < n then m = nil end
+if m and m < n then
+  -- The client's reservation is too small for the waiter it woke (the
+  -- rest of a partial take, or made for a smaller need): pass it on now,
+  -- in queue order, instead of blocking the clients behind until its grace
+  -- lapses. The client queues again below; the walk may serve it at once.
+  redis.call('ZREM', KEYS[2], '~' .. client)
+  redis.call('HDEL', KEYS[3], '~' .. client)
+  used = used - m
+  if used < 0 then used = 0 end
+  walk(client, grace)
+  m = tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '')
+  if m and m < n then m = nil end
+end
 local first = string.match(queue, '^([^:,]+)')
 local avail = used
 if m then avail = used - m end
@@ -1170,15 +1193,18 @@ return {used, queued}
 /// Semaphore: leave the queue, for a client whose last local waiter left.
 ///
 /// KEYS: `[meta, holds, facts, voids, voids]` (as for [`SEM_ACQUIRE`]; no
-/// token). ARGV: `[client, channel, publish, grace_ms, wchannel]`
+/// token). ARGV: `[client, channel, publish, grace_ms, wchannel, free]`
 /// (`wchannel` as for [`SEM_ACQUIRE`]). Cuts expired holds,
 /// removes the client's entry from the queue, then walks the queue as a
 /// release does: a client that was blocked behind the leaver (it needed
 /// more than was free) may fit now, and gets its reservation and message
 /// (found in review: without the walk, the clients behind a head that gave
-/// up waited for a hold's whole lease). The names' TTLs are kept. Reply `1`
-/// when the client was queued, `0` otherwise or when the value is not
-/// relaylock's.
+/// up waited for a hold's whole lease). A live reservation for the client
+/// is freed first (and so walked on) only with `free` `'1'`, as
+/// [`LEAVE`]'s rule says; without it, it is left to its waiter or lapses
+/// (the `o:` message its release sent lets the others re-check then). The
+/// names' TTLs are kept. Reply `1` when the client was queued or freed a
+/// reservation, `0` otherwise or when the value is not relaylock's.
 pub const SEM_LEAVE: &str = concat!(
     sem_prelude!(),
     r#"
@@ -1186,10 +1212,12 @@ if foreign or not v then return 0 end
 cut()
 local found = queued(ARGV[1])
 dequeue(ARGV[1])
--- A reservation made for the leaver is nobody's now: free it at once
--- rather than at the end of its grace (found in review).
-local mine = tonumber(redis.call('HGET', KEYS[3], '~' .. ARGV[1]) or '')
+-- A reservation made for the leaver is nobody's now, unless a waiter of
+-- its client came meanwhile (`free` not given): free it at once rather
+-- than at the end of its grace (found in review).
+local mine = ARGV[6] == '1' and tonumber(redis.call('HGET', KEYS[3], '~' .. ARGV[1]) or '')
 if mine then
+  found = true
   redis.call('ZREM', KEYS[2], '~' .. ARGV[1])
   redis.call('HDEL', KEYS[3], '~' .. ARGV[1])
   used = used - mine

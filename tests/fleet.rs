@@ -116,19 +116,25 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let name = "p:3:{leave}";
     let channel = format!("{name}:ch");
     let (sub, mut w) = listen(&server, &format!("{channel}:w")).await;
-    let leave = |client: &'static str| {
+    let leave_with = |client: &'static str, free: &'static str| {
         let (admin, channel) = (admin.clone(), channel.clone());
         async move {
             admin
                 .eval::<i64, _, _, _>(
                     LEAVE,
                     vec![name.to_owned()],
-                    vec![client.to_owned(), channel, "PUBLISH".to_owned()],
+                    vec![
+                        client.to_owned(),
+                        channel,
+                        "PUBLISH".to_owned(),
+                        free.to_owned(),
+                    ],
                 )
                 .await
                 .unwrap()
         }
     };
+    let leave = |client: &'static str| leave_with(client, "0");
     let live = (SIDE_RETENTION_MS + 10 * HANDOFF_GRACE_MS) as i64;
     let set = |value: String| {
         let admin = admin.clone();
@@ -153,13 +159,27 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let v: String = admin.get(name).await.unwrap();
     assert_eq!(v, format!("~x:7:{SIDE_RETENTION_MS}|w|7|"));
 
-    // The client the lock is reserved for leaves: the reservation stays
-    // until it lapses (the release told the stand-by), nobody is told.
+    // The client the lock is reserved for leaves while a local waiter of
+    // it came meanwhile (`free` 0): the reservation stays until it lapses
+    // or that waiter takes it (the release told the stand-by), nobody is
+    // told.
     set(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
     assert_eq!(leave("s").await, 0);
     assert_eq!(next_message(&mut w).await, None);
     let v: String = admin.get(name).await.unwrap();
     assert_eq!(v, format!("~s:7:{SIDE_RETENTION_MS}|w|7|"));
+    // ... with no local waiter left (`free` 1): it is nobody's, lapses at
+    // once, and `w`, first in line, is told to try now (issue 35: the same
+    // rule as the semaphore's).
+    set(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
+    assert_eq!(leave_with("s", "1").await, 1);
+    assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
+    let v: String = admin.get(name).await.unwrap();
+    assert_eq!(v, "-7|w|7|");
+    // A lapsed reservation is not freed twice, nor another client's.
+    set(format!("~x:7:{SIDE_RETENTION_MS}|w|7|")).await;
+    assert_eq!(leave_with("s", "1").await, 0);
+    assert_eq!(next_message(&mut w).await, None);
 
     // A client queued behind the stand-by tells nobody.
     set(format!("~x:7:{SIDE_RETENTION_MS}|w,s|7|")).await;

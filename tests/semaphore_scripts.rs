@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use relaylock::__scripts::{
-    HANDOFF_GRACE_MS, RING_CHARS, SEM_ACQUIRE, SEM_RELEASE, SEM_RENEW, SIDE_RETENTION_MS,
+    HANDOFF_GRACE_MS, RING_CHARS, SEM_ACQUIRE, SEM_LEAVE, SEM_RELEASE, SEM_RENEW, SIDE_RETENTION_MS,
 };
 use support::{Admin, RedisServer};
 
@@ -314,7 +314,10 @@ async fn requeues_keep_one_entry_and_small_reservations_do_not_overtake() {
     assert_eq!(s.release("h1", Some(h1[1]), "p").await, vec![1, 1, 0]);
     assert_eq!(s.reservation("x").await.as_deref(), Some("1"));
     assert_eq!(s.acquire("big", 3, 4, 10_000, "x").await[0], 0);
-    assert_eq!(s.state().await, (4, "y:3:4,x:3:4".into()));
+    // The reservation x could not use passed on at once (issue 35): y
+    // (3 of the 1 free) still does not fit, and x queues behind it.
+    assert_eq!(s.reservation("x").await, None);
+    assert_eq!(s.state().await, (3, "y:3:4,x:3:4".into()));
 }
 
 /// A renewal extends a live hold by the server clock; an expired hold stays
@@ -503,10 +506,21 @@ async fn a_refusal_is_bounded_by_the_holds_not_by_others_reservations() {
     let r = s.acquire("r", 1, 2, 10_000, "r").await;
     assert_eq!(r[0], 0);
     assert!(r[1] > 9_000, "bound {} ms: a reservation's grace", r[1]);
-    // Its own reservation does bound it.
-    let q = s.acquire("q2", 2, 2, 10_000, "q").await;
-    assert_eq!(q[0], 0, "q needs 2 of which 1 is reserved");
-    assert!(q[1] <= 50, "bound {} ms", q[1]);
+    // q takes its reservation; r, refused, is bounded by the holds.
+    let q = s.acquire("q2", 1, 2, 10_000, "q").await;
+    let r2 = s.acquire("r2", 1, 2, 10_000, "r").await;
+    assert_eq!(q[0], 1, "q takes its reservation");
+    assert_eq!(r2[0], 0);
+    assert!(r2[1] > 9_000, "bound {} ms", r2[1]);
+    assert_eq!(s.release("q2", Some(q[1]), "q").await, vec![1, 1, 2]);
+    assert_eq!(s.reservation("r").await.as_deref(), Some("1"));
+    let own = s.acquire("r3", 2, 2, 10_000, "r").await;
+    // r needs 2 of which 1 is reserved: that reservation is no use to it
+    // and passes on (issue 35); nobody else waits, so the 1 is free again,
+    // and r's bound is the hold's (x) again.
+    assert_eq!(own[0], 0, "r needs 2 and x holds 1");
+    assert_eq!(s.reservation("r").await, None);
+    assert!(own[1] > 9_000, "bound {} ms", own[1]);
 }
 
 /// A batch: an admitted caller takes permits for other tokens of its client
@@ -574,4 +588,81 @@ async fn a_batch_takes_permits_for_other_tokens_in_one_call() {
     assert_eq!(s.release("a", Some(fence_a), "c").await[0], 1);
     let r = call("g", vec!["ghost"]).await;
     assert_eq!((r[0], r[4]), (1, 0), "a voided token took a permit: {r:?}");
+}
+
+/// Issue 35, item 3: a client's reservation that the waiter it woke cannot
+/// use (it needs more) passes on at once, in queue order, instead of
+/// blocking the clients behind until its grace lapses.
+#[tokio::test]
+async fn a_reservation_too_small_for_its_waiter_passes_on_at_once() {
+    let (_server, s) = sem().await;
+    // x holds all 3; a (needing 1) and then c (needing 3) queue.
+    assert_eq!(s.acquire("th", 3, 3, 10_000, "x").await[0], 1);
+    assert_eq!(s.acquire("ta", 1, 3, 10_000, "a").await[0], 0);
+    assert_eq!(s.acquire("tc", 3, 3, 10_000, "c").await[0], 0);
+    assert_eq!(s.state().await, (3, "a:1:3,c:3:3".into()));
+    // x's release reserves 1 for a; c, needing 3, stays blocked.
+    let fence = s
+        .admin
+        .hget::<String, _, _>(format!("{META}:t"), "th")
+        .await
+        .unwrap();
+    let fence: i64 = fence.split(':').nth(1).unwrap().parse().unwrap();
+    assert_eq!(s.release("th", Some(fence), "x").await[0], 1);
+    assert_eq!(s.reservation("a").await.as_deref(), Some("1"));
+    assert_eq!(s.state().await, (1, "c:3:3".into()));
+    // a's waiter needs 3: the reservation of 1 is no use to it. It passes
+    // on at once: c (first in line) now fits and is reserved all 3, and a
+    // queues behind it.
+    assert_eq!(s.acquire("ta3", 3, 3, 10_000, "a").await[0], 0);
+    assert_eq!(
+        s.reservation("a").await,
+        None,
+        "a's reservation lapses at once"
+    );
+    assert_eq!(s.reservation("c").await.as_deref(), Some("3"));
+    assert_eq!(s.state().await, (3, "a:3:3".into()));
+}
+
+/// Issue 35, item 4: `SEM_LEAVE` follows the lock's `LEAVE` rule. A live
+/// reservation of the leaving client is freed at once (and walked on to
+/// the clients behind) only when the client says no local waiter of it
+/// came back (`free` 1): a waiter that came meanwhile may have made it,
+/// and a delayed leave must not take it from that waiter.
+#[tokio::test]
+async fn a_leaving_clients_reservation_is_freed_only_when_nobody_came_back() {
+    let (_server, s) = sem().await;
+    let leave = |client: &'static str, free: &'static str| {
+        let admin = s.admin.clone();
+        async move {
+            let args: Vec<String> = vec![
+                client.into(),
+                format!("{META}:ch"),
+                "PUBLISH".into(),
+                HANDOFF_GRACE_MS.to_string(),
+                String::new(),
+                free.into(),
+            ];
+            admin
+                .eval::<i64, _, _, _>(SEM_LEAVE, keys("none"), args)
+                .await
+                .unwrap()
+        }
+    };
+    // x holds 2 of 2; a then b queue for 2 each; x's release reserves both
+    // for a.
+    let x = s.acquire("tx", 2, 2, 10_000, "x").await;
+    assert_eq!(s.acquire("ta", 2, 2, 10_000, "a").await[0], 0);
+    assert_eq!(s.acquire("tb", 2, 2, 10_000, "b").await[0], 0);
+    assert_eq!(s.release("tx", Some(x[1]), "x").await[0], 1);
+    assert_eq!(s.reservation("a").await.as_deref(), Some("2"));
+    // A leave sent while a waiter of a had come back keeps it.
+    assert_eq!(leave("a", "0").await, 0);
+    assert_eq!(s.reservation("a").await.as_deref(), Some("2"));
+    assert_eq!(s.state().await, (2, "b:2:2".into()));
+    // With nobody left: it is nobody's, and b, next in line, gets it now.
+    assert_eq!(leave("a", "1").await, 1);
+    assert_eq!(s.reservation("a").await, None);
+    assert_eq!(s.reservation("b").await.as_deref(), Some("2"));
+    assert_eq!(s.state().await, (2, String::new()));
 }
