@@ -38,6 +38,10 @@ const ACL: &[&str] = &[
     "+pttl",
     "+publish",
     "+spublish",
+    // A value that vanished under its holder: the clients to tell
+    // (`scripts::WAKE`).
+    "+pubsub|channels",
+    "+pubsub|shardchannels",
     // The queue times (`relaylock status`).
     "+hset",
     "+hlen",
@@ -72,6 +76,12 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
             .build()
     };
     let (a, b) = (client().await.unwrap(), client().await.unwrap());
+    // No CONFIG: the eviction policy is read from INFO memory.
+    let memory = relaylock::eviction::read_all(a.fred_client()).await;
+    assert!(
+        matches!(&memory[0].read, relaylock::eviction::Read::Read { from_config: false, policy, .. } if policy == "noeviction"),
+        "{memory:?}"
+    );
 
     // Contention between two clients: the waiter is woken by the release
     // message (not its lease), so SUBSCRIBE and PUBLISH are allowed.

@@ -28,8 +28,11 @@ pub const REDIS: u8 = 69;
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Reads only (GET, PTTL, ZRANGE, HGETALL, TIME, PUBSUB NUMSUB or SHARDNUMSUB,
-SCAN): README's read-only ACL user is enough. Exit status: 0; 69 if Redis
-could not be reached; 77 if the ACL user lacks a command status needs.")]
+SCAN): README's read-only ACL user is enough. It also reads each server's
+maxmemory-policy (CONFIG GET, or INFO memory) and warns above the table when
+the server may evict relaylock's keys, or when neither command is allowed.
+Exit status: 0; 69 if Redis could not be reached; 77 if the ACL user lacks a
+command status needs.")]
 pub struct StatusArgs {
     /// Redis URL (redis://, rediss://, redis-cluster://, redis-sentinel://).
     #[arg(long, env = "RELAYLOCK_URL", default_value = "redis://127.0.0.1:6379")]
@@ -124,6 +127,9 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
     } else {
         (args.keys.clone(), false)
     };
+    // Whether the servers may evict relaylock's values: the same check
+    // and warning as the library's `build()`, above the table.
+    let memory = relaylock::eviction::read_all(client).await;
     let mut found = Vec::with_capacity(keys.len());
     for key in &keys {
         let mut i = relaylock::inspect::inspect(client, &args.prefix, key).await?;
@@ -139,11 +145,15 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
         json!({
             "prefix": args.prefix,
             "truncated": truncated,
+            "servers": memory.iter().map(memory_json).collect::<Vec<_>>(),
             "keys": found.iter().map(inspection_json).collect::<Vec<_>>(),
         })
         .to_string()
     } else {
         let mut out = String::new();
+        for warning in memory.iter().filter_map(|m| m.warning()) {
+            let _ = writeln!(out, "warning: {warning}");
+        }
         if found.is_empty() && args.held {
             let _ = writeln!(out, "nothing held under {}:", args.prefix);
         } else if found.is_empty() {
@@ -161,6 +171,28 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
         }
         out.trim_end().to_owned()
     })
+}
+
+/// One server's eviction setting, for `--json`: `may_evict` is `null`
+/// when it could not be read (`unknown` says why).
+fn memory_json(m: &relaylock::eviction::ServerMemory) -> Value {
+    use relaylock::eviction::Read;
+    match &m.read {
+        Read::Read {
+            maxmemory, policy, ..
+        } => json!({
+            "server": m.server,
+            "maxmemory": maxmemory,
+            "maxmemory_policy": policy,
+            "may_evict": m.may_evict(),
+        }),
+        Read::Unknown(why) => json!({
+            "server": m.server,
+            "may_evict": null,
+            "unknown": why,
+        }),
+        _ => json!({ "server": m.server, "may_evict": m.may_evict() }),
+    }
 }
 
 /// Whether `--held` lists it: a holder, a reservation about to be taken, or

@@ -393,3 +393,37 @@ const README_STATUS_ACL: &[&str] = &[
     "+client|id",
     "+cluster|slots",
 ];
+
+/// Issue 35: a server that may evict relaylock's keys is warned about
+/// above the table (and in `--json`), as the library's `build()` does; a
+/// server that never evicts is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_server_is_warned_about_above_the_table() {
+    let server =
+        RedisServer::try_start(&["--maxmemory", "3mb", "--maxmemory-policy", "volatile-lru"])
+            .unwrap_or_else(|e| panic!("{e}"));
+    let a = support::client(&server.url()).await;
+    let _g = a.lock("evicted").await.unwrap();
+    let (code, out, err) = status(&server.url(), &["evicted"]).await;
+    assert_eq!(code, 0, "{err}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("warning: ")
+            && first.contains(&format!("127.0.0.1:{}", server.port))
+            && first.contains("volatile-lru")
+            && first.contains("noeviction"),
+        "{out}"
+    );
+    assert!(out.contains("evicted"), "the table follows: {out}");
+    let doc = status_json(&server.url(), &["evicted"]).await;
+    assert_eq!(doc["servers"][0]["maxmemory_policy"], "volatile-lru");
+    assert_eq!(doc["servers"][0]["may_evict"], true);
+
+    let safe = RedisServer::try_start(&["--maxmemory", "3mb", "--maxmemory-policy", "noeviction"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (code, out, _) = status(&safe.url(), &[]).await;
+    assert_eq!(code, 0);
+    assert!(!out.contains("warning"), "{out}");
+    let doc = status_json(&safe.url(), &[]).await;
+    assert_eq!(doc["servers"][0]["may_evict"], false);
+}
