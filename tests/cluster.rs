@@ -747,3 +747,43 @@ async fn min_replicas_waits_on_the_owning_shard() {
     println!("cluster min_replicas: {refused} keys refused on the frozen shard, {acknowledged} acknowledged on the others");
     assert!(refused > 0 && acknowledged > 0);
 }
+
+/// Issue 35: every primary of a cluster is read. One of three may evict:
+/// `build()` with `Refuse` names that one, and `eviction::read_all` reads
+/// all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primary_is_checked_for_eviction() {
+    let cluster = RedisCluster::start(3, 0);
+    let evicting = &cluster.nodes[1];
+    let admin = evicting.admin().await;
+    for (name, value) in [("maxmemory", "200mb"), ("maxmemory-policy", "allkeys-lru")] {
+        let _: () = admin
+            .custom(
+                CustomCommand::new_static("CONFIG", None, false),
+                vec!["SET", name, value],
+            )
+            .await
+            .unwrap();
+    }
+    match LockClient::builder()
+        .url(cluster.url())
+        .on_evicting_server(relaylock::OnEvictingServer::Refuse)
+        .build()
+        .await
+    {
+        Err(relaylock::Error::EvictingServer { server, policy, .. }) => {
+            assert_eq!(server, format!("127.0.0.1:{}", evicting.port));
+            assert_eq!(policy, "allkeys-lru");
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    let client = lock_client(&cluster, Duration::from_secs(5)).await;
+    let read = relaylock::eviction::read_all(client.fred_client()).await;
+    assert_eq!(read.len(), 3, "{read:?}");
+    let evicts: Vec<_> = read
+        .iter()
+        .filter(|m| m.may_evict() == Some(true))
+        .collect();
+    assert_eq!(evicts.len(), 1, "{read:?}");
+    assert_eq!(evicts[0].server, format!("127.0.0.1:{}", evicting.port));
+}

@@ -132,6 +132,33 @@ async fn an_acl_user_without_config_is_read_from_info() {
     );
 }
 
+/// A server the client connects to anew (here the same one, reconfigured,
+/// after its connection was killed; a Sentinel failover or a restart alike)
+/// is read again, and warned about when it may evict now.
+#[tokio::test]
+async fn a_server_connected_to_anew_is_read_again() {
+    warnings::install();
+    let server = server("3mb", "noeviction");
+    let client = preset(&server.url()).build().await.unwrap();
+    assert!(warned_about(&server).is_empty());
+    let admin = server.admin().await;
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("CONFIG", None, false),
+            vec!["SET", "maxmemory-policy", "allkeys-lfu"],
+        )
+        .await
+        .unwrap();
+    relaylock_testkit::client_kill(&admin, &["TYPE", "normal", "SKIPME", "yes"]).await;
+    let said = relaylock_testkit::eventually(Duration::from_secs(5), || async {
+        let _ = client.is_locked("k").await;
+        !warned_about(&server).is_empty()
+    })
+    .await;
+    assert!(said, "no warning after the reconnect");
+    assert!(warned_about(&server)[0].contains("allkeys-lfu"));
+}
+
 /// Item 2 of issue 35: the value vanishes under a holder (`FLUSHALL`, as an
 /// eviction would). The holder's release finds it gone and tells every
 /// client, so another client's queued waiter takes the lock in a few
