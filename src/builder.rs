@@ -580,17 +580,7 @@ impl LockClientBuilder {
     /// [`OnEvictingServer::Refuse`].
     async fn check_eviction(&self, redis: &Client) -> Result<()> {
         let refuse = self.on_evicting == OnEvictingServer::Refuse;
-        let Ok(servers) =
-            tokio::time::timeout(self.command_timeout, eviction::read_all(redis)).await
-        else {
-            if refuse {
-                return Err(Error::Redis(crate::error::timed_out()));
-            }
-            tracing::warn!(
-                "relaylock: could not read the servers' maxmemory-policy within the command timeout; they must run with maxmemory-policy noeviction (docs/deployments.md)"
-            );
-            return Ok(());
-        };
+        let servers = eviction::read_within(redis, Some(self.command_timeout)).await;
         for memory in &servers {
             if refuse {
                 if let Some(e) = eviction::refusal(memory) {

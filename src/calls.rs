@@ -7,7 +7,9 @@
 //! callers that care arm their own clean-up (an abandoned acquisition is
 //! released, an abandoned shortening `extend` keeps the shorter lease record).
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fred::bytes_utils::Str;
 use fred::clients::Client;
@@ -201,6 +203,61 @@ pub(crate) struct Calls {
     /// costs Redis (docs/benchmarks.md, "Integer replies and lean
     /// arguments").
     lean_args: bool,
+    /// The names [`value_vanished`](Self::value_vanished) told lately.
+    vanished: Arc<Vanished>,
+}
+
+/// Most [`WAKE`](crate::scripts::WAKE) calls a client has in flight.
+pub(crate) const MAX_WAKES: usize = 4;
+
+/// What [`Calls::value_vanished`] sent lately: each name at most once a
+/// second, [`MAX_WAKES`] at a time.
+#[derive(Default)]
+struct Vanished {
+    /// Name -> when it was last told; pruned of entries over a second old
+    /// when it grows past 64, and never over 1,024.
+    recent: std::sync::Mutex<std::collections::HashMap<Str, Instant>>,
+    in_flight: AtomicUsize,
+}
+
+/// A [`WAKE`](crate::scripts::WAKE) call's place among the [`MAX_WAKES`].
+pub(crate) struct WakeSlot(Arc<Vanished>);
+
+impl Drop for WakeSlot {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Vanished {
+    const AGAIN: Duration = Duration::from_secs(1);
+
+    /// A place for a call about `name`, or `None` when it was told within
+    /// the last second or [`MAX_WAKES`] calls are in flight.
+    fn admit(self: &Arc<Self>, name: &Str) -> Option<WakeSlot> {
+        let now = Instant::now();
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            if recent
+                .get(name)
+                .is_some_and(|at| now.duration_since(*at) < Self::AGAIN)
+            {
+                return None;
+            }
+            if recent.len() >= 64 {
+                recent.retain(|_, at| now.duration_since(*at) < Self::AGAIN);
+            }
+            if recent.len() >= 1024 {
+                return None;
+            }
+            recent.insert(name.clone(), now);
+        }
+        if self.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_WAKES {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(WakeSlot(Arc::clone(self)))
+    }
 }
 
 impl Calls {
@@ -218,6 +275,7 @@ impl Calls {
             side_retention_ms,
             publish: Value::String(fred::util::static_str(publish)),
             lean_args: publish == "PUBLISH" && side_retention_ms == SIDE_RETENTION_MS,
+            vanished: Arc::default(),
         }
     }
 
@@ -226,24 +284,32 @@ impl Calls {
         &self.redis
     }
 
-    /// `names`' value vanished while a hold of this client should still
-    /// have kept it (its lease, by this process's clock, ran on): only an
-    /// eviction, a `FLUSHALL` or a `DEL` does that, and the queue went with
-    /// it. Tell every client listening for the name to re-check
-    /// ([`WAKE`](crate::scripts::WAKE)), in the background, within the
-    /// command timeout; logged as a warning, since it means the server
-    /// deletes what relaylock relies on.
-    pub(crate) fn value_vanished(&self, names: &Names) {
+    /// A hold of this client on `names` (with `fence`, for a lock) was found
+    /// lost while its lease, by this process's clock, still ran: only an
+    /// eviction, a `FLUSHALL`, a `DEL` or an operator's unlock does that,
+    /// and with the value its queue may be gone. Tell every client
+    /// listening for the name to re-check ([`WAKE`](crate::scripts::WAKE)),
+    /// in the background, within the command timeout. At most once per
+    /// name and second, and [`MAX_WAKES`] at a time, per client: the script
+    /// walks the server's channels, and a `FLUSHALL` under many holds must
+    /// not become as many walks. Logged as a warning when the value really
+    /// vanished (not an operator's unlock).
+    pub(crate) fn value_vanished(&self, names: &Names, fence: Option<u64>) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        tracing::warn!(key = %names.lock, "relaylock: the value vanished before its lease ended (evicted, FLUSHALL or DEL?); telling every waiting client to re-check");
+        let Some(slot) = self.vanished.admit(&names.lock) else {
+            tracing::debug!(key = %names.lock, "relaylock: a hold was lost early; the waiting clients were told already, or are being told");
+            return;
+        };
         let calls = self.clone();
         let lock = names.lock.clone();
         let (channel, wchannel) = names.script_channels();
         let shared = if names.kind.counted() { "1" } else { "0" };
+        let fence = fence.map_or_else(String::new, |f| f.to_string());
         let limit = self.limit.unwrap_or(Duration::from_secs(5));
         handle.spawn(async move {
+            let _slot = slot;
             let wake = calls.script::<i64, _, _>(&calls.redis, &calls.scripts.wake, || {
                 (
                     vec![&*lock],
@@ -252,13 +318,15 @@ impl Calls {
                         calls.publish.clone(),
                         shared.into(),
                         wchannel.as_str().into(),
+                        fence.as_str().into(),
                     ],
                 )
             });
             match tokio::time::timeout(limit, wake).await {
-                Ok(Ok(told)) => tracing::debug!(key = %lock, told, "relaylock: told the waiting clients"),
-                Ok(Err(e)) => tracing::debug!(key = %lock, error = %e, "relaylock: could not tell the waiting clients"),
-                Err(_) => tracing::debug!(key = %lock, "relaylock: telling the waiting clients timed out"),
+                Ok(Ok(-1)) => tracing::debug!(key = %lock, "relaylock: the hold was released by an operator"),
+                Ok(Ok(told)) => tracing::warn!(key = %lock, told, "relaylock: the value vanished before its lease ended (evicted, FLUSHALL or DEL?); told the waiting clients to re-check"),
+                Ok(Err(e)) => tracing::warn!(key = %lock, error = %e, "relaylock: the value vanished before its lease ended; could not tell the waiting clients, who wait out the lease they saw"),
+                Err(_) => tracing::warn!(key = %lock, "relaylock: the value vanished before its lease ended; telling the waiting clients timed out"),
             }
         });
     }

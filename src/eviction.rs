@@ -22,6 +22,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, EventInterface};
@@ -140,9 +141,9 @@ impl fmt::Display for ServerMemory {
 }
 
 /// Read the eviction setting of every primary `redis` is connected to (one
-/// for a single server or Sentinel, each primary of a cluster), in no
-/// particular order. Sends `CONFIG GET maxmemory*` to each, and `INFO
-/// memory` where that fails; unbounded (callers add their timeout).
+/// for a single server or Sentinel, each primary of a cluster, all at
+/// once), sorted by server. Sends `CONFIG GET maxmemory*` to each, and
+/// `INFO memory` where that fails; unbounded (callers add their timeout).
 ///
 /// # Errors
 ///
@@ -151,14 +152,42 @@ impl fmt::Display for ServerMemory {
 ///
 /// # Cancel safety
 ///
-/// Read-only: dropping the future leaves nothing behind.
+/// Read-only: dropping the future leaves nothing behind (the reads in
+/// flight are aborted).
 pub async fn read_all(redis: &Client) -> Vec<ServerMemory> {
-    let mut servers = redis.active_connections();
-    servers.sort_by(|a, b| (&*a.host, a.port).cmp(&(&*b.host, b.port)));
-    let mut out = Vec::with_capacity(servers.len());
-    for server in servers {
-        out.push(read_one(redis, server).await);
+    read_within(redis, None).await
+}
+
+/// [`read_all`], each server's reads bounded by `limit`: a server that
+/// does not answer within it is [`Read::Unknown`].
+pub(crate) async fn read_within(redis: &Client, limit: Option<Duration>) -> Vec<ServerMemory> {
+    let mut reads = tokio::task::JoinSet::new();
+    for server in redis.active_connections() {
+        let redis = redis.clone();
+        reads.spawn(async move {
+            let name = format!("{}:{}", server.host, server.port);
+            let read = read_one(&redis, server);
+            match limit {
+                None => read.await,
+                Some(limit) => {
+                    tokio::time::timeout(limit, read)
+                        .await
+                        .unwrap_or_else(|_| ServerMemory {
+                            server: name,
+                            read: Read::Unknown(format!("no answer within {limit:?}")),
+                        })
+                }
+            }
+        });
     }
+    let mut out = Vec::with_capacity(reads.len());
+    while let Some(read) = reads.join_next().await {
+        // A read that panicked (it cannot) is left out.
+        if let Ok(read) = read {
+            out.push(read);
+        }
+    }
+    out.sort_by(|a, b| a.server.cmp(&b.server));
     out
 }
 
@@ -315,7 +344,7 @@ pub(crate) fn spawn_watch(redis: &Client, refuse: bool) -> tokio::task::JoinHand
             };
             let limit = redis.perf_config().default_command_timeout;
             let limit = if limit.is_zero() {
-                std::time::Duration::from_secs(5)
+                Duration::from_secs(5)
             } else {
                 limit
             };

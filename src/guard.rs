@@ -400,6 +400,7 @@ impl LockGuard {
             &self.inner,
             self.name.as_ref(),
             &self.names,
+            Some(self.fence),
             &outcome,
             Some(&self.lease_state),
         );
@@ -501,6 +502,7 @@ pub(crate) fn account(
     inner: &ClientInner,
     name: Option<&SharedString>,
     names: &Names,
+    fence: Option<u64>,
     outcome: &Result<Released>,
     lease: Option<&Lease>,
 ) {
@@ -511,10 +513,12 @@ pub(crate) fn account(
         }
         Ok(Released::NotOurs) => match lease {
             Some(lease) => {
-                if Instant::now() < lease.record().safe_until() {
-                    inner.calls.value_vanished(names);
+                let early = Instant::now() < lease.record().safe_until();
+                // Only the first to find the loss tells (the watchdog may
+                // have, before this release).
+                if lease.mark_lost(|| m::lost(name, kind)) && early {
+                    inner.calls.value_vanished(names, fence);
                 }
-                lease.mark_lost(|| m::lost(name, kind));
             }
             None => m::lost(name, kind),
         },
@@ -772,7 +776,7 @@ pub(crate) fn release_in_background(
                 }
                 (Ok(_), None) => {}
                 (Ok(_), Some((name, lease))) => {
-                    account(&inner, name.as_ref(), &names, &outcome, Some(&lease))
+                    account(&inner, name.as_ref(), &names, fence, &outcome, Some(&lease))
                 }
             }
         },

@@ -106,7 +106,14 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
                     hold.permits,
                 )
                 .await;
-                account(&inner, hold.name.as_ref(), &hold.names, &outcome, None);
+                account(
+                    &inner,
+                    hold.name.as_ref(),
+                    &hold.names,
+                    Some(hold.fence),
+                    &outcome,
+                    None,
+                );
                 outcome
             })
         })

@@ -382,11 +382,12 @@ impl Watchdog {
                         "the key holds another token"
                     };
                     // Before its lease's end the value can only have been
-                    // evicted, flushed or deleted, and its queue with it.
-                    if now < h.lease.record().safe_until() {
-                        self.calls.value_vanished(&h.names);
+                    // evicted, flushed, deleted or unlocked by an operator,
+                    // and its queue may be gone with it.
+                    let early = now < h.lease.record().safe_until();
+                    if give_up(h, found) && early {
+                        self.calls.value_vanished(&h.names, Some(h.fence));
                     }
-                    give_up(h, found);
                 }
                 other => {
                     if let Some(code) = other {
@@ -405,12 +406,13 @@ impl Watchdog {
 /// The watchdog found hold `h` lost (`why`): it stops looking after it (the
 /// guard still owns the hold), and the loss is counted and logged once,
 /// whoever finds it first.
-fn give_up(h: &mut Hold, why: &str) {
+/// Returns whether it was the first to find the loss.
+fn give_up(h: &mut Hold, why: &str) -> bool {
     h.watch = None;
     h.lease.mark_lost(|| {
         m::lost(h.name.as_ref(), h.names.kind);
         tracing::warn!(key = %h.names.lock, "relaylock: lock lost: {why}");
-    });
+    })
 }
 
 pub(crate) fn spawn(dog: &Arc<Watchdog>) -> JoinHandle<()> {

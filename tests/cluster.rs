@@ -787,3 +787,46 @@ async fn every_primary_is_checked_for_eviction() {
     assert_eq!(evicts.len(), 1, "{read:?}");
     assert_eq!(evicts[0].server, format!("127.0.0.1:{}", evicting.port));
 }
+
+/// Issue 35, item 2 in a cluster: the lock's value vanishes (a `DEL`, as an
+/// eviction would), and the holder's release tells the other client's
+/// waiter through sharded pub/sub (`PUBSUB SHARDCHANNELS` on the key's
+/// node, `SPUBLISH`): it takes the lock at once, not when the lease it saw
+/// ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_value_wakes_the_other_clients_in_a_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let a = lock_client(&cluster, Duration::from_secs(5)).await;
+    let b = lock_client(&cluster, Duration::from_secs(5)).await;
+    let data = data_client(&cluster).await;
+    let guard = a
+        .lock_with("gone", LockOptions::default().lease(Duration::from_secs(6)))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let g = b
+                .lock_with("gone", LockOptions::default().wait(Duration::from_secs(20)))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deleted: i64 = data.del(a.redis_key("gone")).await.unwrap();
+    assert_eq!(deleted, 1);
+    let released = Instant::now();
+    assert!(matches!(
+        guard.release().await,
+        Err(relaylock::Error::LockLost)
+    ));
+    let after = waiter.await.unwrap().duration_since(released);
+    println!("cluster: the other client's waiter took the lock {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(1),
+        "{after:?}: it slept on the lease"
+    );
+}

@@ -336,3 +336,66 @@ async fn a_vanished_semaphore_wakes_the_waiters_of_every_client() {
         "{after:?}: it slept on the lease"
     );
 }
+
+/// Calls of `PUBSUB <sub>` so far (`cmdstat_pubsub|channels`).
+async fn pubsub_calls(server: &RedisServer, sub: &str) -> u64 {
+    let calls = relaylock_testkit::command_calls(&server.admin().await).await;
+    calls.get(&format!("pubsub|{sub}")).copied().unwrap_or(0)
+}
+
+/// The loss is told once: the watchdog finds it first (its renewal), and
+/// the holder's later release, which finds it too, does not list the
+/// server's channels again.
+#[tokio::test]
+async fn a_loss_found_twice_is_told_once() {
+    let server = RedisServer::start();
+    let holder = preset(&server.url())
+        .default_lease(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("twice").await.unwrap();
+    flushall(&server).await;
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("the renewal finds the loss");
+    assert!(matches!(guard.release().await, Err(Error::LockLost)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(pubsub_calls(&server, "channels").await, 1);
+}
+
+/// An operator's unlock is not a vanished value: the holder's release finds
+/// its own fence in the tombstone (the unlock's release told the queue),
+/// tells nobody, and logs no "vanished" warning.
+#[tokio::test]
+async fn an_operators_unlock_is_not_taken_for_an_eviction() {
+    warnings::install();
+    let server = RedisServer::start();
+    let holder = preset(&server.url()).build().await.unwrap();
+    let operator = preset(&server.url()).build().await.unwrap();
+    let guard = holder
+        .lock_with(
+            "unlocked",
+            LockOptions::default().lease(Duration::from_secs(6)),
+        )
+        .await
+        .unwrap();
+    let released = operator
+        .unlock(
+            relaylock::inspect::Primitive::Mutex,
+            "unlocked",
+            guard.token(),
+        )
+        .await
+        .unwrap();
+    assert!(released.is_some());
+    assert!(matches!(guard.release().await, Err(Error::LockLost)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let key = holder.redis_key("unlocked");
+    let vanished: Vec<_> = warnings::recorded()
+        .into_iter()
+        .filter(|w| w.key.contains(&key) && w.message.contains("vanished"))
+        .collect();
+    assert!(vanished.is_empty(), "{vanished:?}");
+    assert_eq!(pubsub_calls(&server, "channels").await, 0);
+}

@@ -176,8 +176,25 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
     let v: String = admin.get(name).await.unwrap();
     assert_eq!(v, "-7|w|7|");
-    // A lapsed reservation is not freed twice, nor another client's.
+    // Another client's reservation is not freed.
     set(format!("~x:7:{SIDE_RETENTION_MS}|w|7|")).await;
+    assert_eq!(leave_with("s", "1").await, 0);
+    assert_eq!(next_message(&mut w).await, None);
+    assert_eq!(
+        admin.get::<String, _>(name).await.unwrap(),
+        format!("~x:7:{SIDE_RETENTION_MS}|w|7|")
+    );
+    // Nor a lapsed one of its own (it already stands for a free lock).
+    let _: () = admin
+        .set(
+            name,
+            format!("~s:7:{SIDE_RETENTION_MS}|w|7|"),
+            Some(fred::types::Expiration::PX(SIDE_RETENTION_MS as i64 - 1)),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
     assert_eq!(leave_with("s", "1").await, 0);
     assert_eq!(next_message(&mut w).await, None);
 

@@ -121,6 +121,21 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
     let woke = waiter.await.unwrap() - released;
     assert!(woke < Duration::from_millis(300), "woken after {woke:?}");
 
+    // A value that vanishes under its holder (DEL, as an eviction would):
+    // the holder's release lists the waiting clients (PUBSUB CHANNELS) and
+    // tells them; the waiter does not sleep out the 6 s lease it saw.
+    let g = a
+        .lock_with("v", LockOptions::default().lease(Duration::from_secs(6)))
+        .await
+        .unwrap();
+    let waiter = support::spawn_waiter(&b, "v");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: i64 = admin.del(a.redis_key("v")).await.unwrap();
+    let released = Instant::now();
+    assert!(matches!(g.release().await, Err(relaylock::Error::LockLost)));
+    let woke = waiter.await.unwrap() - released;
+    assert!(woke < Duration::from_secs(1), "woken after {woke:?}");
+
     // And the ACL really is that narrow: nothing outside the prefix.
     let plain = Builder::from_config(Config::from_url(&url).unwrap())
         .build()

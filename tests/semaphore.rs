@@ -898,10 +898,13 @@ async fn a_restart_without_persistence() {
 /// Issue 35, item 3: mixed needs (1 to 3 permits of 3) from three clients.
 /// A reservation part-taken by one waiter, whose rest the client's next
 /// waiter (needing more) cannot use, passed on only when its grace lapsed,
-/// and the queue head needing all 3 lost its turn again and again: longest
-/// waits of 1.2 to 2.9 s against a 2 s lease. Such a reservation now
-/// passes on at once; the longest wait is printed, and must stay under the
-/// lease (a waiter that slept on a hold's lease, not on a release).
+/// and the queue head needing all 3 lost its turn again and again. Such a
+/// reservation now passes on at once (the script-level test,
+/// `a_reservation_too_small_for_its_waiter_passes_on_at_once`, pins the
+/// rule). Measured here, 3 runs each: 212-238 acquisitions in 4 s and a
+/// longest wait of 656-715 ms before, 587-615 and 271-297 ms after. The
+/// assertion is the liveness bound only: no waiter slept on a hold's
+/// lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_needs_pass_unusable_reservations_on() {
     const LIMIT: u32 = 3;
