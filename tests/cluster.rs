@@ -803,18 +803,7 @@ async fn a_vanished_value_wakes_the_other_clients_in_a_cluster() {
         .lock_with("gone", LockOptions::default().lease(Duration::from_secs(6)))
         .await
         .unwrap();
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move {
-            let g = b
-                .lock_with("gone", LockOptions::default().wait(Duration::from_secs(20)))
-                .await
-                .unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        }
-    });
+    let waiter = support::spawn_waiter(&b, "gone");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let deleted: i64 = data.del(a.redis_key("gone")).await.unwrap();
     assert_eq!(deleted, 1);

@@ -8,7 +8,7 @@ use relaylock::eviction::{self, Read};
 use relaylock::fred::interfaces::ClientLike;
 use relaylock::fred::types::CustomCommand;
 use relaylock::{Error, LockOptions, OnEvictingServer};
-use relaylock_testkit::{acl_user, preset, warnings, Admin, RedisServer, PASSWORD};
+use relaylock_testkit::{acl_user, preset, spawn_waiter, warnings, Admin, RedisServer, PASSWORD};
 
 fn server(maxmemory: &str, policy: &str) -> RedisServer {
     RedisServer::try_start(&["--maxmemory", maxmemory, "--maxmemory-policy", policy])
@@ -166,35 +166,11 @@ async fn a_server_connected_to_anew_is_read_again() {
 #[tokio::test]
 async fn a_vanished_value_wakes_the_waiters_of_every_client() {
     let server = RedisServer::start();
-    let lease = Duration::from_secs(6);
-    let holder = preset(&server.url()).build().await.unwrap();
-    let other = preset(&server.url()).build().await.unwrap();
-    let guard = holder
-        .lock_with("gone", LockOptions::default().lease(lease))
-        .await
-        .unwrap();
-    let waiter = tokio::spawn({
-        let other = other.clone();
-        async move {
-            let g = other
-                .lock_with("gone", LockOptions::default().wait(Duration::from_secs(20)))
-                .await
-                .unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        }
-    });
+    let (_holder, other, guard) = two_clients_one_holding(&server, "gone").await;
+    let waiter = spawn_waiter(&other, "gone");
     // The waiter is queued (its try saw a 6 s lease).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let admin = server.admin().await;
-    let _: () = admin
-        .custom(
-            CustomCommand::new_static("FLUSHALL", None, false),
-            Vec::<String>::new(),
-        )
-        .await
-        .unwrap();
+    flushall(&server).await;
     let released = Instant::now();
     assert!(matches!(guard.release().await, Err(Error::LockLost)));
     let took = waiter.await.unwrap();
@@ -204,6 +180,25 @@ async fn a_vanished_value_wakes_the_waiters_of_every_client() {
         after < Duration::from_secs(1),
         "took {after:?}: it slept on the lease instead of being woken"
     );
+}
+
+/// Two clients of `server`; the first holds `key` for a fixed 6 s lease
+/// (no watchdog: only its release can find a loss).
+async fn two_clients_one_holding(
+    server: &RedisServer,
+    key: &str,
+) -> (
+    relaylock::LockClient,
+    relaylock::LockClient,
+    relaylock::LockGuard,
+) {
+    let holder = preset(&server.url()).build().await.unwrap();
+    let other = preset(&server.url()).build().await.unwrap();
+    let guard = holder
+        .lock_with(key, LockOptions::default().lease(Duration::from_secs(6)))
+        .await
+        .unwrap();
+    (holder, other, guard)
 }
 
 async fn flushall(server: &RedisServer) {
@@ -224,15 +219,7 @@ async fn flushall(server: &RedisServer) {
 async fn a_vanished_value_with_local_waiters_still_serves_every_client() {
     let server = RedisServer::start();
     let wait = LockOptions::default().wait(Duration::from_secs(20));
-    let holder = preset(&server.url()).build().await.unwrap();
-    let other = preset(&server.url()).build().await.unwrap();
-    let guard = holder
-        .lock_with(
-            "gone2",
-            LockOptions::default().lease(Duration::from_secs(6)),
-        )
-        .await
-        .unwrap();
+    let (holder, other, guard) = two_clients_one_holding(&server, "gone2").await;
     let spawn = |c: relaylock::LockClient| {
         let wait = wait.clone();
         tokio::spawn(async move {
@@ -273,21 +260,7 @@ async fn a_renewal_that_finds_the_value_gone_wakes_the_other_clients() {
     let other = preset(&server.url()).build().await.unwrap();
     let guard = holder.lock("gone3").await.unwrap();
     let started = Instant::now();
-    let waiter = tokio::spawn({
-        let other = other.clone();
-        async move {
-            let g = other
-                .lock_with(
-                    "gone3",
-                    LockOptions::default().wait(Duration::from_secs(20)),
-                )
-                .await
-                .unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        }
-    });
+    let waiter = spawn_waiter(&other, "gone3");
     tokio::time::sleep(Duration::from_millis(300)).await;
     flushall(&server).await;
     let took = waiter.await.unwrap().duration_since(started);
@@ -371,15 +344,7 @@ async fn a_loss_found_twice_is_told_once() {
 async fn an_operators_unlock_is_not_taken_for_an_eviction() {
     warnings::install();
     let server = RedisServer::start();
-    let holder = preset(&server.url()).build().await.unwrap();
-    let operator = preset(&server.url()).build().await.unwrap();
-    let guard = holder
-        .lock_with(
-            "unlocked",
-            LockOptions::default().lease(Duration::from_secs(6)),
-        )
-        .await
-        .unwrap();
+    let (holder, operator, guard) = two_clients_one_holding(&server, "unlocked").await;
     let released = operator
         .unlock(
             relaylock::inspect::Primitive::Mutex,
