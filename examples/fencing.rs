@@ -109,7 +109,7 @@ pub async fn run(url: &str) -> Result<Report, BoxError> {
     // A's release finds another owner's era: LockLost.
     assert!(matches!(
         a_guard.release().await,
-        Err(relaylock::Error::LockLost)
+        Err(relaylock::Error::LockLost { .. })
     ));
 
     let stored: String = store.hget(&key, "value").await?;

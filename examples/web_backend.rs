@@ -346,14 +346,14 @@ async fn add_item(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("order store: {e}"),
         )),
-        Err(relaylock::Error::Timeout) => Err(ApiError::new(
+        Err(relaylock::Error::Timeout { .. }) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "order {id} is busy: lock not free within {:?}",
                 state.lock_wait
             ),
         )),
-        Err(relaylock::Error::LockLost) => Err(ApiError::new(
+        Err(relaylock::Error::LockLost { .. }) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "lock lost during the update: it may or may not have been applied; re-read the order",
         )),

@@ -152,16 +152,60 @@ pub(crate) async fn lock(
 }
 
 impl LockCall<'_> {
+    /// The error of a wait whose deadline passed: [`Error::Unavailable`]
+    /// when the command connection is down (Redis could not be reached),
+    /// else [`Error::Timeout`].
+    fn timed_out(&self) -> Error {
+        let redis = self.inner.calls.redis();
+        if redis.is_connected() {
+            return Error::Timeout {
+                key: self.key.to_owned(),
+            };
+        }
+        Error::Unavailable {
+            key: self.key.to_owned(),
+            server: crate::error::servers(&redis.client_config()),
+            waited: self.started.elapsed(),
+        }
+    }
+
     /// Wait for the lock as the options say; with `min_replicas`, until
     /// enough replicas have it. Records the call's metrics.
     async fn wait(&self, options: &LockOptions) -> Result<(u64, Instant)> {
         let deadline = options.wait.map(|w| self.started.checked_add(w));
-        let outcome = match (deadline, self.inner.strategy) {
+        // The wait is a deadline for the whole call, whatever Redis does: a
+        // try or a replica `WAIT` still in flight when it passes is dropped
+        // (cancel-safe: a lock it may have taken is released in the
+        // background). `wait(0)` is one try, and waits for its reply.
+        let limit = deadline.flatten().filter(|d| *d > self.started);
+        let outcome = match limit {
+            None => self.wait_untimed(deadline).await,
+            Some(d) => {
+                tokio::select! {
+                    biased;
+                    outcome = self.wait_untimed(deadline) => outcome,
+                    () = tokio::time::sleep_until(d.into()) => Err(self.timed_out()),
+                }
+            }
+        };
+        let kind = match &outcome {
+            Ok(_) => Outcome::Acquired,
+            Err(Error::Timeout { .. } | Error::Unavailable { .. }) => Outcome::Timeout,
+            Err(_) => Outcome::Error,
+        };
+        m::finished(self.name, self.names.kind, kind, self.started.elapsed());
+        outcome
+    }
+
+    /// [`wait`](Self::wait) without its deadline's timer (the loops check
+    /// the deadline between commands).
+    async fn wait_untimed(&self, deadline: Option<Option<Instant>>) -> Result<(u64, Instant)> {
+        let taken = match (deadline, self.inner.strategy) {
             // wait(0): exactly one try
             (Some(Some(d)), _) if d <= self.started => {
                 match Box::pin(self.attempt(None, false)).await {
                     Ok(Attempt::Acquired(fence, sent)) => Ok((fence, sent)),
-                    Ok(Attempt::Held) => Err(Error::Timeout),
+                    Ok(Attempt::Held) => Err(self.timed_out()),
                     Err(e) => Err(e),
                 }
             }
@@ -170,7 +214,7 @@ impl LockCall<'_> {
                 self.wait_poll(every, deadline.flatten()).await
             }
         };
-        let outcome = match outcome {
+        match taken {
             // Boxed only with `min_replicas`: the common acquisition does
             // not copy the (large) future into a box for nothing.
             Ok((fence, sent)) if self.replicas.is_some() => Box::pin(self.replicated(fence))
@@ -178,14 +222,7 @@ impl LockCall<'_> {
                 .map(|()| (fence, sent)),
             Ok(done) => Ok(done),
             Err(e) => Err(e),
-        };
-        let kind = match &outcome {
-            Ok(_) => Outcome::Acquired,
-            Err(Error::Timeout) => Outcome::Timeout,
-            Err(_) => Outcome::Error,
-        };
-        m::finished(self.name, self.names.kind, kind, self.started.elapsed());
-        outcome
+        }
     }
 }
 
@@ -695,7 +732,7 @@ impl<'a> LockCall<'a> {
     ) -> Result<(u64, Instant)> {
         match offer.map(Offer::outcome) {
             Some(Handed::Granted(fence, sent)) => Ok(self.granted(waiter, fence, sent)),
-            _ => Err(Error::Timeout),
+            _ => Err(self.timed_out()),
         }
     }
 
@@ -710,7 +747,7 @@ impl<'a> LockCall<'a> {
                 return Ok((fence, sent));
             }
             if expired(deadline) {
-                return Err(Error::Timeout);
+                return Err(self.timed_out());
             }
             let nap = remaining(deadline).map_or(every, |r| r.min(every));
             tokio::time::sleep(nap).await;
@@ -788,7 +825,7 @@ impl<'a> LockCall<'a> {
                 return Ok((fence, sent));
             }
             if expired(deadline) {
-                return Err(Error::Timeout);
+                return Err(self.timed_out());
             }
         }
         waiter.count_as_waiting(self.name);

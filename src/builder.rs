@@ -475,15 +475,19 @@ impl LockClientBuilder {
         };
         let fred_times_out = !redis.perf_config().default_command_timeout.is_zero();
         let command_limit = (!fred_times_out).then_some(self.command_timeout);
-        if !redis.is_connected() {
-            connect_within(&redis, self.connect_timeout).await?;
-        }
-        if let Err(e) = connect_within(&subscriber, self.connect_timeout).await {
-            if owns_redis {
-                let _ = tokio::time::timeout(self.connect_timeout, redis.quit()).await;
+        // Both connections at once, within one connect timeout: a
+        // deadline for `build`'s connecting, not one per connection.
+        let connected = async {
+            if redis.is_connected() {
+                Ok(())
+            } else {
+                connect_within(&redis, self.connect_timeout).await
             }
-            return Err(e);
-        }
+        };
+        let (commands, subscribed) =
+            tokio::join!(connected, connect_within(&subscriber, self.connect_timeout));
+        // On an error, `opened` closes what was opened, in the background.
+        commands.and(subscribed)?;
         let scripts = Scripts::new();
         let loaded = async {
             scripts.acquire.load(&redis).await?;

@@ -35,7 +35,7 @@ use crate::semaphore::Semaphore;
 /// let opts = LockOptions::default().wait(Duration::from_secs(2));
 /// match client.lock_with("orders:42", opts).await {
 ///     Ok(guard) => guard.release().await?,
-///     Err(relaylock::Error::Timeout) => { /* busy */ }
+///     Err(relaylock::Error::Timeout { .. }) => { /* busy */ }
 ///     Err(e) => return Err(e),
 /// }
 /// # Ok(()) }
@@ -69,7 +69,10 @@ impl LockClient {
     ///
     /// * [`Error::InvalidArgument`] for an empty or over-long key, or a lease
     ///   out of range, before anything is sent;
-    /// * [`Error::Timeout`] when the wait limit passes first;
+    /// * [`Error::Timeout`] when the wait limit passes first, or
+    ///   [`Error::Unavailable`] when it passes while Redis cannot be reached
+    ///   (the wait is a deadline for the whole call, commands in flight
+    ///   included);
     /// * [`Error::NotReplicated`] when fewer replicas than
     ///   [`LockOptions::min_replicas`] asked for acknowledged in time, or
     ///   (with 0 acknowledged) when the acknowledgement could not be
@@ -106,7 +109,7 @@ impl LockClient {
     /// let opts = LockOptions::default().wait(Duration::from_secs(2)).name("orders");
     /// match client.lock_with("orders:42", opts).await {
     ///     Ok(guard) => guard.release().await?,
-    ///     Err(Error::Timeout) => { /* busy: try later */ }
+    ///     Err(Error::Timeout { .. }) => { /* busy: try later */ }
     ///     Err(e) => return Err(e),
     /// }
     /// # Ok(()) }
@@ -116,7 +119,10 @@ impl LockClient {
     ///
     /// * [`Error::InvalidArgument`] for an empty or over-long key, or a lease
     ///   out of range, before anything is sent;
-    /// * [`Error::Timeout`] when the wait limit passes first;
+    /// * [`Error::Timeout`] when the wait limit passes first, or
+    ///   [`Error::Unavailable`] when it passes while Redis cannot be reached
+    ///   (the wait is a deadline for the whole call, commands in flight
+    ///   included);
     /// * [`Error::NotReplicated`] when fewer replicas than
     ///   [`LockOptions::min_replicas`] asked for acknowledged in time, or
     ///   (with 0 acknowledged) when the acknowledgement could not be

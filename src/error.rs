@@ -12,24 +12,51 @@ use std::time::Duration;
 ///
 /// fn describe(e: &Error) -> &'static str {
 ///     match e {
-///         Error::Timeout => "busy, try later",
-///         Error::LockLost => "someone else may have run the critical section",
+///         Error::Timeout { .. } => "busy, try later",
+///         Error::Unavailable { .. } => "Redis is down",
+///         Error::LockLost { .. } => "someone else may have run the critical section",
 ///         Error::InvalidArgument(_) => "bug in the caller",
 ///         _ => "infrastructure problem",
 ///     }
 /// }
-/// assert_eq!(describe(&Error::Timeout), "busy, try later");
+/// let e = Error::Timeout { key: "orders:42".into() };
+/// assert_eq!(describe(&e), "busy, try later");
+/// assert_eq!(e.to_string(), "timed out waiting for the lock on orders:42");
 /// ```
+///
+/// Every message is a sentence for a person: it names the key or the
+/// server, and a cause from Redis or the operating system is said once,
+/// in the message, not again as [`source`](std::error::Error::source)
+/// (so a reporter that prints the chain prints it once).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The caller's wait deadline passed before the lock could be taken.
-    #[error("timed out waiting for the lock")]
-    Timeout,
+    /// The caller's wait deadline ([`LockOptions::wait`](crate::LockOptions::wait))
+    /// passed before the lock could be taken.
+    #[error("timed out waiting for the lock on {key}")]
+    Timeout {
+        /// The key, as given to the call.
+        key: String,
+    },
+    /// The caller's wait deadline passed while Redis could not be reached
+    /// (the command connection was down): nothing was left behind.
+    #[error("Redis at {server} could not be reached before the wait for {key} ended ({waited:?})")]
+    Unavailable {
+        /// The key, as given to the call.
+        key: String,
+        /// Where the connection goes: `host:port`, comma-separated when the
+        /// configuration names several servers.
+        server: String,
+        /// How long the call waited.
+        waited: Duration,
+    },
     /// The lock is no longer held by this guard: its lease expired (and another
     /// owner may have taken it), or the key was deleted or overwritten.
-    #[error("the lock is no longer held by this guard (lease expired or key replaced)")]
-    LockLost,
+    #[error("the lock on {key} is no longer held by this guard (its lease ran out, or the key was deleted or replaced)")]
+    LockLost {
+        /// The key, as given to the call that took it.
+        key: String,
+    },
     /// An argument was rejected before anything was sent to Redis: an empty or
     /// over-long key, a zero or over-long lease, a malformed URL or prefix.
     #[error("invalid argument: {0}")]
@@ -50,22 +77,38 @@ pub enum Error {
         required: u32,
     },
     /// The first connection to Redis did not succeed within the configured
-    /// connect timeout.
-    #[error("could not connect to Redis within {0:?}")]
-    ConnectTimeout(Duration),
+    /// connect timeout: a deadline for the whole connection, handshake and
+    /// authentication included.
+    #[error("could not connect to Redis at {server} within {timeout:?}")]
+    ConnectTimeout {
+        /// Where the connection went: `host:port`, comma-separated when the
+        /// configuration names several servers.
+        server: String,
+        /// The connect timeout.
+        timeout: Duration,
+    },
     /// The first connection to Redis failed: refused, unreachable, a TLS
     /// handshake or the authentication failed. `server` names where it went
-    /// (`host:port`, several for a cluster or Sentinel); `source` is the
-    /// Redis client's error.
-    #[error("could not connect to Redis at {server}: {source}")]
+    /// (`host:port`, several for a cluster or Sentinel); `error` is the
+    /// Redis client's error, whose reason the message gives.
+    #[error("could not connect to Redis at {server}: {}", readable(.error))]
     Connect {
         /// Where the connection went: `host:port`, comma-separated when the
         /// configuration names several servers.
         server: String,
         /// The Redis client's error.
-        #[source]
-        source: fred::error::Error,
+        error: fred::error::Error,
     },
+    /// Redis answered something the scripts never return: a sign that the key
+    /// is used by something other than relaylock, or of a version mismatch.
+    #[error("unexpected reply from Redis: {0}")]
+    UnexpectedReply(String),
+    /// The client was shut down with
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown): every call
+    /// made on any of its clones after the shutdown began fails with this,
+    /// and so do the guards it released (`release`, `extend`).
+    #[error("the lock client was shut down")]
+    Shutdown,
     /// A server may evict relaylock's values (a `maxmemory` limit with a
     /// `maxmemory-policy` other than `noeviction`), and the client was
     /// built with [`OnEvictingServer::Refuse`](crate::OnEvictingServer::Refuse).
@@ -89,23 +132,77 @@ pub enum Error {
         /// What each command answered.
         reason: String,
     },
-    /// Redis answered something the scripts never return: a sign that the key
-    /// is used by something other than relaylock, or of a version mismatch.
-    #[error("unexpected reply from Redis: {0}")]
-    UnexpectedReply(String),
-    /// The client was shut down with
-    /// [`LockClient::shutdown`](crate::LockClient::shutdown): every call
-    /// made on any of its clones after the shutdown began fails with this,
-    /// and so do the guards it released (`release`, `extend`).
-    #[error("the lock client was shut down")]
-    Shutdown,
     /// An error reported by the Redis client (`fred`): connection loss, command
     /// timeout, a server error reply. A command that ran out of time arrives
     /// here with [`ErrorKind::Timeout`](fred::error::ErrorKind::Timeout),
     /// whether fred's own timeout or relaylock's bound (for a `fred_client`
     /// without one) caught it; the command may still have run in Redis.
-    #[error("redis: {0}")]
-    Redis(#[from] fred::error::Error),
+    #[error("redis: {}", readable(.0))]
+    Redis(fred::error::Error),
+}
+
+impl From<fred::error::Error> for Error {
+    fn from(e: fred::error::Error) -> Self {
+        Error::Redis(e)
+    }
+}
+
+/// A fred error as a person reads it: what went wrong, and the operating
+/// system's own words for an I/O error (fred keeps those as the `Debug`
+/// text of `std::io::Error`, `Os { code: 111, kind: ConnectionRefused,
+/// message: "Connection refused" }`), never `Debug` output.
+pub(crate) fn readable(e: &fred::error::Error) -> String {
+    use fred::error::ErrorKind as K;
+    let details = e.details();
+    let reason = match details.find("message: \"") {
+        Some(at) => {
+            let rest = &details[at + 10..];
+            rest.split('"').next().unwrap_or(rest).to_lowercase()
+        }
+        None if details.starts_with("Kind(") || details.starts_with("Custom {") => {
+            // An io::Error without an OS message: its kind, in words.
+            let kind = details
+                .trim_start_matches("Kind(")
+                .trim_start_matches("Custom { kind: ")
+                .split([',', ')'])
+                .next()
+                .unwrap_or("");
+            words(kind)
+        }
+        None => details.trim_end_matches('.').to_owned(),
+    };
+    let what = match e.kind() {
+        K::IO => "I/O error",
+        K::Timeout => "timed out",
+        K::Auth => "authentication failed",
+        K::Config | K::Url => "configuration error",
+        K::Canceled => "canceled",
+        K::Protocol => "protocol error",
+        K::Cluster => "cluster error",
+        K::Sentinel => "Sentinel error",
+        K::Routing => "routing error",
+        K::Backpressure => "too many commands queued",
+        K::Parse => "could not parse the reply",
+        // A server's error reply ("NOPERM ...", "ERR ...") says it all.
+        _ => "",
+    };
+    match (what, reason.is_empty()) {
+        ("", _) => reason,
+        (what, true) => what.to_owned(),
+        (what, false) => format!("{what}: {reason}"),
+    }
+}
+
+/// `ConnectionRefused` as `connection refused`.
+fn words(camel: &str) -> String {
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push(' ');
+        }
+        out.extend(c.to_lowercase());
+    }
+    out
 }
 
 /// Shorthand for `Result<T, relaylock::Error>`.
@@ -133,25 +230,30 @@ pub(crate) fn timed_out() -> fred::error::Error {
 /// Connect `client`, or give up after `timeout` (then stop its reconnect
 /// loop) with [`Error::ConnectTimeout`], or [`Error::Connect`] with the
 /// connection error.
-pub(crate) async fn connect_within<C: fred::interfaces::ClientLike>(
+pub(crate) async fn connect_within<C: fred::interfaces::ClientLike + Clone + 'static>(
     client: &C,
     timeout: Duration,
 ) -> Result<()> {
     let outcome = tokio::time::timeout(timeout, client.init()).await;
+    let server = servers(&client.client_config());
     let error = match outcome {
         Ok(Ok(_task)) => return Ok(()),
-        Ok(Err(e)) => Error::Connect {
-            server: servers(&client.client_config()),
-            source: e,
-        },
-        Err(_) => Error::ConnectTimeout(timeout),
+        Ok(Err(error)) => Error::Connect { server, error },
+        Err(_) => Error::ConnectTimeout { server, timeout },
     };
-    let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+    // Stop its reconnect loop in the background: the deadline is the
+    // caller's, not this clean-up's.
+    let client = client.clone();
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+        });
+    }
     Err(error)
 }
 
 /// The servers a configuration names, `host:port` each, comma-separated.
-fn servers(config: &fred::types::config::Config) -> String {
+pub(crate) fn servers(config: &fred::types::config::Config) -> String {
     let hosts = config.server.hosts();
     if hosts.is_empty() {
         return "(no server configured)".into();

@@ -235,7 +235,7 @@ impl LockGuard {
     /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
     /// let guard = client.lock("jobs:compact").await?;
     /// tokio::select! {
-    ///     _ = guard.lost() => return Err(relaylock::Error::LockLost),
+    ///     _ = guard.lost() => return Err(relaylock::Error::LockLost { key: guard.key().into() }),
     ///     _ = async { /* the critical section */ } => {}
     /// }
     /// guard.release().await
@@ -333,7 +333,9 @@ impl LockGuard {
             [0 | -1] => {
                 self.lease_state
                     .mark_lost(|| m::lost(self.name.as_ref(), self.names.kind));
-                Err(Error::LockLost)
+                Err(Error::LockLost {
+                    key: self.key.to_string(),
+                })
             }
             other => Err(Error::UnexpectedReply(format!("renew replied {other:?}"))),
         }
@@ -408,7 +410,9 @@ impl LockGuard {
             Released::Freed | Released::HandedOver | Released::Granted(_) | Released::Already => {
                 Ok(())
             }
-            Released::NotOurs => Err(Error::LockLost),
+            Released::NotOurs => Err(Error::LockLost {
+                key: self.key.to_string(),
+            }),
         }
     }
 }
@@ -823,7 +827,9 @@ where
         Some(value) => held.into_lock_guard().release().await.map(|()| value),
         // The shutdown released the hold: not a loss.
         None if held.lock_guard().inner.closing.is_cancelled() => Err(Error::Shutdown),
-        None => Err(Error::LockLost),
+        None => Err(Error::LockLost {
+            key: held.lock_guard().key().to_owned(),
+        }),
     }
 }
 

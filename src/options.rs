@@ -62,9 +62,13 @@ pub struct LockOptions {
 
 impl LockOptions {
     /// Give up with [`Error::Timeout`] when the lock is not acquired within
-    /// `wait`. `Duration::ZERO` means a single try. Without it, a lock call
-    /// waits as long as it takes. A wait too long to represent as a deadline
-    /// is treated as no deadline.
+    /// `wait`, or with [`Error::Unavailable`] when Redis could not be reached
+    /// meanwhile. It is a deadline for the whole call: a command still in
+    /// flight when it passes (Redis down or silent) is abandoned, and what
+    /// it may have taken is released in the background. `Duration::ZERO`
+    /// means a single try (bounded by the command timeout, as `try_lock`).
+    /// Without it, a lock call waits as long as it takes. A wait too long to
+    /// represent as a deadline is treated as no deadline.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self

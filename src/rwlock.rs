@@ -117,7 +117,10 @@ impl RwLock {
     ///
     /// * [`Error::InvalidArgument`] for a bad key or lease, before anything
     ///   is sent;
-    /// * [`Error::Timeout`] when the wait limit passes first;
+    /// * [`Error::Timeout`] when the wait limit passes first, or
+    ///   [`Error::Unavailable`] when it passes while Redis cannot be reached
+    ///   (the wait is a deadline for the whole call, commands in flight
+    ///   included);
     /// * [`Error::Redis`] for a connection error or a command timeout, and
     ///   [`Error::UnexpectedReply`] when the name holds something relaylock
     ///   did not write; with [`LockOptions::min_replicas`], as

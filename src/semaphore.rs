@@ -121,7 +121,7 @@ impl Semaphore {
     /// let opts = SemaphoreOptions::default().permits(3).wait(Duration::from_secs(2));
     /// match sem.acquire_with(opts).await {
     ///     Ok(permit) => permit.release().await?,
-    ///     Err(Error::Timeout) => { /* all taken: shed load */ }
+    ///     Err(Error::Timeout { .. }) => { /* all taken: shed load */ }
     ///     Err(e) => return Err(e),
     /// }
     /// # Ok(()) }
@@ -132,7 +132,10 @@ impl Semaphore {
     /// * [`Error::InvalidArgument`] for an empty or over-long key, a limit of
     ///   0, more permits than the limit, or a lease out of range, before
     ///   anything is sent;
-    /// * [`Error::Timeout`] when the wait limit passes first;
+    /// * [`Error::Timeout`] when the wait limit passes first, or
+    ///   [`Error::Unavailable`] when it passes while Redis cannot be reached
+    ///   (the wait is a deadline for the whole call, commands in flight
+    ///   included);
     /// * [`Error::NotReplicated`] with
     ///   [`min_replicas`](SemaphoreOptions::min_replicas), as for
     ///   [`LockClient::lock_with`](crate::LockClient::lock_with);

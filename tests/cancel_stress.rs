@@ -582,7 +582,7 @@ async fn critical(ctx: &Ctx, c: usize, g: LockGuard, rng: &mut Rng, r: &mut Repo
     let released = |token: String, outcome: relaylock::Result<()>, r: &mut Report| {
         let end = match outcome {
             Ok(()) => End::Released,
-            Err(Error::LockLost) => {
+            Err(Error::LockLost { .. }) => {
                 r.release_lost += 1;
                 End::Released
             }
@@ -657,7 +657,7 @@ async fn task(ctx: Arc<Ctx>, c: usize, t: usize, mut rng: Rng) -> Report {
             });
             match outcome {
                 Ok(g) => Some(g),
-                Err(Error::Timeout) => None,
+                Err(Error::Timeout { .. }) => None,
                 Err(e) => {
                     r.errors.push(format!("measured lock: {e}"));
                     None
@@ -683,7 +683,7 @@ async fn task(ctx: Arc<Ctx>, c: usize, t: usize, mut rng: Rng) -> Report {
                     counts[0] += 1;
                     Some(g)
                 }
-                Some(Err(Error::Timeout)) => {
+                Some(Err(Error::Timeout { .. })) => {
                     counts[1] += 1;
                     None
                 }

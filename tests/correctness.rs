@@ -105,7 +105,7 @@ async fn a_failed_first_try_leaves_no_sleeper_on_a_stale_estimate() {
     let r = lock
         .lock_with("k", LockOptions::default().wait(Duration::from_millis(300)))
         .await;
-    assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
     // The key goes away without a release message (as when an operator
     // deletes it): the estimate is now stale.
     std::mem::forget(holder);

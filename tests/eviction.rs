@@ -172,7 +172,7 @@ async fn a_vanished_value_wakes_the_waiters_of_every_client() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     flushall(&server).await;
     let released = Instant::now();
-    assert!(matches!(guard.release().await, Err(Error::LockLost)));
+    assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
     let took = waiter.await.unwrap();
     let after = took.duration_since(released);
     eprintln!("the other client's waiter took the lock {after:?} after the release");
@@ -235,7 +235,7 @@ async fn a_vanished_value_with_local_waiters_still_serves_every_client() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     flushall(&server).await;
     let released = Instant::now();
-    assert!(matches!(guard.release().await, Err(Error::LockLost)));
+    assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
     let (local, remote) = (local.await.unwrap(), remote.await.unwrap());
     let last = local.max(remote).duration_since(released);
     eprintln!("both waiters served within {last:?} of the release");
@@ -301,7 +301,10 @@ async fn a_vanished_semaphore_wakes_the_waiters_of_every_client() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     flushall(&server).await;
     let released = Instant::now();
-    assert!(matches!(permit.release().await, Err(Error::LockLost)));
+    assert!(matches!(
+        permit.release().await,
+        Err(Error::LockLost { .. })
+    ));
     let after = waiter.await.unwrap().duration_since(released);
     eprintln!("the other client's waiter took the permit {after:?} after the release");
     assert!(
@@ -332,7 +335,7 @@ async fn a_loss_found_twice_is_told_once() {
     tokio::time::timeout(Duration::from_secs(3), guard.lost())
         .await
         .expect("the renewal finds the loss");
-    assert!(matches!(guard.release().await, Err(Error::LockLost)));
+    assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(pubsub_calls(&server, "channels").await, 1);
 }
@@ -354,7 +357,7 @@ async fn an_operators_unlock_is_not_taken_for_an_eviction() {
         .await
         .unwrap();
     assert!(released.is_some());
-    assert!(matches!(guard.release().await, Err(Error::LockLost)));
+    assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let key = holder.redis_key("unlocked");
     let vanished: Vec<_> = warnings::recorded()

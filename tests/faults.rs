@@ -141,7 +141,7 @@ async fn worker(
                     stats.acquired.fetch_add(1, Ordering::SeqCst);
                     break;
                 }
-                Err(Error::LockLost) => {
+                Err(Error::LockLost { .. }) => {
                     stats.lost.fetch_add(1, Ordering::SeqCst);
                     break;
                 }
@@ -538,7 +538,7 @@ async fn restart_without_persistence() {
         "fencing tokens went backwards: {fences_before:?} then {after:?}"
     );
     for g in holders {
-        assert!(matches!(g.release().await, Err(Error::LockLost)));
+        assert!(matches!(g.release().await, Err(Error::LockLost { .. })));
     }
     drop(lock);
     assert_clean(&admin, prefix).await;
@@ -693,7 +693,10 @@ async fn a_blackholed_holder_stops_before_the_next_holder_starts() {
     proxy.set_mode(Mode::Blackhole);
     let cut = Instant::now();
     let (outcome, stopped) = held.await.unwrap();
-    assert!(matches!(outcome, Err(Error::LockLost)), "{outcome:?}");
+    assert!(
+        matches!(outcome, Err(Error::LockLost { .. })),
+        "{outcome:?}"
+    );
     let started = tokio::time::timeout(Duration::from_secs(5), next)
         .await
         .expect("the waiter is stuck")
@@ -852,7 +855,7 @@ async fn garbage_messages_and_strange_keys_are_harmless() {
     let r = lock
         .lock_with("s", LockOptions::default().wait(Duration::from_millis(300)))
         .await;
-    assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
     assert!(lock.try_lock("s").await.unwrap().is_none());
     let _: i64 = admin.del(&stranger).await.unwrap();
     drop(lock);
@@ -1099,7 +1102,7 @@ where
                     // retried; a loss is counted.
                     let counter = match round(lock.clone(), key.clone()).await {
                         Ok(()) => &stats.acquired,
-                        Err(Error::LockLost) => &stats.lost,
+                        Err(Error::LockLost { .. }) => &stats.lost,
                         Err(_) => &stats.errors,
                     };
                     counter.fetch_add(1, Ordering::SeqCst);

@@ -110,7 +110,10 @@ async fn a_local_waiter_that_gives_up_during_the_hand_over_leaves_the_lock_free(
     server.pause();
     let release = tokio::spawn(async move { held.release().await });
     let timed_out = waiter.await.unwrap();
-    assert!(matches!(timed_out, Err(Error::Timeout)), "{timed_out:?}");
+    assert!(
+        matches!(timed_out, Err(Error::Timeout { .. })),
+        "{timed_out:?}"
+    );
     server.resume();
     release.await.unwrap().unwrap();
     let freed = Instant::now();
@@ -287,7 +290,10 @@ async fn a_replayed_hand_over_to_a_waiter_that_left_leaves_the_lock_free() {
         // a new connection.
         proxy.drop_connections();
         let timed_out = waiter.await.unwrap();
-        assert!(matches!(timed_out, Err(Error::Timeout)), "{timed_out:?}");
+        assert!(
+            matches!(timed_out, Err(Error::Timeout { .. })),
+            "{timed_out:?}"
+        );
         server.resume();
         let _ = release.await.unwrap();
         assert_freed(

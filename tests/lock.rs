@@ -205,7 +205,7 @@ async fn try_lock_and_timeout() {
         .lock_with("k", LockOptions::default().wait(Duration::from_millis(300)))
         .await;
     let waited = start.elapsed();
-    assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
     assert!(
         waited >= Duration::from_millis(300),
         "gave up early: {waited:?}"
@@ -216,7 +216,7 @@ async fn try_lock_and_timeout() {
     let r = lock
         .lock_with("k", LockOptions::default().wait(Duration::ZERO))
         .await;
-    assert!(matches!(r, Err(Error::Timeout)));
+    assert!(matches!(r, Err(Error::Timeout { .. })));
 
     held.release().await.unwrap();
     assert!(!lock.is_locked("k").await.unwrap());
@@ -275,9 +275,9 @@ async fn expired_lock_reports_lost_and_never_touches_the_new_owner() {
 
     assert!(matches!(
         old.extend(Duration::from_secs(60)).await,
-        Err(Error::LockLost)
+        Err(Error::LockLost { .. })
     ));
-    assert!(matches!(old.release().await, Err(Error::LockLost)));
+    assert!(matches!(old.release().await, Err(Error::LockLost { .. })));
 
     let value: String = admin.get(a.redis_key("k")).await.unwrap();
     assert_eq!(value, new_value, "the new owner's key was modified");
@@ -464,7 +464,7 @@ async fn no_subscription_outlives_its_waiters() {
         tasks.push(tokio::spawn(async move {
             match lock.lock_with(key, LockOptions::default().wait(wait)).await {
                 Ok(g) => g.release().await.unwrap(),
-                Err(Error::Timeout) => {}
+                Err(Error::Timeout { .. }) => {}
                 Err(e) => panic!("{e}"),
             }
         }));
@@ -556,7 +556,7 @@ async fn fencing_tokens_survive_a_restart() {
         g.fencing_token() > held.fencing_token(),
         "fence went backwards after restart"
     );
-    assert!(matches!(held.release().await, Err(Error::LockLost)));
+    assert!(matches!(held.release().await, Err(Error::LockLost { .. })));
     g.release().await.unwrap();
 }
 
@@ -1305,7 +1305,7 @@ async fn sleepers_learn_a_shorter_lease_from_other_waiters() {
         )
         .await
         .unwrap();
-    assert!(matches!(b.await.unwrap(), Err(Error::Timeout)));
+    assert!(matches!(b.await.unwrap(), Err(Error::Timeout { .. })));
     let (g, at) = a.await.unwrap();
     let g = g.expect("A never took the lock");
     assert!(
@@ -1438,7 +1438,7 @@ async fn a_no_show_costs_one_grace_period() {
     let r = waiter_client
         .lock_with("k", LockOptions::default().wait(Duration::from_millis(200)))
         .await;
-    assert!(matches!(r, Err(Error::Timeout)));
+    assert!(matches!(r, Err(Error::Timeout { .. })));
     let emptied = eventually(Duration::from_secs(3), || async {
         support::lock_value(&admin, &name)
             .await

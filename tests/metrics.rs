@@ -70,7 +70,7 @@ async fn metrics_are_recorded() {
             named(LockOptions::default().wait(Duration::from_millis(200))),
         )
         .await;
-    assert!(matches!(r, Err(Error::Timeout)));
+    assert!(matches!(r, Err(Error::Timeout { .. })));
     // Let the timed-out waiter's clean-up (leaving the queue) finish first:
     // overlapping it, the clean-up may nudge the next waiter into one more try.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -98,7 +98,7 @@ async fn metrics_are_recorded() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(120)).await;
-    assert!(matches!(lost.release().await, Err(Error::LockLost)));
+    assert!(matches!(lost.release().await, Err(Error::LockLost { .. })));
     // A semaphore's series carry `primitive="semaphore"`.
     let permit = lock
         .semaphore("pay", 2)

@@ -222,7 +222,7 @@ async fn a_queued_writer_stops_new_readers_and_losses_are_reported() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(matches!(short.release().await, Err(Error::LockLost)));
+    assert!(matches!(short.release().await, Err(Error::LockLost { .. })));
     let g = a.rw_lock("k").read().await.unwrap();
     g.release().await.unwrap();
 }
@@ -440,7 +440,7 @@ async fn contend_rw(
                     };
                     let held = match held {
                         Ok(h) => h,
-                        Err(Error::Timeout) => panic!("a worker waited 10 s"),
+                        Err(Error::Timeout { .. }) => panic!("a worker waited 10 s"),
                         Err(_) => {
                             errors += 1;
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -550,7 +550,7 @@ async fn a_restart_without_persistence() {
         after.fencing_token() > before,
         "fencing tokens went backwards"
     );
-    assert!(matches!(old.release().await, Err(Error::LockLost)));
+    assert!(matches!(old.release().await, Err(Error::LockLost { .. })));
     after.release().await.unwrap();
 }
 

@@ -447,7 +447,7 @@ async fn renewal_extend_and_loss() {
     let fired = tokio::time::timeout(Duration::from_secs(3), p.lost()).await;
     assert!(fired.is_ok(), "lost() did not fire");
     assert!(!p.is_held());
-    assert!(matches!(p.release().await, Err(Error::LockLost)));
+    assert!(matches!(p.release().await, Err(Error::LockLost { .. })));
 
     // A fixed lease that ran out: extend and release report the loss.
     let q = sem
@@ -457,9 +457,9 @@ async fn renewal_extend_and_loss() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(matches!(
         q.extend(Duration::from_secs(1)).await,
-        Err(Error::LockLost)
+        Err(Error::LockLost { .. })
     ));
-    assert!(matches!(q.release().await, Err(Error::LockLost)));
+    assert!(matches!(q.release().await, Err(Error::LockLost { .. })));
 }
 
 /// Bad input is a typed error before anything is sent.
@@ -621,7 +621,7 @@ async fn a_blocking_queue_head_that_leaves_frees_the_ones_behind() {
     let small = take_within(e.semaphore("s", 4).unwrap(), 1, Duration::from_secs(4))
         .await
         .expect("stranded behind a queue head that left");
-    assert!(matches!(big.await.unwrap(), Err(Error::Timeout)));
+    assert!(matches!(big.await.unwrap(), Err(Error::Timeout { .. })));
     println!("the small request got in after {small:?} (the big one gave up at 300 ms)");
     assert!(small < Duration::from_secs(1));
 }
@@ -655,7 +655,7 @@ async fn a_past_large_need_does_not_stick() {
         })
     };
     let big = take_within(c.semaphore("s", 4).unwrap(), 3, Duration::from_millis(300)).await;
-    assert!(matches!(big, Err(Error::Timeout)));
+    assert!(matches!(big, Err(Error::Timeout { .. })));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
     h.release().await.unwrap();
@@ -764,7 +764,7 @@ async fn contend_permits(
                         .await
                     {
                         Ok(p) => p,
-                        Err(Error::Timeout) => panic!("a worker waited 10 s"),
+                        Err(Error::Timeout { .. }) => panic!("a worker waited 10 s"),
                         Err(_) => {
                             errors += 1;
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -890,7 +890,7 @@ async fn a_restart_without_persistence() {
         "fencing tokens went backwards"
     );
     for p in old {
-        assert!(matches!(p.release().await, Err(Error::LockLost)));
+        assert!(matches!(p.release().await, Err(Error::LockLost { .. })));
     }
     after.release().await.unwrap();
 }

@@ -192,7 +192,7 @@ async fn worker(
                 .await;
             match outcome {
                 Ok(()) => break,
-                Err(Error::LockLost) => {
+                Err(Error::LockLost { .. }) => {
                     *record.lost.lock().unwrap() += 1;
                     let event = (Instant::now(), client, "LockLost".to_owned());
                     record.events.lock().unwrap().push(event);
@@ -656,6 +656,9 @@ async fn without_min_replicas_a_failover_can_lose_a_lock() {
         if held_until_demotion { "still believed it" } else { "no longer" },
         ms(noticed),
     );
-    assert!(matches!(old_guard.release().await, Err(Error::LockLost)));
+    assert!(matches!(
+        old_guard.release().await,
+        Err(Error::LockLost { .. })
+    ));
     new_guard.release().await.unwrap();
 }

@@ -146,7 +146,7 @@ async fn an_explicit_lease_is_fixed_unless_watchdog_is_asked_for() {
     assert_eq!(renewals("fixed", "renewed"), 0);
     assert_eq!(lost("fixed"), 1);
     // Counted once, although the release finds it lost too.
-    assert!(matches!(fixed.release().await, Err(Error::LockLost)));
+    assert!(matches!(fixed.release().await, Err(Error::LockLost { .. })));
     assert_eq!(lost("fixed"), 1);
 
     // watchdog(true): the custom lease is renewed.
@@ -202,7 +202,7 @@ async fn a_deleted_or_overwritten_key_fires_lost_within_one_period() {
             assert_eq!(v, "intruder");
             assert_eq!(admin.pttl::<i64, _>(&key).await.unwrap(), -1);
         }
-        assert!(matches!(g.release().await, Err(Error::LockLost)));
+        assert!(matches!(g.release().await, Err(Error::LockLost { .. })));
         assert_eq!(lost(name), 1, "a loss is counted once");
         if intrude {
             let v: String = admin.get(&key).await.unwrap();
@@ -422,7 +422,10 @@ async fn with_lock_runs_releases_and_abandons_work_when_the_lock_is_lost() {
         })
         .await;
     deleter.await.unwrap();
-    assert!(matches!(outcome, Err(Error::LockLost)), "{outcome:?}");
+    assert!(
+        matches!(outcome, Err(Error::LockLost { .. })),
+        "{outcome:?}"
+    );
     assert!(
         dropped.load(Ordering::SeqCst),
         "the closure's future was not dropped"

@@ -190,7 +190,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
     let guard = tokio::select! {
         g = client.lock_with(&args.key, options) => match g {
             Ok(g) => g,
-            Err(Error::Timeout) => {
+            Err(Error::Timeout { .. }) => {
                 let wait = wait.unwrap_or_default();
                 let why = if wait.is_zero() {
                     "held (--nonblock or --wait 0)".to_owned()
@@ -329,7 +329,7 @@ async fn supervise(
     };
     match guard.release().await {
         Ok(()) => Ok(code),
-        Err(Error::LockLost) => Err((
+        Err(Error::LockLost { .. }) => Err((
             exit::LOST,
             format!(
                 "{}: the lock was lost before the command ended (its status was {code})",

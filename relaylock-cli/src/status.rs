@@ -93,7 +93,10 @@ async fn connect(url: &str) -> Result<Client, Error> {
     match tokio::time::timeout(Duration::from_secs(5), client.init()).await {
         Ok(Ok(_)) => Ok(client),
         Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(Error::ConnectTimeout(Duration::from_secs(5))),
+        Err(_) => Err(Error::ConnectTimeout {
+            server: redacted(url),
+            timeout: Duration::from_secs(5),
+        }),
     }
 }
 

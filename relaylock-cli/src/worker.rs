@@ -231,7 +231,7 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
         };
         match held.release().await {
             Ok(()) => {}
-            Err(Error::LockLost) => out.lost += 1,
+            Err(Error::LockLost { .. }) => out.lost += 1,
             Err(e) => {
                 out.error(e);
             }

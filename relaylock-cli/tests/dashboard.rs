@@ -129,7 +129,7 @@ mod rendered {
         let r = lock
             .lock_with("a", opts().wait(Duration::from_millis(300)))
             .await;
-        assert!(matches!(r, Err(Error::Timeout)));
+        assert!(matches!(r, Err(Error::Timeout { .. })));
         g.release().await.unwrap();
         waiter.await.unwrap().unwrap().release().await.unwrap();
         let short = lock
@@ -137,7 +137,7 @@ mod rendered {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(80)).await;
-        assert!(matches!(short.release().await, Err(Error::LockLost)));
+        assert!(matches!(short.release().await, Err(Error::LockLost { .. })));
         // Watchdog renewals: a lease of 300 ms is renewed every 100 ms.
         let renewing = LockClient::builder()
             .url(server.url())

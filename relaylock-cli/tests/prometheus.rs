@@ -220,7 +220,7 @@ async fn traffic(url: String, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHan
                     .wait(Duration::from_millis(100));
                 match client.lock_with("busy", opts).await {
                     Ok(g) => g.release().await.unwrap(),
-                    Err(Error::Timeout) => {}
+                    Err(Error::Timeout { .. }) => {}
                     Err(e) => panic!("busy: {e}"),
                 }
             }
@@ -269,7 +269,10 @@ async fn traffic(url: String, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHan
                 let g = client.lock_with("leases", opts).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(60)).await;
                 let r = g.release().await;
-                assert!(matches!(r, Err(Error::LockLost)), "lapsed lease: {r:?}");
+                assert!(
+                    matches!(r, Err(Error::LockLost { .. })),
+                    "lapsed lease: {r:?}"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }));

@@ -336,7 +336,7 @@ async fn a_holder_released_by_an_operator_gets_lock_lost_from_its_own_release() 
         .expect("free after the unlock");
     assert!(matches!(
         guard.release().await,
-        Err(relaylock::Error::LockLost)
+        Err(relaylock::Error::LockLost { .. })
     ));
     next.release().await.unwrap();
 
@@ -349,7 +349,7 @@ async fn a_holder_released_by_an_operator_gets_lock_lost_from_its_own_release() 
         .is_some());
     assert!(matches!(
         permit.release().await,
-        Err(relaylock::Error::LockLost)
+        Err(relaylock::Error::LockLost { .. })
     ));
 
     let result = a
@@ -368,7 +368,7 @@ async fn a_holder_released_by_an_operator_gets_lock_lost_from_its_own_release() 
         })
         .await;
     assert!(
-        matches!(result, Err(relaylock::Error::LockLost)),
+        matches!(result, Err(relaylock::Error::LockLost { .. })),
         "{result:?}"
     );
     for c in [a, ops, other] {

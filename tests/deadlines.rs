@@ -1,0 +1,132 @@
+//! A wait is a deadline, whatever Redis does (issue 36): `wait(d)` ends the
+//! call at `d` with `Timeout`, or `Unavailable` naming the server when it
+//! could not be reached, leaving nothing behind; the connect timeout is a
+//! deadline for `build()`, and its error names the server.
+
+use relaylock_testkit as support;
+
+use std::time::{Duration, Instant};
+
+use relaylock::{Error, LockOptions};
+use support::RedisServer;
+
+/// Redis stopped (killed): a 2 s wait ends at 2 s, not at the 5 s command
+/// timeout, with `Unavailable` naming the server and the key. Before, it
+/// was `Err(Redis("Request timed out."))` after 5.002 s.
+#[tokio::test]
+async fn a_wait_ends_at_its_deadline_when_redis_is_down() {
+    let mut server = RedisServer::start();
+    let client = support::preset(&server.url())
+        .command_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    let held = client.lock("down:held").await.unwrap();
+    server.kill();
+    let started = Instant::now();
+    let r = client
+        .lock_with(
+            "down:other",
+            LockOptions::default().wait(Duration::from_secs(2)),
+        )
+        .await;
+    let took = started.elapsed();
+    println!(
+        "wait(2 s) with Redis down: {took:?}: {:?}",
+        r.as_ref().err()
+    );
+    match r {
+        Err(Error::Unavailable {
+            key,
+            server: s,
+            waited,
+        }) => {
+            assert_eq!(key, "down:other");
+            assert_eq!(s, format!("127.0.0.1:{}", server.port));
+            assert!(waited >= Duration::from_secs(2), "{waited:?}");
+        }
+        other => panic!("expected Unavailable, got {:?}", other.map(|_| ())),
+    }
+    assert!(
+        took < Duration::from_millis(2500),
+        "took {took:?}: the wait is not a deadline"
+    );
+    drop(held);
+}
+
+/// A server that answers nothing (paused: the connection stays up): the
+/// wait ends at its deadline with `Timeout`, and the try that was in
+/// flight is followed by a release, so the lock is free once the server
+/// runs again.
+#[tokio::test]
+async fn a_wait_ends_at_its_deadline_when_redis_is_silent() {
+    let server = RedisServer::start();
+    let client = support::preset(&server.url())
+        .command_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    client.lock("warm").await.unwrap().release().await.unwrap();
+    server.pause();
+    let started = Instant::now();
+    let r = client
+        .lock_with(
+            "silent",
+            LockOptions::default().wait(Duration::from_millis(1500)),
+        )
+        .await;
+    let took = started.elapsed();
+    server.resume();
+    println!(
+        "wait(1.5 s) with Redis paused: {took:?}: {:?}",
+        r.as_ref().err()
+    );
+    assert!(
+        matches!(&r, Err(Error::Timeout { key }) if key == "silent"),
+        "{:?}",
+        r.map(|_| ())
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    // The try the deadline cut off may have taken the lock once the server
+    // ran again: it is released, and the key is free within a moment.
+    let free = support::eventually(Duration::from_secs(3), || async {
+        !client.is_locked("silent").await.unwrap_or(true)
+    })
+    .await;
+    assert!(free, "the abandoned try left the lock held");
+}
+
+/// A listener that accepts and never answers: `build()` gives up at the
+/// connect timeout (was 6.01 s for 5 s: a second spent closing), and the
+/// error names the server.
+#[tokio::test]
+async fn the_connect_timeout_is_a_deadline_and_names_the_server() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accept and hold every connection, answering nothing.
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let started = Instant::now();
+    let r = relaylock::LockClient::builder()
+        .url(format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .await;
+    let took = started.elapsed();
+    println!("connect_timeout(1 s) against a silent listener: {took:?}");
+    match r {
+        Err(e @ Error::ConnectTimeout { .. }) => {
+            assert_eq!(
+                e.to_string(),
+                format!("could not connect to Redis at 127.0.0.1:{port} within 1s")
+            );
+        }
+        other => panic!("expected ConnectTimeout, got {:?}", other.map(|_| ())),
+    }
+    assert!(took < Duration::from_millis(1300), "took {took:?}");
+    silent.abort();
+}
