@@ -393,7 +393,7 @@ impl<'a> LockCall<'a> {
             Some((n, timeout)) => Some((n, validate_replicas(n, timeout, lease)?)),
             None => None,
         };
-        let (names, token) = Names::for_call(&inner.prefix, key, kind);
+        let (names, token) = Names::for_call(&inner.prefix, key, kind, inner.registry.client_id());
         Ok(LockCall {
             inner,
             key,

@@ -15,6 +15,7 @@ use crate::calls::Calls;
 use crate::client::LockClient;
 use crate::error::{connect_within, with_timeout, Error, Result};
 use crate::eviction::{self, OnEvictingServer};
+use crate::identity::{self, Identity};
 use crate::inner::{ClientInner, Closing, Tasks};
 use crate::options::{
     validate_lease, validate_prefix, validate_url_scheme, WaitStrategy, MAX_LEASE,
@@ -82,6 +83,7 @@ pub struct LockClientBuilder {
     replica_connections: usize,
     side_retention: Duration,
     on_evicting: OnEvictingServer,
+    name: Option<String>,
     #[cfg(feature = "tls")]
     tls_roots: Option<Vec<u8>>,
 }
@@ -103,6 +105,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("replica_connections", &self.replica_connections)
             .field("side_retention", &self.side_retention)
             .field("on_evicting_server", &self.on_evicting)
+            .field("name", &self.name)
             .finish()
     }
 }
@@ -123,6 +126,7 @@ impl Default for LockClientBuilder {
             replica_connections: 4,
             side_retention: Duration::from_millis(crate::scripts::SIDE_RETENTION_MS),
             on_evicting: OnEvictingServer::Warn,
+            name: None,
             #[cfg(feature = "tls")]
             tls_roots: None,
         }
@@ -323,6 +327,27 @@ impl LockClientBuilder {
         self
     }
 
+    /// The client's name, for operators: `relaylock status` and
+    /// [`LockClient::inspect`](crate::LockClient::inspect) show it beside
+    /// every hold, reservation and queue entry of this client (with when
+    /// the client started), also after its process died. Default
+    /// `<host>:<pid>`. At most 256 bytes. It costs one `SET` at `build` (and
+    /// every 12 hours), never anything per acquisition: a lock's token
+    /// starts with the client's id, which leads to the name.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> relaylock::Result<()> {
+    /// let client = relaylock::LockClient::builder()
+    ///     .name(format!("billing-worker@{}", std::env::var("POD_NAME").unwrap_or_default()))
+    ///     .build()
+    ///     .await?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
     /// Every setting against its limits (nothing is sent yet).
     fn validate(&self) -> Result<()> {
         validate_prefix(&self.prefix)?;
@@ -367,6 +392,14 @@ impl LockClientBuilder {
                 "side_retention {:?} must be between 1 s and 1 day",
                 self.side_retention
             )));
+        }
+        if let Some(name) = &self.name {
+            if name.len() > crate::identity::MAX_NAME || name.chars().any(char::is_control) {
+                return Err(Error::InvalidArgument(format!(
+                    "name must be at most {} bytes, without control characters",
+                    crate::identity::MAX_NAME
+                )));
+            }
         }
         if !(1..=64).contains(&self.replica_connections) {
             return Err(Error::InvalidArgument(format!(
@@ -523,6 +556,10 @@ impl LockClientBuilder {
         // 16 hex digits of a random UUID: unique among the clients of a lock
         // with overwhelming probability, short in the lock's queue and messages.
         let client_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+        let identity = Identity::new(
+            client_id.clone(),
+            self.name.clone().unwrap_or_else(identity::default_name),
+        );
         let background = TaskTracker::new();
         let registry = Arc::new(Registry::new(
             subscriber.clone(),
@@ -534,15 +571,9 @@ impl LockClientBuilder {
             sharded,
             background.clone(),
         ));
-        let subscriber_task = crate::subscriber::spawn(
-            &subscriber,
-            &redis,
-            Arc::clone(&registry),
-            self.command_timeout,
-        );
         let publish = if sharded { "SPUBLISH" } else { "PUBLISH" };
         let calls = Calls::new(
-            redis,
+            redis.clone(),
             scripts,
             command_limit,
             self.side_retention.as_millis() as u64,
@@ -550,6 +581,20 @@ impl LockClientBuilder {
         );
         let watchdog = Watchdog::new(calls.clone(), self.default_lease);
         let watchdog_task = watchdog::spawn(&watchdog);
+        // Who this client is, for operators, and its control channel (an
+        // operator's unlock is heard at once): before the first lock.
+        identity::record(&redis, &self.prefix, &identity, self.command_timeout).await;
+        let control = self.control(&identity, sharded, &watchdog);
+        control.subscribe(&subscriber, self.command_timeout).await;
+        let subscriber_task = crate::subscriber::spawn(
+            &subscriber,
+            &redis,
+            Arc::clone(&registry),
+            control,
+            self.command_timeout,
+        );
+        let identity_task =
+            identity::spawn_refresh(&redis, &self.prefix, identity.clone(), self.command_timeout);
         let eviction_task =
             eviction::spawn_watch(calls.redis(), self.on_evicting == OnEvictingServer::Refuse);
         opened.keep();
@@ -559,6 +604,7 @@ impl LockClientBuilder {
                 registry,
                 watchdog,
                 replicas: Replicas::new(builder, self.replica_connections, self.connect_timeout),
+                identity,
                 prefix: self.prefix,
                 default_lease: self.default_lease,
                 strategy: self.wait_strategy,
@@ -568,6 +614,7 @@ impl LockClientBuilder {
                     subscriber_task,
                     watchdog_task,
                     eviction_task,
+                    identity_task,
                     owns_redis,
                 },
                 closing: Closing::default(),
@@ -579,6 +626,26 @@ impl LockClientBuilder {
 }
 
 impl LockClientBuilder {
+    /// The client's control channel: `u:<token>` (an operator released that
+    /// hold) makes the watchdog check the hold now.
+    fn control(
+        &self,
+        identity: &Identity,
+        sharded: bool,
+        watchdog: &Arc<Watchdog>,
+    ) -> crate::subscriber::Control {
+        let watchdog = Arc::clone(watchdog);
+        crate::subscriber::Control {
+            channel: identity::control_channel(&self.prefix, &identity.id),
+            sharded,
+            on_message: Arc::new(move |message: &str| {
+                if let Some(token) = message.strip_prefix("u:") {
+                    watchdog.verify(token);
+                }
+            }),
+        }
+    }
+
     /// Read every primary's eviction setting (within the command timeout),
     /// warn about each server that may evict, and refuse with
     /// [`OnEvictingServer::Refuse`].

@@ -386,6 +386,13 @@ impl LockClient {
         crate::unlock::unlock(&self.inner, primitive, key, token).await
     }
 
+    /// This client's name, as set with
+    /// [`LockClientBuilder::name`](crate::LockClientBuilder::name) (default
+    /// `<host>:<pid>`): what operators see beside its holds.
+    pub fn name(&self) -> &str {
+        &self.inner.identity.name
+    }
+
     /// This client's id: how it appears in the queue of clients waiting for
     /// a lock (the queue field of the lock's value, see docs/design.md,
     /// "Redis names") and in hand-over messages.

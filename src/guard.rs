@@ -170,8 +170,10 @@ impl LockGuard {
         &self.key
     }
 
-    /// The token unique to this acquisition (a random UUID). The lock's Redis
-    /// value is `"<token>:<fencing token>"`.
+    /// The token unique to this acquisition: this client's id
+    /// ([`LockClient::client_id`](crate::LockClient::client_id)), `-`, and 16
+    /// random hex digits. The lock's Redis value starts `"<token>:<fencing
+    /// token>"`.
     pub fn token(&self) -> &str {
         &self.token
     }
@@ -768,9 +770,14 @@ pub(crate) fn release_in_background(
         return;
     };
     let background = inner.background.clone();
+    // Moved into the future, so dropped with it even if it never ran: when
+    // the runtime ends first (a `main` that returned without `shutdown()`),
+    // it says so; the lock stays.
+    let unfinished = Unfinished(names.lock.clone(), false);
     background.spawn_on(
         async move {
             let outcome = release(&inner, &names, &token, fence, permits).await;
+            unfinished.finished();
             match (&outcome, report) {
                 (Err(e), _) => tracing::warn!(key = %names.lock, error = %e,
                     "relaylock: background release failed; the lock stays held until its lease ends"),
@@ -786,6 +793,30 @@ pub(crate) fn release_in_background(
         },
         &handle,
     );
+}
+
+/// A background release's future, warning when it is dropped before it
+/// finished: the tokio runtime ended first, and the key stays held until
+/// its lease ends (found by a user whose `main` returned right after
+/// dropping a guard: no log line at any level, the key held 30 s).
+struct Unfinished(Str, bool);
+
+impl Unfinished {
+    fn finished(mut self) {
+        self.1 = true;
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.1 {
+            return;
+        }
+        tracing::warn!(
+            key = %self.0,
+            "relaylock: the runtime ended before this lock's release could run; it stays held until its lease ends (call LockClient::shutdown() before the runtime ends, or before main returns)"
+        );
+    }
 }
 
 /// A hold that is a [`LockGuard`] underneath: the lock's own guard, a
@@ -845,7 +876,8 @@ macro_rules! delegate_hold {
             self.guard.key()
         }
 
-        /// The token unique to this acquisition (a random UUID).
+        /// The token unique to this acquisition: the client's id, `-`, and
+        /// 16 random hex digits.
         pub fn token(&self) -> &str {
             self.guard.token()
         }

@@ -29,6 +29,8 @@ pub(crate) struct ClientInner {
     pub(crate) registry: Arc<Registry>,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) replicas: Arc<Replicas>,
+    /// Who this client is, for operators (`crate::identity`).
+    pub(crate) identity: crate::identity::Identity,
     pub(crate) prefix: String,
     pub(crate) default_lease: Duration,
     pub(crate) strategy: WaitStrategy,
@@ -53,6 +55,8 @@ pub(crate) struct Tasks {
     pub(crate) watchdog_task: JoinHandle<()>,
     /// Reads the eviction setting of every server connected to anew.
     pub(crate) eviction_task: JoinHandle<()>,
+    /// Writes this client's identity record again every 12 hours.
+    pub(crate) identity_task: JoinHandle<()>,
     /// The command connection was opened by relaylock (not passed in with
     /// `fred_client`), so relaylock closes it.
     pub(crate) owns_redis: bool,
@@ -146,6 +150,7 @@ impl ClientInner {
         self.tasks.subscriber_task.abort();
         self.tasks.watchdog_task.abort();
         self.tasks.eviction_task.abort();
+        self.tasks.identity_task.abort();
         let subscriber = self.tasks.subscriber.clone();
         let redis = self.tasks.owns_redis.then(|| self.calls.redis().clone());
         let pool = self.replicas.close();

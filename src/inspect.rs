@@ -10,7 +10,7 @@
 //! run may show half old, half new. Nothing here is used by the lock paths.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::interfaces::SortedSetsInterface;
 use fred::interfaces::{ClientLike, HashesInterface, KeysInterface, PubsubInterface};
@@ -43,6 +43,39 @@ impl std::fmt::Display for Primitive {
     }
 }
 
+/// Who a client is: its id, and the name and start it recorded
+/// ([`LockClientBuilder::name`](crate::LockClientBuilder::name)), which
+/// outlive its process by a day (so a holder killed with `kill -9` is still
+/// named). `name` and `started` are `None` when nothing is recorded (a
+/// client of an older relaylock, an ACL that refused the write, a record
+/// that expired).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Who {
+    /// The client's id ([`LockClient::client_id`](crate::LockClient::client_id)).
+    pub id: String,
+    /// Its name: by default `<host>:<pid>`.
+    pub name: Option<String>,
+    /// When it was built, by its own clock.
+    pub started: Option<SystemTime>,
+}
+
+impl std::fmt::Display for Who {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "{name} ({})", self.id),
+            None => f.write_str(&self.id),
+        }
+    }
+}
+
+/// The id of the client that made lock token `token` (a token starts with
+/// its client's id); `None` for a token of another form (a UUID, from a
+/// relaylock before client ids in tokens).
+pub fn client_of_token(token: &str) -> Option<&str> {
+    crate::token::client_of(token)
+}
+
 /// One hold: a lock's holder, a semaphore permit hold, a read or a write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -58,6 +91,13 @@ pub struct Holder {
     pub permits: u32,
     /// A read-write lock's write.
     pub writer: bool,
+    /// The client that holds it (from its token), when the token names one.
+    pub who: Option<Who>,
+    /// Since when it is held: when its fencing token was issued (fencing
+    /// tokens are the server's clock in microseconds when issued, raised
+    /// by at most a few µs to stay increasing). `None` for a fence that is
+    /// not a plausible time.
+    pub since: Option<SystemTime>,
 }
 
 /// A client's reservation: a release handed the lock (or permits) to it,
@@ -73,6 +113,8 @@ pub struct Reservation {
     pub remaining: Duration,
     /// Reserved for the client's writers (a read-write lock).
     pub writer: bool,
+    /// Who the client is.
+    pub who: Option<Who>,
 }
 
 /// A client in the queue of waiting clients.
@@ -94,6 +136,8 @@ pub struct Queued {
     /// commands, or a wait that outlived the record: the record lives the
     /// side retention after the client's last try).
     pub waiting: Option<Duration>,
+    /// Who the client is.
+    pub who: Option<Who>,
 }
 
 /// What relaylock keeps for one primitive under one name.
@@ -270,10 +314,72 @@ async fn read(
         }
         states.push(state);
     }
+    name_clients(redis, prefix, &mut states, limit).await?;
     Ok(Inspection {
         key: key.to_owned(),
         states,
     })
+}
+
+/// Fill in who each hold, reservation and queue entry belongs to: one
+/// `GET` of each client's record (`crate::identity`), once per client.
+async fn name_clients(
+    redis: &fred::clients::Client,
+    prefix: &str,
+    states: &mut [State],
+    limit: Option<Duration>,
+) -> Result<()> {
+    let mut known: HashMap<String, Option<Who>> = HashMap::new();
+    let mut ids: Vec<String> = Vec::new();
+    for s in states.iter() {
+        ids.extend(
+            s.holders
+                .iter()
+                .filter_map(|h| client_of_token(&h.token).map(str::to_owned)),
+        );
+        ids.extend(s.reservations.iter().map(|r| r.client.clone()));
+        ids.extend(s.queue.iter().map(|q| q.client.clone()));
+    }
+    for id in ids {
+        if known.contains_key(&id) {
+            continue;
+        }
+        let record: Option<String> =
+            run(limit, redis.get(crate::identity::key(prefix, &id))).await?;
+        let (started, name) = match record.as_deref().and_then(crate::identity::parse) {
+            Some((started, name)) => (Some(started), Some(name)),
+            None => (None, None),
+        };
+        let who = Who {
+            id: id.clone(),
+            name,
+            started,
+        };
+        known.insert(id, Some(who));
+    }
+    let who = |id: &str| known.get(id).cloned().flatten();
+    for s in states.iter_mut() {
+        for h in &mut s.holders {
+            h.who = client_of_token(&h.token).and_then(who);
+        }
+        for r in &mut s.reservations {
+            r.who = who(&r.client);
+        }
+        for q in &mut s.queue {
+            q.who = who(&q.client);
+        }
+    }
+    Ok(())
+}
+
+/// When fencing token `fence` was issued: it is the server's clock in µs
+/// then. A fence outside 2020 to 2200 is not taken for a time.
+fn issued(fence: u64) -> Option<SystemTime> {
+    const FROM: u64 = 1_577_836_800_000_000; // 2020-01-01
+    const TO: u64 = 7_258_118_400_000_000; // 2200-01-01
+    (FROM..TO)
+        .contains(&fence)
+        .then(|| UNIX_EPOCH + Duration::from_micros(fence))
 }
 
 fn server_ms(time: &[String]) -> Result<i64> {
@@ -324,6 +430,7 @@ fn parse_lock(value: &str, pttl: i64) -> State {
                     permits: 1,
                     remaining: left(remaining),
                     writer: false,
+                    who: None,
                 });
             }
         }
@@ -336,6 +443,8 @@ fn parse_lock(value: &str, pttl: i64) -> State {
             remaining: left(pttl),
             permits: 1,
             writer: false,
+            who: None,
+            since: issued(fencing_token),
         });
     }
     state.queue = queue
@@ -347,6 +456,7 @@ fn parse_lock(value: &str, pttl: i64) -> State {
             limit: None,
             writer: false,
             waiting: None,
+            who: None,
         })
         .collect();
     state
@@ -390,16 +500,20 @@ fn parse_counted(
                 permits,
                 remaining,
                 writer,
+                who: None,
             });
         } else {
             let (n, fence) = fact.split_once(':').unwrap_or(("0", "0"));
             let permits: u32 = n.parse().unwrap_or(0);
+            let fencing_token = fence.parse().unwrap_or(0);
             state.holders.push(Holder {
                 token: member.clone(),
-                fencing_token: fence.parse().unwrap_or(0),
+                fencing_token,
                 remaining,
                 permits,
                 writer: rw && permits == RW_WRITE,
+                who: None,
+                since: issued(fencing_token),
             });
         }
     }
@@ -413,6 +527,7 @@ fn parse_counted(
                 limit: (!rw).then(|| limit.parse().unwrap_or(0)),
                 writer,
                 waiting: None,
+                who: None,
             });
         }
     }

@@ -57,6 +57,7 @@ pub mod eviction;
 mod guard;
 mod handoff;
 mod holds;
+mod identity;
 mod inner;
 pub mod inspect;
 mod lease;

@@ -578,6 +578,11 @@ impl Registry {
         &self.client_id
     }
 
+    /// Whether this client uses sharded pub/sub (`SPUBLISH`, `SSUBSCRIBE`).
+    pub(crate) fn sharded(&self) -> bool {
+        self.sharded
+    }
+
     /// This client's id in the queue of a primitive of `kind`: a read-write
     /// lock's writers queue as `<id>.w`, apart from its readers (`<id>`), so
     /// each role keeps its own place and its own wake-ups.

@@ -1569,10 +1569,10 @@ impl Names {
     /// new token ([`crate::token`]) for one lock call, in one buffer: two
     /// allocations (the buffer, and the header that shares it) instead of
     /// four.
-    pub(crate) fn for_call(prefix: &str, key: &str, kind: Kind) -> (Self, Str) {
+    pub(crate) fn for_call(prefix: &str, key: &str, kind: Kind, client: &str) -> (Self, Str) {
         let mut buf = String::with_capacity(Self::written_len(prefix, key) + crate::token::LEN);
         let (lock_len, channel_len) = Self::write(&mut buf, prefix, key, kind);
-        crate::token::push(&mut buf);
+        crate::token::push(&mut buf, client);
         let buf = Str::from(buf);
         let token = buf.slice(channel_len..);
         (Self::in_buffer(&buf, lock_len, channel_len, kind), token)
@@ -1671,11 +1671,10 @@ mod tests {
             (Kind::Mutex, ""),
         ] {
             let built = Names::build("relaylock", key, kind);
-            let (names, token) = Names::for_call("relaylock", key, kind);
+            let (names, token) = Names::for_call("relaylock", key, kind, "0123456789abcdef");
             assert_eq!(names, built, "{kind:?} {key}");
             assert_eq!(token.len(), crate::token::LEN);
-            let uuid = uuid::Uuid::parse_str(&token).unwrap();
-            assert_eq!(uuid.get_version_num(), 4);
+            assert_eq!(crate::token::client_of(&token), Some("0123456789abcdef"));
             let k = names.key_in(key);
             assert_eq!(k, key, "{kind:?}");
             // A slice of the value's name, not a copy.
@@ -1685,8 +1684,8 @@ mod tests {
                 "{kind:?} {key}"
             );
         }
-        let (_, a) = Names::for_call("p", "k", Kind::Mutex);
-        let (_, b) = Names::for_call("p", "k", Kind::Mutex);
+        let (_, a) = Names::for_call("p", "k", Kind::Mutex, "0123456789abcdef");
+        let (_, b) = Names::for_call("p", "k", Kind::Mutex, "0123456789abcdef");
         assert_ne!(a, b);
         // Asked for another key (never done), it still answers that key.
         assert_eq!(Names::new("p", "k").key_in("other"), "other");

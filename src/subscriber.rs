@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::{ClientLike, ClusterInterface, EventInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInterface};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
@@ -42,6 +42,7 @@ pub(crate) fn spawn(
     subscriber: &SubscriberClient,
     commands: &Client,
     registry: Arc<Registry>,
+    control: Control,
     command_timeout: Duration,
 ) -> JoinHandle<()> {
     let (subscriber, commands) = (subscriber.clone(), commands.clone());
@@ -50,10 +51,39 @@ pub(crate) fn spawn(
             &subscriber,
             &commands,
             Arc::clone(&registry),
+            control.clone(),
             command_timeout,
             panics > 0,
         )
     })
+}
+
+/// The client's control channel (`crate::identity`) and what to do with
+/// its messages. Subscribed outside the registry: no waiter depends on it,
+/// so a plain (S)SUBSCRIBE, repeated after every reconnect, is enough; a
+/// message it misses costs only the old bound (the next renewal).
+#[derive(Clone)]
+pub(crate) struct Control {
+    pub(crate) channel: String,
+    pub(crate) sharded: bool,
+    pub(crate) on_message: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+impl Control {
+    /// (S)SUBSCRIBE the channel, within `limit`; a failure (an ACL without
+    /// the channel) is logged at debug level.
+    pub(crate) async fn subscribe(&self, subscriber: &SubscriberClient, limit: Duration) {
+        let channel = self.channel.as_str();
+        let done = if self.sharded {
+            crate::error::with_timeout(limit, subscriber.ssubscribe(channel)).await
+        } else {
+            crate::error::with_timeout(limit, subscriber.subscribe(channel)).await
+        };
+        if let Err(e) = done {
+            tracing::debug!(error = %crate::error::readable(&e), %channel,
+                "relaylock: could not subscribe the control channel; an operator's unlock is noticed at the next renewal");
+        }
+    }
 }
 
 /// One run of the subscriber task. Its streams are taken before it returns
@@ -64,6 +94,7 @@ fn run(
     subscriber: &SubscriberClient,
     commands: &Client,
     registry: Arc<Registry>,
+    control: Control,
     command_timeout: Duration,
     restarted: bool,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
@@ -83,6 +114,7 @@ fn run(
     async move {
         if restarted {
             registry.resubscribe_all().await;
+            control.subscribe(&subscriber, command_timeout).await;
         }
         let mut beats = tokio::time::interval(heartbeat);
         beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -94,8 +126,12 @@ fn run(
                     Ok(server) => {
                         tracing::info!(%server, "relaylock: subscriber reconnected; resubscribing and waking every waiter");
                         registry.resubscribe_all().await;
+                        control.subscribe(&subscriber, command_timeout).await;
                     }
-                    Err(RecvError::Lagged(_)) => registry.resubscribe_all().await,
+                    Err(RecvError::Lagged(_)) => {
+                        registry.resubscribe_all().await;
+                        control.subscribe(&subscriber, command_timeout).await;
+                    }
                     Err(RecvError::Closed) => break,
                 },
                 // Slots moved (migration, failover): sharded subscriptions
@@ -110,7 +146,11 @@ fn run(
                     Ok(message) => {
                         tracing::trace!(target: "relaylock::hop", hop = "message_received");
                         let payload = message.value.as_str().unwrap_or_default();
-                        registry.on_message(&message.channel, &payload);
+                        if *message.channel == *control.channel {
+                            (control.on_message)(&payload);
+                        } else {
+                            registry.on_message(&message.channel, &payload);
+                        }
                     }
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "relaylock: release messages were dropped (subscriber lagged); waking every waiter");

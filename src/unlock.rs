@@ -83,7 +83,48 @@ pub(crate) async fn unlock(
         }
     };
     Ok(match released {
-        Released::Freed | Released::HandedOver | Released::Granted(_) => Some(hold),
+        Released::Freed | Released::HandedOver | Released::Granted(_) => {
+            tell_holder(inner, token).await;
+            Some(hold)
+        }
         Released::Already | Released::NotOurs => None,
     })
+}
+
+/// Tell the client that held `token` (its id starts the token) on its
+/// control channel, so that it checks that hold now and its `lost()` fires
+/// within a few round trips, not at its next renewal (a third of its
+/// lease). Best effort, within the command timeout: a client that does not
+/// hear it (an older relaylock, a token of another form, a connection
+/// down) learns at its next renewal or release, as before.
+async fn tell_holder(inner: &ClientInner, token: &str) {
+    use fred::interfaces::PubsubInterface;
+    let Some(client) = crate::token::client_of(token) else {
+        return;
+    };
+    let channel = crate::identity::control_channel(&inner.prefix, client);
+    let message = format!("u:{token}");
+    let redis = inner.calls.redis();
+    let sent = if inner.registry.sharded() {
+        crate::error::with_timeout(
+            inner.command_timeout,
+            redis.spublish::<i64, _, _>(channel, message),
+        )
+        .await
+    } else {
+        crate::error::with_timeout(
+            inner.command_timeout,
+            redis.publish::<i64, _, _>(channel, message),
+        )
+        .await
+    };
+    match sent {
+        Ok(0) => {
+            tracing::debug!(%token, "relaylock: the holder's client does not listen (gone, or an older relaylock)")
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::debug!(error = %crate::error::readable(&e), "relaylock: could not tell the holder's client")
+        }
+    }
 }

@@ -168,6 +168,46 @@ impl Watchdog {
         }
     }
 
+    /// An operator released the hold of `token` (its control channel said
+    /// so): check it now, without changing its lease (a grow-only renewal
+    /// to 1 ms never shortens one), and fire its signal if it is gone or
+    /// held by another token. Anyone who may publish on the channel can ask
+    /// for this check; only Redis's answer marks a hold lost.
+    pub(crate) fn verify(self: &Arc<Self>, token: &str) {
+        let found: Vec<(u64, Str, Kind, Str)> = {
+            let holds = self.holds.state();
+            holds
+                .live
+                .iter()
+                .filter(|(_, h)| &*h.token == token)
+                .map(|(id, h)| (*id, h.names.lock.clone(), h.names.kind, h.token.clone()))
+                .collect()
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for (id, lock, kind, token) in found {
+            let dog = Arc::clone(self);
+            handle.spawn(async move {
+                let check = [RenewItem {
+                    lock: &lock,
+                    kind,
+                    token: &token,
+                    lease_ms: 1,
+                }];
+                if let Ok(codes) = dog.calls.renew(&check).await {
+                    if let [0 | -1] = codes[..] {
+                        let mut holds = dog.holds.state();
+                        if let Some(h) = holds.live.get_mut(&id) {
+                            m::renewal(h.name.as_ref(), h.names.kind, Renewal::Lost);
+                            give_up(h, "an operator released it");
+                        }
+                    }
+                }
+            });
+        }
+    }
+
     /// A lease changed outside the task (`extend`): plan again.
     pub(crate) fn replan(&self) {
         self.wake.notify_one();

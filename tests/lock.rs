@@ -471,7 +471,7 @@ async fn no_subscription_outlives_its_waiters() {
     }
     assert!(
         eventually(Duration::from_secs(5), || async {
-            support::channels(&admin, "relaylock:*").await.len() == 2
+            support::channels(&admin, "relaylock:3:{*").await.len() == 2
         })
         .await
     );
@@ -482,13 +482,13 @@ async fn no_subscription_outlives_its_waiters() {
         t.await.unwrap();
     }
     let clean = eventually(Duration::from_secs(5), || async {
-        support::channels(&admin, "relaylock:*").await.is_empty()
+        support::channels(&admin, "relaylock:3:{*").await.is_empty()
     })
     .await;
     assert!(
         clean,
         "left subscribed: {:?}",
-        support::channels(&admin, "relaylock:*").await
+        support::channels(&admin, "relaylock:3:{*").await
     );
     assert_eq!(
         support::numsub(&admin, &format!("{}:ch", lock.redis_key("a"))).await,
@@ -496,8 +496,9 @@ async fn no_subscription_outlives_its_waiters() {
     );
     // What stays behind is the two locks' tombstones (free, nobody queued),
     // each with a TTL, and their queue-times records (scripts::QUEUE_TIMES),
-    // which expire within the same retention.
-    let mut left = support::keys(&admin, "relaylock:*").await;
+    // which expire within the same retention (beside the client's own
+    // record, `relaylock:3:client:<id>`, for operators).
+    let mut left = support::keys(&admin, "relaylock:3:{*").await;
     left.sort();
     let times = |k: &str| format!("{}{}", lock.redis_key(k), relaylock::__scripts::QUEUE_TIMES);
     assert_eq!(
@@ -1237,7 +1238,8 @@ async fn a_reconnect_resubscribes_every_channel_in_one_round_trip() {
         delta(&before, &after, "ping"),
     );
     println!("resubscription of {KEYS} channels: {subscribes} SUBSCRIBE, {pings} PING");
-    assert_eq!(subscribes, KEYS as u64);
+    // And each of the two clients' control channel (an operator's unlock).
+    assert_eq!(subscribes, KEYS as u64 + 2);
     // One PING confirms them all; fred sends one when it connects, and a
     // heartbeat may add one. One per channel would be 20 more.
     assert!(pings <= 3, "{pings} PINGs for {KEYS} channels");

@@ -164,7 +164,8 @@ async fn a_waiter_storm_leaves_nothing_behind() {
     }
     let left = started.elapsed();
     // Every subscription goes (after the 50 ms linger), and every queue entry.
-    let pattern = format!("{prefix}:*");
+    // (Each client's control channel stays while it lives.)
+    let pattern = format!("{prefix}:3:{{*");
     let unsubscribed = eventually(Duration::from_secs(3), || async {
         channels(&admin, &pattern).await.is_empty()
     })

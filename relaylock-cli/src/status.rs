@@ -5,7 +5,8 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::io::IsTerminal;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use fred::clients::Client;
@@ -14,7 +15,7 @@ use fred::types::config::Config;
 use fred::types::scan::ScanType;
 use fred::types::{Builder, Key};
 use futures::StreamExt;
-use relaylock::inspect::{Inspection, Primitive, State};
+use relaylock::inspect::{Inspection, Primitive, State, Who};
 use relaylock::Error;
 use serde_json::{json, Value};
 
@@ -50,7 +51,8 @@ pub struct StatusArgs {
     /// Refresh once a second until interrupted.
     #[arg(long)]
     pub watch: bool,
-    /// With no KEY: at most this many names from the SCAN of the prefix.
+    /// With no KEY: list at most this many names (every name is looked at;
+    /// the output says how many more there are).
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
     /// Lock, semaphore or read-write lock names; none: SCAN the prefix.
@@ -68,8 +70,9 @@ pub async fn run(args: StatusArgs) -> u8 {
     loop {
         match report(&client, &args).await {
             Ok(text) => {
-                if args.watch && !args.json {
-                    // Clear the screen and go home, as watch(1) does.
+                if args.watch && !args.json && std::io::stdout().is_terminal() {
+                    // Clear the screen and go home, as watch(1) does (not
+                    // into a pipe or a file).
                     print!("\x1b[2J\x1b[H");
                 }
                 println!("{text}");
@@ -125,29 +128,31 @@ fn fail(url: &str, e: &Error) -> u8 {
 }
 
 async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
-    let (keys, truncated) = if args.keys.is_empty() {
-        scan(client, &args.prefix, args.limit).await?
+    // Every name: the scan runs to its end (a partial scan would miss
+    // holds: issue 36), and `--limit` bounds what is listed, not what is
+    // looked at.
+    let keys = if args.keys.is_empty() {
+        scan(client, &args.prefix).await?
     } else {
-        (args.keys.clone(), false)
+        args.keys.clone()
     };
     // Whether the servers may evict relaylock's values: the same check
     // and warning as the library's `build()`, above the table.
     let memory = relaylock::eviction::read_all(client).await;
-    let mut found = Vec::with_capacity(keys.len());
-    for key in &keys {
-        let mut i = relaylock::inspect::inspect(client, &args.prefix, key).await?;
-        if args.held {
-            i.states.retain(held);
-            if i.states.is_empty() {
-                continue;
-            }
-        }
-        found.push(i);
+    let mut found = inspect_all(client, &args.prefix, &keys, args.held).await?;
+    // Names given on the command line are all listed; a scan's, up to the
+    // limit.
+    let matched = found.len();
+    if args.keys.is_empty() {
+        found.truncate(args.limit);
     }
+    let left_out = matched - found.len();
     Ok(if args.json {
         json!({
             "prefix": args.prefix,
-            "truncated": truncated,
+            "truncated": left_out > 0,
+            "names": keys.len(),
+            "matched": matched,
             "servers": memory.iter().map(memory_json).collect::<Vec<_>>(),
             "keys": found.iter().map(inspection_json).collect::<Vec<_>>(),
         })
@@ -157,23 +162,63 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
         for warning in memory.iter().filter_map(|m| m.warning()) {
             let _ = writeln!(out, "warning: {warning}");
         }
-        if found.is_empty() && args.held {
-            let _ = writeln!(out, "nothing held under {}:", args.prefix);
-        } else if found.is_empty() {
-            let _ = writeln!(out, "no relaylock names under {}:", args.prefix);
+        match (found.is_empty(), args.held, args.keys.as_slice()) {
+            (true, true, []) => {
+                let _ = writeln!(
+                    out,
+                    "nothing held under {}: (all {} names looked at)",
+                    args.prefix,
+                    keys.len()
+                );
+            }
+            (true, true, given) => {
+                let _ = writeln!(out, "nothing held: {}", given.join(", "));
+            }
+            (true, false, _) => {
+                let _ = writeln!(out, "no relaylock names under {}:", args.prefix);
+            }
+            _ => {}
         }
         for i in &found {
             out.push_str(&inspection_text(i));
         }
-        if truncated {
+        if left_out > 0 {
+            let what = if args.held { "held names" } else { "names" };
             let _ = writeln!(
                 out,
-                "(the first {} names of the SCAN; --limit shows more)",
-                args.limit
+                "({left_out} more {what} not listed, of {matched}; --limit {matched} lists them)",
             );
         }
         out.trim_end().to_owned()
     })
+}
+
+/// Inspect every name (32 at a time), in the scan's order; with `held`,
+/// only those with a holder, a reservation or a foreign value, each with
+/// only its held states.
+async fn inspect_all(
+    client: &Client,
+    prefix: &str,
+    keys: &[String],
+    held_only: bool,
+) -> Result<Vec<Inspection>, Error> {
+    let inspections: Vec<Result<Inspection, Error>> = futures::stream::iter(keys)
+        .map(|key| relaylock::inspect::inspect(client, prefix, key))
+        .buffered(32)
+        .collect()
+        .await;
+    let mut found = Vec::with_capacity(inspections.len());
+    for i in inspections {
+        let mut i = i?;
+        if held_only {
+            i.states.retain(held);
+            if i.states.is_empty() {
+                continue;
+            }
+        }
+        found.push(i);
+    }
+    Ok(found)
 }
 
 /// One server's eviction setting, for `--json`: `may_evict` is `null`
@@ -204,10 +249,10 @@ fn held(s: &State) -> bool {
     s.foreign || !s.holders.is_empty() || !s.reservations.is_empty()
 }
 
-/// The user-facing names under the client's prefix: a `SCAN` of the
+/// The user-facing names under the client's prefix, sorted: a `SCAN` of the
 /// protocol's values (`<prefix>:3:{k}`, `...:sem`, `...:rw`), every primary
-/// of a cluster, stopped after `limit` names. Also says whether it stopped.
-async fn scan(redis: &Client, prefix: &str, limit: usize) -> Result<(Vec<String>, bool), Error> {
+/// of a cluster, to its end.
+async fn scan(redis: &Client, prefix: &str) -> Result<Vec<String>, Error> {
     let head = format!("{prefix}:{}:{{", relaylock::PROTOCOL);
     let pattern = format!("{}*", glob_escape(&head));
     let mut stream = if redis.is_clustered() {
@@ -225,13 +270,9 @@ async fn scan(redis: &Client, prefix: &str, limit: usize) -> Result<(Vec<String>
         let Some(key) = key.as_str() else { continue };
         if let Some(name) = user_key(key, &head) {
             names.insert(name.to_owned());
-            if names.len() > limit {
-                break;
-            }
         }
     }
-    let truncated = names.len() > limit;
-    Ok((names.into_iter().take(limit).collect(), truncated))
+    Ok(names.into_iter().collect())
 }
 
 /// The name `k` of a value `<head>k}`, `<head>k}:sem` or `<head>k}:rw`
@@ -288,17 +329,21 @@ fn state_json(s: &State) -> Value {
             "token": h.token,
             "fencing_token": h.fencing_token,
             "remaining_ms": ms(h.remaining),
+            "held_ms": h.since.and_then(ago).map(ms),
             "permits": h.permits,
             "writer": h.writer,
+            "client": who_json(h.who.as_ref()),
         })).collect::<Vec<_>>(),
         "reservations": s.reservations.iter().map(|r| json!({
             "client": r.client,
+            "client_name": r.who.as_ref().and_then(|w| w.name.clone()),
             "permits": r.permits,
             "remaining_ms": ms(r.remaining),
             "writer": r.writer,
         })).collect::<Vec<_>>(),
         "queue": s.queue.iter().map(|q| json!({
             "client": q.client,
+            "client_name": q.who.as_ref().and_then(|w| w.name.clone()),
             "permits": q.permits,
             "limit": q.limit,
             "writer": q.writer,
@@ -308,6 +353,41 @@ fn state_json(s: &State) -> Value {
         "used": s.used,
         "subscribers": s.subscribers.iter().map(|(c, n)| json!({"channel": c, "subscribers": n})).collect::<Vec<_>>(),
     })
+}
+
+/// How long ago `t` was, by this machine's clock (`None` for a time ahead
+/// of it).
+fn ago(t: SystemTime) -> Option<Duration> {
+    SystemTime::now().duration_since(t).ok()
+}
+
+/// A holder's client for `--json`: its id, name and start (ms since the
+/// epoch), `null` for a token that names no client.
+fn who_json(who: Option<&Who>) -> Value {
+    match who {
+        None => Value::Null,
+        Some(w) => json!({
+            "id": w.id,
+            "name": w.name,
+            "started_ms": w.started.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map(ms),
+        }),
+    }
+}
+
+/// A client for people: `name (id, up 2.0 h)`, or its id alone when it
+/// recorded no name.
+fn who_text(who: Option<&Who>, id: &str) -> String {
+    match who {
+        Some(Who {
+            name: Some(name),
+            started,
+            ..
+        }) => match started.and_then(ago) {
+            Some(up) => format!("{name} ({id}, up {})", human(up)),
+            None => format!("{name} ({id})"),
+        },
+        _ => id.to_owned(),
+    }
 }
 
 fn inspection_text(i: &Inspection) -> String {
@@ -341,9 +421,17 @@ fn inspection_text(i: &Inspection) -> String {
                 (Primitive::Semaphore, _) => format!("{} permit(s)", h.permits),
                 _ => "held".to_owned(),
             };
+            let by = match (&h.who, relaylock::inspect::client_of_token(&h.token)) {
+                (who, Some(id)) => format!(" by {}", who_text(who.as_ref(), id)),
+                (_, None) => String::new(),
+            };
+            let held = h
+                .since
+                .and_then(ago)
+                .map_or(String::new(), |d| format!(" for {}", human(d)));
             let _ = writeln!(
                 out,
-                "  {what}: token {}, fencing token {}, {} left",
+                "  {what}{by}{held}: token {}, fencing token {}, {} left",
                 h.token,
                 h.fencing_token,
                 human(h.remaining)
@@ -358,7 +446,7 @@ fn inspection_text(i: &Inspection) -> String {
             let _ = writeln!(
                 out,
                 "  reserved for client {}{}{permits}, {} left to take it",
-                r.client,
+                who_text(r.who.as_ref(), &r.client),
                 if r.writer { " (its writers)" } else { "" },
                 human(r.remaining)
             );
@@ -383,7 +471,12 @@ fn inspection_text(i: &Inspection) -> String {
             let waiting = q.waiting.map_or("waiting: not recorded".to_owned(), |w| {
                 format!("waiting {}", human(w))
             });
-            let _ = writeln!(out, "    {}. client {}{role}, {waiting}", n + 1, q.client);
+            let _ = writeln!(
+                out,
+                "    {}. client {}{role}, {waiting}",
+                n + 1,
+                who_text(q.who.as_ref(), &q.client)
+            );
         }
         for (channel, n) in &s.subscribers {
             let _ = writeln!(out, "  subscribers of {channel}: {n}");

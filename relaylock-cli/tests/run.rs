@@ -503,3 +503,54 @@ fn a_signal_while_waiting_leaves_nothing_behind() {
     );
     holder.stop();
 }
+
+/// An operator's unlock stops the command at once (issue 36): `run` hears
+/// it on its client's control channel, its lock is lost within a few round
+/// trips (not at its next renewal, a third of its 60 s lease), the command
+/// gets SIGTERM, and `run` exits 76. Before, the command ran on to its end
+/// and `run` exited 76 after it.
+#[test]
+fn an_unlock_stops_the_command_at_once() {
+    let server = RedisServer::start();
+    let pid_file = temp_file("unlocked-pid");
+    let term = temp_file("unlocked-term");
+    let script = format!(
+        "trap 'echo term >> {t}; exit 143' TERM; echo $$ > {p}; while true; do sleep 0.05; done",
+        t = term.display(),
+        p = pid_file.display()
+    );
+    let mut victim = run(&server, &["--lease", "60s"], "unlocked", &script)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let command = read_pid(&pid_file);
+    let value = redis_cli(&server, &["GET", &lock_key("unlocked")]);
+    let token = value.split(':').next().unwrap().to_owned();
+    let out = relaylock()
+        .args([
+            "unlock",
+            "--url",
+            &server.url(),
+            "unlocked",
+            "--token",
+            &token,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unlocked = Instant::now();
+    let status = wait_child(&mut victim, Duration::from_secs(10));
+    let stopped = unlocked.elapsed();
+    println!("unlocked (lease 60 s): command stopped, run exited 76 after {stopped:?}");
+    assert_eq!(status.code(), Some(76));
+    assert!(!alive(command), "the command outlived the unlock");
+    assert!(
+        std::fs::read_to_string(&term).is_ok_and(|t| t.contains("term")),
+        "the command never got SIGTERM"
+    );
+    assert!(stopped < Duration::from_secs(2), "{stopped:?}");
+}

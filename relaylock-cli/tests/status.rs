@@ -124,8 +124,13 @@ async fn a_contended_lock_is_reported_as_it_is() {
         text.contains(&format!("fencing token {}", g.fencing_token())),
         "{text}"
     );
+    // Each client by its name (default `<host>:<pid>`) and id.
     assert!(
-        text.contains(&format!("1. client {}", b.client_id())),
+        text.contains(&format!("1. client {} ({}, up ", b.name(), b.client_id())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("held by {} ({}, up ", a.name(), a.client_id())),
         "{text}"
     );
 
@@ -426,4 +431,74 @@ async fn an_evicting_server_is_warned_about_above_the_table() {
     assert!(!out.contains("warning"), "{out}");
     let doc = status_json(&safe.url(), &[]).await;
     assert_eq!(doc["servers"][0]["may_evict"], false);
+}
+
+/// Issue 36: `--held` looks at every name, not the first 100 of the scan.
+/// With 1,000 free names (tombstones) and 5 held locks, it lists exactly
+/// the 5 (before: 2 of them, then "(the first 100 names of the SCAN ...)",
+/// or "nothing held"); without `--held`, `--limit` bounds what is listed
+/// and says how many more there are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_looks_at_every_name() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let pipeline = admin.pipeline();
+    for i in 0..1000 {
+        let _: () = pipeline
+            .set(
+                format!("relaylock:3:{{free{i:04}}}"),
+                format!("-{}|||", 1_000_000 + i),
+                Some(Expiration::PX(120_000)),
+                None,
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    let _: Vec<Value> = pipeline.all().await.unwrap();
+    let a = support::client(&server.url()).await;
+    let mut guards = Vec::new();
+    for i in [3, 250, 501, 777, 999] {
+        guards.push(a.lock(&format!("held{i:04}")).await.unwrap());
+    }
+    let doc = status_json(&server.url(), &["--held"]).await;
+    let mut keys: Vec<&str> = doc["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["held0003", "held0250", "held0501", "held0777", "held0999"]
+    );
+    assert_eq!(doc["names"], 1005);
+    assert_eq!(doc["truncated"], false);
+    let (code, out, _) = status(&server.url(), &["--held"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("held0")).count(),
+        5,
+        "{out}"
+    );
+    assert!(!out.contains("more"), "{out}");
+
+    // Without --held: 100 listed, the rest counted.
+    let (_, out, _) = status(&server.url(), &[]).await;
+    assert!(
+        out.contains("(905 more names not listed, of 1005; --limit 1005 lists them)"),
+        "{}",
+        out.lines().last().unwrap_or_default()
+    );
+    // Nothing held: said only once every name was looked at.
+    drop(guards);
+    a.shutdown().await.unwrap();
+    let (_, out, _) = status(&server.url(), &["--held"]).await;
+    assert_eq!(
+        out.trim(),
+        "nothing held under relaylock: (all 1005 names looked at)"
+    );
+    let (_, out, _) = status(&server.url(), &["--held", "held0003"]).await;
+    assert_eq!(out.trim(), "nothing held: held0003");
 }

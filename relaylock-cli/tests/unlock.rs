@@ -118,26 +118,45 @@ async fn a_stuck_lock_is_released_by_its_token_and_the_waiter_wakes_with_a_great
     a.shutdown().await.unwrap();
 }
 
-/// A holder that still runs finds its lock lost: its watchdog's next
-/// renewal fails and `lost()` fires.
+/// A holder that still runs finds its lock lost at once (issue 36): the
+/// unlock tells its client on the client's control channel, and its
+/// `lost()` fires within a few round trips, not at its next renewal (a
+/// third of its 60 s lease: 20 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_holder_of_a_released_lock_finds_it_lost() {
     let server = RedisServer::start();
     let url = server.url();
-    let a = LockClient::connect(&url).await.unwrap();
-    let guard = a
-        .lock_with(
-            "report",
-            LockOptions::default().lease(Duration::from_secs(3)),
-        )
+    let a = LockClient::builder()
+        .url(&url)
+        .default_lease(Duration::from_secs(60))
+        .build()
         .await
         .unwrap();
+    let guard = a.lock("report").await.unwrap();
     let (code, out, err) = cli(&url, &["unlock", "report", "--token", guard.token()]).await;
     assert_eq!(code, 0, "{out}{err}");
+    let unlocked = Instant::now();
     tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
-        .expect("the holder never learned its lock was released");
+        .expect("the holder did not learn at once that its lock was released");
+    let heard = unlocked.elapsed();
+    println!("the holder's lost() fired {heard:?} after `relaylock unlock` returned");
+    assert!(heard < Duration::from_secs(1), "{heard:?}");
     assert!(!guard.is_held());
+    // The library's unlock does the same, for a semaphore permit too.
+    let p = a.semaphore("jobs", 2).unwrap().acquire().await.unwrap();
+    let unlocked = Instant::now();
+    a.unlock(Primitive::Semaphore, "jobs", p.token())
+        .await
+        .unwrap()
+        .expect("held");
+    tokio::time::timeout(Duration::from_secs(5), p.lost())
+        .await
+        .expect("the permit's holder did not learn at once");
+    println!(
+        "a permit's lost() fired {:?} after unlock()",
+        unlocked.elapsed()
+    );
     a.shutdown().await.unwrap();
 }
 
