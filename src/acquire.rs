@@ -132,6 +132,18 @@ pub(crate) enum Shape {
     Write,
 }
 
+impl Shape {
+    /// The primitive, as the spans name it.
+    fn primitive(self) -> &'static str {
+        match self {
+            Shape::Mutex => "mutex",
+            Shape::Semaphore { .. } => "semaphore",
+            Shape::Read => "read",
+            Shape::Write => "write",
+        }
+    }
+}
+
 pub(crate) async fn lock(
     inner: &Arc<ClientInner>,
     key: &str,
@@ -142,13 +154,49 @@ pub(crate) async fn lock(
     // this call to wind down. Taken before the call, so it is let go after
     // the call's own drop spawned whatever it releases.
     let _busy = inner.background.token();
+    // One span per lock call, a child of the caller's (a request's span
+    // holds it): the key, the metrics name, and once known the fencing
+    // token and the outcome. Nothing is made when no subscriber listens.
+    let span = tracing::info_span!(
+        "relaylock.lock",
+        key,
+        primitive = shape.primitive(),
+        name = options.name.as_deref(),
+        fence = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
     let call = LockCall::new(inner, key, options, shape)?;
-    let outcome = tokio::select! {
-        biased;
-        _ = inner.closing.cancelled() => Err(Error::Shutdown),
-        outcome = call.wait(options) => outcome,
-    };
+    let outcome = tracing::Instrument::instrument(
+        async {
+            tokio::select! {
+                biased;
+                _ = inner.closing.cancelled() => Err(Error::Shutdown),
+                outcome = call.wait(options) => outcome,
+            }
+        },
+        span.clone(),
+    )
+    .await;
+    record_outcome(&span, &outcome);
     outcome.and_then(|(fence, sent)| call.into_guard(fence, sent))
+}
+
+/// A lock call's outcome, in its span.
+fn record_outcome(span: &tracing::Span, outcome: &Result<(u64, Instant)>) {
+    if span.is_disabled() {
+        return;
+    }
+    let what = match outcome {
+        Ok((fence, _)) => {
+            span.record("fence", fence);
+            "acquired"
+        }
+        Err(Error::Timeout { .. }) => "timeout",
+        Err(Error::Unavailable { .. }) => "unavailable",
+        Err(Error::Shutdown) => "shutdown",
+        Err(_) => "error",
+    };
+    span.record("outcome", what);
 }
 
 impl LockCall<'_> {

@@ -79,6 +79,10 @@ pub struct LockGuard {
     /// Its id in the client's holds (see `crate::holds`), which the
     /// watchdog shares.
     hold: u64,
+    /// The hold's span (`relaylock.hold`: key, fence, token), a child of
+    /// the lock call's caller's span, open while the guard lives; its
+    /// release and extends run in it.
+    span: tracing::Span,
 }
 
 /// What an acquisition hands to [`LockGuard::new`].
@@ -148,7 +152,15 @@ impl LockGuard {
         if a.renew {
             let _ = watched.set(());
         }
+        let span = tracing::info_span!(
+            "relaylock.hold",
+            key = &*a.key,
+            fence = a.fence,
+            token = &*a.token,
+            outcome = tracing::field::Empty,
+        );
         Ok(LockGuard {
+            span,
             inner,
             key: a.key,
             names: a.names,
@@ -370,7 +382,19 @@ impl LockGuard {
         // (which releases in the background if this future is dropped).
         let _busy = self.inner.background.token();
         let mut this = self;
-        this.release_now().await
+        let span = this.span.clone();
+        let outcome = tracing::Instrument::instrument(this.release_now(), span.clone()).await;
+        if !span.is_disabled() {
+            span.record(
+                "outcome",
+                match &outcome {
+                    Ok(()) => "released",
+                    Err(Error::LockLost { .. }) => "lost",
+                    Err(_) => "error",
+                },
+            );
+        }
+        outcome
     }
 
     /// The body of [`release`](Self::release).

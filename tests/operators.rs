@@ -131,3 +131,117 @@ fn a_runtime_that_ends_before_a_release_warns() {
     });
     assert!(held);
 }
+
+/// What spans were made: name, parent's name, and every field recorded.
+#[derive(Default, Clone)]
+struct Spans(std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>);
+
+struct Fields<'a>(&'a mut String);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        let _ = write!(self.0, "{}={:?} ", field.name(), value);
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Spans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let span = ctx.span(id).unwrap();
+        let parent = span
+            .parent()
+            .map(|p| p.name().to_owned())
+            .unwrap_or_default();
+        let mut fields = String::new();
+        attrs.record(&mut Fields(&mut fields));
+        self.0
+            .lock()
+            .unwrap()
+            .push((span.name().to_owned(), parent, fields));
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let name = ctx.span(id).unwrap().name().to_owned();
+        let mut spans = self.0.lock().unwrap();
+        if let Some(s) = spans.iter_mut().rev().find(|s| s.0 == name) {
+            values.record(&mut Fields(&mut s.2));
+        }
+    }
+}
+
+/// A lock call and the hold it makes are spans that the caller's span
+/// (a request's) parents, with the key, the metrics name, the fence and
+/// the outcome.
+#[test]
+fn lock_calls_and_holds_are_spans_of_the_callers_span() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let server = RedisServer::start();
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let fence = tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            let client = support::preset(&server.url()).build().await.unwrap();
+            let request = tracing::info_span!("request");
+            let fence = tracing::Instrument::instrument(
+                async {
+                    let g = client
+                        .lock_with("orders:42", LockOptions::default().name("orders"))
+                        .await
+                        .unwrap();
+                    let fence = g.fencing_token();
+                    g.release().await.unwrap();
+                    let busy = client.lock("orders:43").await.unwrap();
+                    let r = client
+                        .lock_with(
+                            "orders:43",
+                            LockOptions::default().wait(Duration::from_millis(50)),
+                        )
+                        .await;
+                    assert!(r.is_err());
+                    busy.release().await.unwrap();
+                    fence
+                },
+                request,
+            )
+            .await;
+            client.shutdown().await.unwrap();
+            fence
+        })
+    });
+    let spans = spans.0.lock().unwrap().clone();
+    let find = |name: &str, has: &str| {
+        spans
+            .iter()
+            .find(|s| s.0 == name && s.2.contains(has))
+            .unwrap_or_else(|| panic!("no {name} with {has}: {spans:?}"))
+            .clone()
+    };
+    let lock = find("relaylock.lock", "key=\"orders:42\"");
+    assert_eq!(lock.1, "request");
+    assert!(lock.2.contains("name=\"orders\""), "{lock:?}");
+    assert!(lock.2.contains(&format!("fence={fence}")), "{lock:?}");
+    assert!(lock.2.contains("outcome=\"acquired\""), "{lock:?}");
+    let hold = find("relaylock.hold", "key=\"orders:42\"");
+    assert_eq!(hold.1, "request");
+    assert!(hold.2.contains(&format!("fence={fence}")), "{hold:?}");
+    assert!(hold.2.contains("outcome=\"released\""), "{hold:?}");
+    let timed_out = find("relaylock.lock", "outcome=\"timeout\"");
+    assert!(timed_out.2.contains("key=\"orders:43\""), "{timed_out:?}");
+}
