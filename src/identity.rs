@@ -111,6 +111,16 @@ pub(crate) async fn record(redis: &Client, prefix: &str, identity: &Identity, li
     }
 }
 
+/// Delete the record (a clean shutdown: nothing of the client is left to
+/// name), within `limit`; a failure is logged at debug level, and the
+/// record expires with its TTL.
+pub(crate) async fn forget(redis: &Client, prefix: &str, identity: &Identity, limit: Duration) {
+    let del = redis.del::<i64, _>(key(prefix, &identity.id));
+    if let Err(e) = crate::error::with_timeout(limit, del).await {
+        tracing::debug!(error = %crate::error::readable(&e), "relaylock: could not delete this client's record; it expires");
+    }
+}
+
 /// Write the record again every [`REFRESH`] while the client lives.
 pub(crate) fn spawn_refresh(
     redis: &Client,

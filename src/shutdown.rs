@@ -153,6 +153,15 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
             ))
         });
     }
+    // Nothing of this client is held or queued any more: its record (its
+    // name, for operators) goes too, within the command timeout.
+    crate::identity::forget(
+        inner.calls.redis(),
+        &inner.prefix,
+        &inner.identity,
+        inner.command_timeout,
+    )
+    .await;
     // The subscriber and the connections; bounded by the command timeout
     // each.
     let stopping = inner.stop();

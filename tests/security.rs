@@ -42,6 +42,8 @@ const ACL: &[&str] = &[
     // (`scripts::WAKE`).
     "+pubsub|channels",
     "+pubsub|shardchannels",
+    // `shutdown()` deletes the client's record (its name, for operators).
+    "+del",
     // The queue times (`relaylock status`).
     "+hset",
     "+hlen",

@@ -58,10 +58,11 @@ pub struct BenchArgs {
     /// The lease of every lock.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
-    /// Use this Redis instead of starting one. Only names under a
-    /// `relaylock-bench-<pid>` prefix are touched (and deleted at the end);
-    /// other clients' traffic counts in the per-acquisition Redis figures.
-    #[arg(long)]
+    /// The global `--url`: use that Redis instead of starting one. Only
+    /// names under a `relaylock-bench-<pid>` prefix are touched (and
+    /// deleted at the end); other clients' traffic counts in the
+    /// per-acquisition Redis figures. (`RELAYLOCK_URL` is not read here.)
+    #[arg(skip)]
     pub url: Option<String>,
     /// One JSON object per strategy run on stdout instead of a table.
     #[arg(long)]

@@ -35,6 +35,12 @@ mod worker;
     about = "Distributed locks on Redis: run a command under a lock, inspect locks, load test"
 )]
 struct Cli {
+    /// Redis URL (redis://, rediss://, redis-cluster://, redis-sentinel://),
+    /// before or after the subcommand. run, status and unlock default to
+    /// RELAYLOCK_URL, else redis://127.0.0.1:6379; bench starts a
+    /// redis-server of its own without it.
+    #[arg(long, global = true)]
+    url: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -171,6 +177,23 @@ impl fmt::Display for Primitive {
     }
 }
 
+/// A lock, semaphore or read-write lock name as the command line gives
+/// it: refused by clap (exit status 2, like any other bad argument) when
+/// the library would refuse it, before anything connects.
+pub fn key(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the key is empty".into());
+    }
+    if s.len() > relaylock::MAX_KEY_LEN {
+        return Err(format!(
+            "the key is {} bytes, the limit is {}",
+            s.len(),
+            relaylock::MAX_KEY_LEN
+        ));
+    }
+    Ok(s.to_owned())
+}
+
 /// A duration as `humantime` reads it (`250ms`, `10s`, `2m`, `1h`,
 /// `1h 30m`), or a plain number of seconds (`10`, `0.5`); between 1 ms and
 /// 24 h.
@@ -189,7 +212,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    let url = cli
+        .url
+        .clone()
+        .or_else(|| std::env::var("RELAYLOCK_URL").ok())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    match &mut cli.command {
+        Command::Run(args) => args.url = url,
+        Command::Status(args) => args.url = url,
+        Command::Unlock(args) => args.url = url,
+        Command::Bench(args) => args.url = cli.url.clone(),
+        Command::Worker(args) => args.url = url,
+        Command::Report(_) => {}
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

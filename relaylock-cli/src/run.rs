@@ -65,8 +65,9 @@ The command's environment has RELAYLOCK_FENCE (the fencing token: pass it to
 what the command writes), RELAYLOCK_KEY (KEY) and RELAYLOCK_TOKEN (this
 acquisition's token).")]
 pub struct RunArgs {
-    /// Redis URL (redis://, rediss://, redis-cluster://, redis-sentinel://).
-    #[arg(long, env = "RELAYLOCK_URL", default_value = "redis://127.0.0.1:6379")]
+    /// The Redis URL: the global `--url` (before or after the subcommand),
+    /// else `RELAYLOCK_URL`, else `redis://127.0.0.1:6379`.
+    #[arg(skip)]
     pub url: String,
     /// How long to wait for the lock: 0 tries once; without it, wait as
     /// long as it takes.
@@ -90,6 +91,7 @@ pub struct RunArgs {
     #[arg(short = 'E', long, default_value_t = exit::TIMEOUT)]
     pub conflict_exit_code: u8,
     /// The lock's name (the same KEY in every process that must not overlap).
+    #[arg(value_parser = crate::key)]
     pub key: String,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, num_args = 1..)]

@@ -35,8 +35,9 @@ the server may evict relaylock's keys, or when neither command is allowed.
 Exit status: 0; 69 if Redis could not be reached; 77 if the ACL user lacks a
 command status needs.")]
 pub struct StatusArgs {
-    /// Redis URL (redis://, rediss://, redis-cluster://, redis-sentinel://).
-    #[arg(long, env = "RELAYLOCK_URL", default_value = "redis://127.0.0.1:6379")]
+    /// The Redis URL: the global `--url` (before or after the subcommand),
+    /// else `RELAYLOCK_URL`, else `redis://127.0.0.1:6379`.
+    #[arg(skip)]
     pub url: String,
     /// Key prefix (the library's default).
     #[arg(long, env = "RELAYLOCK_PREFIX", default_value = "relaylock")]
@@ -56,6 +57,7 @@ pub struct StatusArgs {
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
     /// Lock, semaphore or read-write lock names; none: SCAN the prefix.
+    #[arg(value_parser = crate::key)]
     pub keys: Vec<String>,
 }
 
@@ -166,9 +168,12 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
             (true, true, []) => {
                 let _ = writeln!(
                     out,
-                    "nothing held under {}: (all {} names looked at)",
+                    "nothing held under {}: ({} looked at)",
                     args.prefix,
-                    keys.len()
+                    match keys.len() {
+                        1 => "the one name".to_owned(),
+                        n => format!("all {n} names"),
+                    }
                 );
             }
             (true, true, given) => {

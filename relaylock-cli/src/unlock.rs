@@ -31,8 +31,9 @@ or --force, or for an argument refused (a bad key); 69 if Redis could not be
 reached or refused a command (holds already released are printed before the
 error); 77 if the ACL user lacks a command.")]
 pub struct UnlockArgs {
-    /// Redis URL (redis://, rediss://, redis-cluster://, redis-sentinel://).
-    #[arg(long, env = "RELAYLOCK_URL", default_value = "redis://127.0.0.1:6379")]
+    /// The Redis URL: the global `--url` (before or after the subcommand),
+    /// else `RELAYLOCK_URL`, else `redis://127.0.0.1:6379`.
+    #[arg(skip)]
     pub url: String,
     /// Key prefix (the library's default).
     #[arg(long, env = "RELAYLOCK_PREFIX", default_value = "relaylock")]
@@ -53,6 +54,7 @@ pub struct UnlockArgs {
     #[arg(long, value_enum)]
     pub kind: Option<Kind>,
     /// The lock, semaphore or read-write lock name.
+    #[arg(value_parser = crate::key)]
     pub key: String,
 }
 

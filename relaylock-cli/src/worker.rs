@@ -24,7 +24,8 @@ use crate::{Primitive, Strategy};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
-    #[arg(long)]
+    /// The global `--url` (the bench always passes it).
+    #[arg(skip)]
     pub url: String,
     #[arg(long)]
     pub strategy: Strategy,
