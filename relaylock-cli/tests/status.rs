@@ -502,3 +502,45 @@ async fn held_looks_at_every_name() {
     let (_, out, _) = status(&server.url(), &["--held", "held0003"]).await;
     assert_eq!(out.trim(), "nothing held: held0003");
 }
+
+/// Issue 36, the CLI's edges: `--url` before the subcommand works as after
+/// it; a bad key is a usage error (exit 2, like `--lease 0`), not "Redis
+/// unreachable" (69); `--watch` into a pipe writes no clear-screen escapes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_edges() {
+    let server = RedisServer::start();
+    let a = support::client(&server.url()).await;
+    let g = a.lock("edge").await.unwrap();
+    let (code, before, err) = common::relaylock(&["--url", &server.url(), "status", "edge"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (_, after, _) = status(&server.url(), &["edge"]).await;
+    let token = format!("token {}", g.token());
+    assert!(
+        before.contains(&token) && after.contains(&token),
+        "{before}\n{after}"
+    );
+
+    for args in [
+        vec!["run", "", "--", "true"],
+        vec!["unlock", "", "--token", "t"],
+        vec!["status", ""],
+    ] {
+        let mut all = vec!["--url", "redis://127.0.0.1:1"];
+        all.extend(args.iter().copied());
+        let (code, _, err) = common::relaylock(&all).await;
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("the key is empty"), "{err}");
+    }
+
+    let mut watch = tokio::process::Command::new(env!("CARGO_BIN_EXE_relaylock"))
+        .args(["status", "--watch", "--url", &server.url(), "edge"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    watch.start_kill().unwrap();
+    let out = watch.wait_with_output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.matches("edge (mutex").count() >= 1, "{text}");
+    assert!(!text.contains('\x1b'), "escapes into a pipe: {text:?}");
+}
