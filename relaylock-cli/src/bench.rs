@@ -27,8 +27,38 @@ use crate::stats::{handoffs, jain, over_limit, percentile};
 use crate::worker::WorkerReport;
 use crate::{parse_duration, Primitive, Strategy};
 
+/// What each column of the bench's table means: `relaylock bench --help`
+/// prints it, and docs/benchmarks.md has it too.
+pub const LEGEND: &str = "\
+Columns (the default table; --wide adds the ones marked +):
+  strategy      pubsub: relaylock; poll:<ms>: relaylock polling every <ms>;
+                bare:<ms>: SET NX PX retried every <ms>, no fencing, no queue;
+                floor:<ms>: the cheapest fenced lock, retried every <ms>
+  workers       lock-taking tasks per process       procs  worker processes
+  acq/s         acquisitions per second, all processes together
+  wait_p50_ms   median time from asking for the lock to holding it
+  wait_p99_ms   99th percentile of it; marked * when near the run's length
+                (waits were cut by the end of the run: run longer)
+  redis_cmd/acq Redis commands per acquisition (INFO commandstats; scripts'
+                inner commands included)
+  redis_us/acq  Redis CPU per acquisition, microseconds (INFO cpu)
+  fairness      Jain's index of acquisitions per worker: 1 is perfectly fair
+  violations    times two holders were inside at once (must be 0)
+ +acq           acquisitions in the run
+ +handoff50/99 ms from a release to the next holder (p50, p99)
+ +req/acq       requests (script calls, SET, DEL, ...) Redis ran per acquisition
+ +acq/cpu_s     acquisitions one Redis core serves per second of CPU
+ +cli_us        client CPU per acquisition, microseconds (worker processes)
+ +att/acq       acquire attempts per acquisition (1.0: no wasted try)
+ +rtt50         median PING round trip while the run went on, ms
+ +rss_MiB       peak resident memory of a worker process";
+
 #[derive(clap::Args, Debug, Clone)]
+#[command(after_help = LEGEND)]
 pub struct BenchArgs {
+    /// Every column (see below), not the default ten.
+    #[arg(long)]
+    pub wide: bool,
     /// `pubsub`, `poll:<ms>`, `bare:<ms>` or `floor:<ms>`; repeat to compare
     /// strategies side by side.
     #[arg(long = "strategy", default_values = ["pubsub", "poll:10"])]
@@ -382,10 +412,9 @@ async fn run_one(
             "[{label}] {secs:>4.1}/{:.0} s  {n} acquisitions",
             args.duration.as_secs_f64()
         );
+        // On a terminal only, in place: a log or a pipe gets no progress.
         if std::io::stderr().is_terminal() {
             eprint!("\r{line}   ");
-        } else {
-            eprintln!("{line}");
         }
         next_report += Duration::from_secs(1);
     }
@@ -561,21 +590,67 @@ fn fmt_opt(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.3}"))
 }
 
-pub fn print_table(rows: &[Row]) {
-    println!(
-        "{:<9} {:>7} {:>5} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>8} {:>9} {:>8} {:>6} {:>4} {:>7}",
-        "strategy", "workers", "procs", "acq", "acq/s", "wait50", "wait99", "handoff50", "handoff99", "req/acq",
-        "cmd/acq", "cpu_us", "acq/cpu_s", "cli_us", "att/acq", "rtt50", "jain", "viol", "rss_MiB"
-    );
-    for r in rows {
+/// Whether a row's p99 wait is capped by the run: within a tenth of its
+/// length, where no longer wait could be seen.
+pub fn p99_capped(r: &Row) -> bool {
+    r.wait_p99_ms >= 0.9 * r.duration_s * 1e3
+}
+
+/// The table: ten columns, or every one with `wide` (see [`LEGEND`]).
+pub fn print_table(rows: &[Row], wide: bool) {
+    let p99 = |r: &Row| {
+        format!(
+            "{:.3}{}",
+            r.wait_p99_ms,
+            if p99_capped(r) { "*" } else { "" }
+        )
+    };
+    if wide {
         println!(
-            "{:<9} {:>7} {:>5} {:>8} {:>9.0} {:>8.3} {:>8.3} {:>9} {:>9} {:>9.3} {:>8.3} {:>8.2} {:>9.0} {:>8} {:>9.3} {:>8.3} {:>6.3} {:>4} {:>7.1}",
-            r.strategy, r.workers, r.processes, r.acquisitions, r.acq_per_s, r.wait_p50_ms, r.wait_p99_ms,
-            fmt_opt(r.handoff_p50_ms), fmt_opt(r.handoff_p99_ms), r.redis_requests_per_acq,
-            r.redis_cmds_per_acq, r.redis_cpu_us_per_acq, r.capacity(),
-            fmt_us(r.client_cpu_us_per_acq), r.attempts_per_acq, r.rtt_p50_ms,
-            r.jain_fairness, r.violations, r.peak_rss_mib
+            "{:<9} {:>7} {:>5} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>13} {:>12} {:>9} {:>8} {:>9} {:>8} {:>8} {:>10} {:>7}",
+            "strategy", "workers", "procs", "acq", "acq/s", "wait_p50_ms", "wait_p99_ms", "handoff50", "handoff99", "req/acq",
+            "redis_cmd/acq", "redis_us/acq", "acq/cpu_s", "cli_us", "att/acq", "rtt50", "fairness", "violations", "rss_MiB"
         );
+    } else {
+        println!(
+            "{:<9} {:>7} {:>5} {:>9} {:>11} {:>11} {:>13} {:>12} {:>8} {:>10}",
+            "strategy",
+            "workers",
+            "procs",
+            "acq/s",
+            "wait_p50_ms",
+            "wait_p99_ms",
+            "redis_cmd/acq",
+            "redis_us/acq",
+            "fairness",
+            "violations"
+        );
+    }
+    for r in rows {
+        if wide {
+            println!(
+                "{:<9} {:>7} {:>5} {:>8} {:>9.0} {:>11.3} {:>11} {:>9} {:>9} {:>9.3} {:>13.3} {:>12.2} {:>9.0} {:>8} {:>9.3} {:>8.3} {:>8.3} {:>10} {:>7.1}",
+                r.strategy, r.workers, r.processes, r.acquisitions, r.acq_per_s, r.wait_p50_ms, p99(r),
+                fmt_opt(r.handoff_p50_ms), fmt_opt(r.handoff_p99_ms), r.redis_requests_per_acq,
+                r.redis_cmds_per_acq, r.redis_cpu_us_per_acq, r.capacity(),
+                fmt_us(r.client_cpu_us_per_acq), r.attempts_per_acq, r.rtt_p50_ms,
+                r.jain_fairness, r.violations, r.peak_rss_mib
+            );
+        } else {
+            println!(
+                "{:<9} {:>7} {:>5} {:>9.0} {:>11.3} {:>11} {:>13.3} {:>12.2} {:>8.3} {:>10}",
+                r.strategy,
+                r.workers,
+                r.processes,
+                r.acq_per_s,
+                r.wait_p50_ms,
+                p99(r),
+                r.redis_cmds_per_acq,
+                r.redis_cpu_us_per_acq,
+                r.jain_fairness,
+                r.violations
+            );
+        }
         if let (Some(rate), Some(ratio)) =
             (r.redis_benchmark_evalsha_per_s, r.pairs_vs_half_evalsha)
         {
@@ -589,6 +664,14 @@ pub fn print_table(rows: &[Row]) {
                 r.first_error.as_deref().unwrap_or("-")
             );
         }
+    }
+    if rows.iter().any(p99_capped) {
+        println!(
+            "* a p99 near the run's length: waits were cut by the end of the run (run longer)"
+        );
+    }
+    if !wide {
+        println!("(relaylock bench --help explains each column; --wide shows nine more)");
     }
 }
 
@@ -612,7 +695,11 @@ pub fn print_markdown(rows: &[Row]) {
 
 /// `relaylock report FILE`: render saved `--json` output again.
 #[derive(clap::Args, Debug, Clone)]
+#[command(after_help = LEGEND)]
 pub struct ReportArgs {
+    /// Every column, not the default ten.
+    #[arg(long)]
+    pub wide: bool,
     /// A file of `relaylock bench --json` lines.
     pub file: PathBuf,
     /// A markdown table instead of the terminal table.
@@ -634,7 +721,7 @@ pub fn report(args: ReportArgs) -> Result<(), String> {
     if args.markdown {
         print_markdown(&rows);
     } else {
-        print_table(&rows);
+        print_table(&rows, args.wide);
     }
     if let Some(path) = &args.plot {
         crate::plot::sweep(path, &rows)?;
@@ -718,7 +805,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         }
     }
     if !args.json {
-        print_table(&rows);
+        print_table(&rows, args.wide);
     }
     if let Some(path) = &args.plot {
         crate::plot::sweep(path, &rows)?;

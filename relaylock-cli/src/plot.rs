@@ -1,6 +1,7 @@
 //! The sweep plot: Redis commands, Redis CPU and p99 wait per acquisition
 //! against the number of waiters (or of keys, for a keys sweep), one line
-//! per strategy, log scales.
+//! per strategy, log scales; one legend above the panels (never over the
+//! data), and the run's length dashed in the p99 panel, which it caps.
 
 use std::path::Path;
 
@@ -72,19 +73,55 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
     let root = root
         .titled(&title, ("sans-serif", 22))
         .map_err(|e| err(&e))?;
-    for (area, (name, value)) in root.split_evenly((1, 4)).iter().zip(metrics) {
+    // One legend for the four panels, in a strip of its own above them:
+    // inside a panel it covered the lines.
+    let (legend, panels) = root.split_vertically(36);
+    for (i, s) in strategies.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let x0 = 60 + 190 * i as i32;
+        legend
+            .draw(&PathElement::new(
+                vec![(x0, 18), (x0 + 30, 18)],
+                color.stroke_width(3),
+            ))
+            .map_err(|e| err(&e))?;
+        legend
+            .draw(&Text::new(
+                s.to_string(),
+                (x0 + 38, 10),
+                ("sans-serif", 16).into_font(),
+            ))
+            .map_err(|e| err(&e))?;
+    }
+    // The longest wait a run can see is its own length: a p99 near it is
+    // capped by the run, not measured.
+    let run_ms = rows
+        .iter()
+        .map(|r| r.duration_s * 1e3)
+        .fold(f64::MIN, f64::max);
+    let capped = rows.iter().any(crate::bench::p99_capped);
+    for (n, (area, (name, value))) in panels.split_evenly((1, 4)).iter().zip(metrics).enumerate() {
+        let p99 = n == 3;
         let values: Vec<f64> = rows
             .iter()
             .map(value)
             .filter(|v| v.is_finite() && *v > 0.0)
             .collect();
-        let y_min = values.iter().copied().fold(f64::MAX, f64::min) / 1.5;
-        let y_max = values.iter().copied().fold(f64::MIN, f64::max) * 1.5;
         if values.is_empty() {
             continue;
         }
+        let y_min = values.iter().copied().fold(f64::MAX, f64::min) / 1.5;
+        let mut y_max = values.iter().copied().fold(f64::MIN, f64::max) * 1.5;
+        if p99 {
+            y_max = y_max.max(run_ms * 1.5);
+        }
+        let caption = match (p99, capped) {
+            (true, true) => format!("{name}; dashed: the run's length (caps it)"),
+            (true, false) => format!("{name}; dashed: the run's length"),
+            _ => name.to_owned(),
+        };
         let mut chart = ChartBuilder::on(area)
-            .caption(name, ("sans-serif", 18))
+            .caption(caption, ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
@@ -120,22 +157,24 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
                 .collect();
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-                .map_err(|e| err(&e))?
-                .label(s.to_string())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
+                .map_err(|e| err(&e))?;
             chart
                 .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(|e| err(&e))?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|e| err(&e))?;
+        if p99 {
+            // Dashes along the run's length.
+            let steps = 40;
+            let ratio = (x_max / x_min).powf(1.0 / f64::from(steps));
+            let dashes = (0..steps).step_by(2).map(|i| {
+                let a = x_min * ratio.powi(i);
+                PathElement::new(
+                    vec![(a, run_ms), (a * ratio, run_ms)],
+                    BLACK.stroke_width(1),
+                )
+            });
+            chart.draw_series(dashes).map_err(|e| err(&e))?;
+        }
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())

@@ -2,7 +2,7 @@
 //! subcommand). It talks to the parent over stdio:
 //!
 //! * stdout `ready` once connected; stdin `go` starts the workers;
-//! * stdout `tick <acquisitions>` every second;
+//! * stdout `tick <acquisitions>` four times a second;
 //! * stdin `stop` (or EOF) stops them; the report goes to `--out` as JSON and
 //!   stdout says `done`.
 
@@ -420,7 +420,10 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
     let ticker = {
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_secs(1));
+            // Four times a second: the bench's once-a-second progress is
+            // then at most a quarter of a second old (at one a second it
+            // could read the tick before the first came, and show 0).
+            let mut every = tokio::time::interval(Duration::from_millis(250));
             every.tick().await;
             loop {
                 every.tick().await;
