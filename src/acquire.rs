@@ -43,6 +43,11 @@ use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrateg
 use crate::registry::{NotSubscribed, PollerRole, Waiter};
 use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS, RW_WRITE};
 
+/// How long after a wait's deadline its timer ends the call whatever it
+/// awaits: the tries, bounded by fred's own timeout at the deadline, end
+/// first (and are never written later).
+const DEADLINE_SLACK: Duration = Duration::from_millis(20);
+
 /// A probe claimed when a lease ran out (or none was known) has this long to
 /// record the next holder's lease before another local waiter may probe.
 const PROBE_SLICE: Duration = Duration::from_millis(50);
@@ -95,6 +100,13 @@ struct LockCall<'a> {
     replicas: Option<(u32, u64)>,
     /// A semaphore call: the permits it takes and its limit. `None`: a lock.
     permits: Option<(u32, u32)>,
+    /// The wait's deadline, when it has one (not `wait(0)`, one try): every
+    /// try is bounded by what is left of it (fred's own timeout, so a try
+    /// cut off is never written later), and the whole wait by it.
+    deadline: Option<Instant>,
+    /// A try of this call is out without its reply (sent, not answered):
+    /// at the deadline, that makes the error `Unavailable`.
+    unanswered: std::sync::atomic::AtomicBool,
     /// The fencing token of a hold this call has in Redis and has not
     /// handed to a guard yet. Dropping the call (cancelled, or unwound by a
     /// panic) releases it: ownership of a lock is never only a value on the
@@ -201,11 +213,12 @@ fn record_outcome(span: &tracing::Span, outcome: &Result<(u64, Instant)>) {
 
 impl LockCall<'_> {
     /// The error of a wait whose deadline passed: [`Error::Unavailable`]
-    /// when the command connection is down (Redis could not be reached),
-    /// else [`Error::Timeout`].
+    /// when Redis could not be reached (the command connection is down, or
+    /// this call's last try got no answer), else [`Error::Timeout`].
     fn timed_out(&self) -> Error {
         let redis = self.inner.calls.redis();
-        if redis.is_connected() {
+        let unanswered = self.unanswered.load(std::sync::atomic::Ordering::SeqCst);
+        if redis.is_connected() && !unanswered {
             return Error::Timeout {
                 key: self.key.to_owned(),
             };
@@ -221,20 +234,40 @@ impl LockCall<'_> {
     /// enough replicas have it. Records the call's metrics.
     async fn wait(&self, options: &LockOptions) -> Result<(u64, Instant)> {
         let deadline = options.wait.map(|w| self.started.checked_add(w));
-        // The wait is a deadline for the whole call, whatever Redis does: a
-        // try or a replica `WAIT` still in flight when it passes is dropped
-        // (cancel-safe: a lock it may have taken is released in the
-        // background). `wait(0)` is one try, and waits for its reply.
-        let limit = deadline.flatten().filter(|d| *d > self.started);
-        let outcome = match limit {
+        // The wait is a deadline for the whole call, whatever Redis does:
+        // every try is bounded by what is left of it (fred marks a try that
+        // ran out, so it is never written later), the loop checks it
+        // between commands, and this timer, a little later, catches
+        // anything else (then the loop's future is dropped: cancel-safe).
+        // `wait(0)` is one try, and waits for its reply. A `min_replicas`
+        // check after the lock was taken has its own timeout.
+        let taken = match self.deadline {
             None => self.wait_untimed(deadline).await,
             Some(d) => {
                 tokio::select! {
                     biased;
-                    outcome = self.wait_untimed(deadline) => outcome,
-                    () = tokio::time::sleep_until(d.into()) => Err(self.timed_out()),
+                    taken = self.wait_untimed(deadline) => taken,
+                    () = tokio::time::sleep_until((d + DEADLINE_SLACK).into()) => Err(self.timed_out()),
                 }
             }
+        };
+        // A try that ran out at the deadline is the deadline's error.
+        let taken = match taken {
+            Err(Error::Redis(e))
+                if *e.kind() == fred::error::ErrorKind::Timeout
+                    && self.deadline.is_some_and(|d| Instant::now() >= d) =>
+            {
+                Err(self.timed_out())
+            }
+            other => other,
+        };
+        let outcome = match taken {
+            // Boxed only with `min_replicas`: the common acquisition does
+            // not copy the (large) future into a box for nothing.
+            Ok((fence, sent)) if self.replicas.is_some() => Box::pin(self.replicated(fence))
+                .await
+                .map(|()| (fence, sent)),
+            other => other,
         };
         let kind = match &outcome {
             Ok(_) => Outcome::Acquired,
@@ -248,7 +281,7 @@ impl LockCall<'_> {
     /// [`wait`](Self::wait) without its deadline's timer (the loops check
     /// the deadline between commands).
     async fn wait_untimed(&self, deadline: Option<Option<Instant>>) -> Result<(u64, Instant)> {
-        let taken = match (deadline, self.inner.strategy) {
+        match (deadline, self.inner.strategy) {
             // wait(0): exactly one try
             (Some(Some(d)), _) if d <= self.started => {
                 match Box::pin(self.attempt(None, false)).await {
@@ -261,15 +294,6 @@ impl LockCall<'_> {
             (deadline, WaitStrategy::Poll(every)) => {
                 self.wait_poll(every, deadline.flatten()).await
             }
-        };
-        match taken {
-            // Boxed only with `min_replicas`: the common acquisition does
-            // not copy the (large) future into a box for nothing.
-            Ok((fence, sent)) if self.replicas.is_some() => Box::pin(self.replicated(fence))
-                .await
-                .map(|()| (fence, sent)),
-            Ok(done) => Ok(done),
-            Err(e) => Err(e),
         }
     }
 }
@@ -442,7 +466,14 @@ impl<'a> LockCall<'a> {
             None => None,
         };
         let (names, token) = Names::for_call(&inner.prefix, key, kind, inner.registry.client_id());
+        let started = Instant::now();
+        let deadline = options
+            .wait
+            .filter(|w| !w.is_zero())
+            .and_then(|w| started.checked_add(w));
         Ok(LockCall {
+            deadline,
+            unanswered: std::sync::atomic::AtomicBool::new(false),
             inner,
             key,
             names,
@@ -450,7 +481,7 @@ impl<'a> LockCall<'a> {
             lease,
             lease_ms,
             name: options.name.as_ref(),
-            started: Instant::now(),
+            started,
             renew: options.watchdog.unwrap_or(options.lease.is_none()),
             replicas,
             permits,
@@ -646,10 +677,16 @@ impl<'a> LockCall<'a> {
         // A semaphore's client keeps its place in the queue when admitted
         // while other local waiters want permits too.
         let more = self.permits.is_some() && queue.is_some_and(Waiter::has_company);
+        // What is left of the deadline bounds the try (fred's own timeout).
+        let within = self
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        self.unanswered
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let reply = match self.permits {
             None => {
                 calls
-                    .acquire(&self.names, &self.token, self.lease_ms, client)
+                    .acquire(&self.names, &self.token, self.lease_ms, client, within)
                     .await?
             }
             Some(shape) => {
@@ -674,13 +711,15 @@ impl<'a> LockCall<'a> {
                         &self.names,
                         &self.token,
                         shape,
-                        self.lease_ms,
+                        (self.lease_ms, within),
                         (client, more, want, fresh),
                         &tokens,
                     )
                     .await?
             }
         };
+        self.unanswered
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         // The orphan guard stays armed until `owned` records a hold the
         // reply gives us: a panic in between (a tracing layer) releases it.
         let parsed = match self.permits {

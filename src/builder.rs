@@ -580,12 +580,13 @@ impl LockClientBuilder {
             publish,
         );
         let watchdog = Watchdog::new(calls.clone(), self.default_lease);
-        let watchdog_task = watchdog::spawn(&watchdog);
         // Who this client is, for operators, and its control channel (an
-        // operator's unlock is heard at once): before the first lock.
+        // operator's unlock is heard at once): before the first lock, and
+        // before any task is spawned (dropped here, `build` leaves none).
         identity::record(&redis, &self.prefix, &identity, self.command_timeout).await;
         let control = self.control(&identity, sharded, &watchdog);
         control.subscribe(&subscriber, self.command_timeout).await;
+        let watchdog_task = watchdog::spawn(&watchdog);
         let subscriber_task = crate::subscriber::spawn(
             &subscriber,
             &redis,

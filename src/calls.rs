@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use fred::bytes_utils::Str;
 use fred::clients::Client;
+use fred::interfaces::ClientLike;
 use fred::types::{FromValue, Key, Value};
 
 use crate::error::{timed_out, Error, Result};
 use crate::scripts::{
-    evalsha_reloading, Kind, Lua, Names, Scripts, HANDOFF_GRACE_MS, LOCK_RING_CHARS, RING_CHARS,
-    SIDE_RETENTION_MS,
+    evalsha_reloading, evalsha_within, Kind, Lua, Names, Scripts, HANDOFF_GRACE_MS,
+    LOCK_RING_CHARS, RING_CHARS, SIDE_RETENTION_MS,
 };
 
 /// The acquire script's reply, checked.
@@ -352,22 +353,53 @@ impl Calls {
         Ok(reply?)
     }
 
+    /// [`script`](Self::script) on the command connection, within `within`
+    /// when given (a waiter's deadline), but never longer than the command
+    /// timeout; bounded by fred's own per-command timeout, so a call that
+    /// runs out is never written later ([`evalsha_within`]).
+    async fn script_within<R, K, F>(
+        &self,
+        script: &Lua,
+        within: Option<Duration>,
+        make: F,
+    ) -> Result<R>
+    where
+        R: FromValue,
+        K: Into<Key> + Send,
+        F: Fn() -> (Vec<K>, Vec<Value>),
+    {
+        let Some(within) = within else {
+            return self.script(&self.redis, script, make).await;
+        };
+        let fred_limit = self.redis.perf_config().default_command_timeout;
+        let limit = match self.limit {
+            Some(limit) => limit,
+            None if !fred_limit.is_zero() => fred_limit,
+            None => Duration::from_secs(5),
+        };
+        let limit = within.min(limit).max(Duration::from_millis(1));
+        Ok(evalsha_within(&self.redis, script, limit, make).await?)
+    }
+
     /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call, its raw reply (check it
     /// with [`acquire_reply`] once the call's outcome is known). `client` is
     /// this client's id for a caller that will wait (it queues, and may take
-    /// a reservation), `""` otherwise.
+    /// a reservation), `""` otherwise. `within`: what is left of the
+    /// caller's deadline, which bounds the call (fred's own timeout: a call
+    /// that runs out is never written later).
     pub(crate) async fn acquire(
         &self,
         names: &Names,
         token: &Str,
         lease_ms: u64,
         client: &Str,
+        within: Option<Duration>,
     ) -> Result<Vec<i64>> {
         // The lean call: the lock's name alone; the script derives its void
         // marker, void index and queue-times names (each used only on a
         // rare or contended path) from it. Every name and id goes as a
         // shared buffer: no argument is copied.
-        self.script(&self.redis, &self.scripts.acquire, || {
+        self.script_within(&self.scripts.acquire, within, || {
             let mut args: Vec<Value> = vec![
                 Value::String(token.clone()),
                 (lease_ms as i64).into(),
@@ -589,15 +621,15 @@ impl Calls {
 
     /// One [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) call, its raw reply
     /// (`{1, fence, left}` or `{0, bound ms}`; `client` as for
-    /// [`acquire`](Self::acquire); `more`: other local waiters want permits,
-    /// so an admitted client keeps a place in the queue; `want`: the largest
-    /// need among them).
+    /// [`acquire`](Self::acquire); `within` bounds it as for `acquire`;
+    /// `more`: other local waiters want permits, so an admitted client
+    /// keeps a place in the queue; `want`: the largest need among them).
     pub(crate) async fn sem_acquire(
         &self,
         names: &Names,
         token: &str,
         (n, limit): (u32, u32),
-        lease_ms: u64,
+        (lease_ms, within): (u64, Option<Duration>),
         (client, more, want, fresh): (&str, bool, u32, bool),
         batch: &[(&str, u64)],
     ) -> Result<Vec<i64>> {
@@ -605,7 +637,7 @@ impl Calls {
         let (void, voids) = (names.void(token), names.voids());
         let since = names.queue_times();
         let (channel, wchannel) = names.script_channels();
-        self.script(&self.redis, &self.scripts.sem_acquire, || {
+        self.script_within(&self.scripts.sem_acquire, within, || {
             let args: Vec<Value> = vec![
                 token.into(),
                 i64::from(n).into(),

@@ -38,8 +38,11 @@ pub enum Error {
         /// The key, as given to the call.
         key: String,
     },
-    /// The caller's wait deadline passed while Redis could not be reached
-    /// (the command connection was down): nothing was left behind.
+    /// The caller's wait deadline passed while Redis could not be reached:
+    /// the command connection was down, or a try of the call was still
+    /// unanswered (a server that stopped answering, a network that drops
+    /// everything). The tries were bounded by the deadline, so none of them
+    /// runs later; nothing was left behind.
     #[error("Redis at {server} could not be reached before the wait for {key} ended ({waited:?})")]
     Unavailable {
         /// The key, as given to the call.
@@ -159,15 +162,26 @@ pub(crate) fn readable(e: &fred::error::Error) -> String {
             let rest = &details[at + 10..];
             rest.split('"').next().unwrap_or(rest).to_lowercase()
         }
-        None if details.starts_with("Kind(") || details.starts_with("Custom {") => {
+        None if details.starts_with("Custom {") => {
+            // An io::Error with an inner error (a DNS failure, a TLS
+            // certificate): that error's own text, else its kind in words.
+            match details.split_once("error: ") {
+                Some((_, inner)) => {
+                    let inner = inner.trim_end_matches('}').trim_end();
+                    inner.trim_matches('"').to_owned()
+                }
+                None => words(
+                    details
+                        .trim_start_matches("Custom { kind: ")
+                        .split([',', ' '])
+                        .next()
+                        .unwrap_or(""),
+                ),
+            }
+        }
+        None if details.starts_with("Kind(") => {
             // An io::Error without an OS message: its kind, in words.
-            let kind = details
-                .trim_start_matches("Kind(")
-                .trim_start_matches("Custom { kind: ")
-                .split([',', ')'])
-                .next()
-                .unwrap_or("");
-            words(kind)
+            words(details.trim_start_matches("Kind(").trim_end_matches(')'))
         }
         None => details.trim_end_matches('.').to_owned(),
     };
@@ -263,4 +277,40 @@ pub(crate) fn servers(config: &fred::types::config::Config) -> String {
         .map(|s| format!("{}:{}", s.host, s.port))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::error::{Error as Fred, ErrorKind};
+
+    #[test]
+    fn fred_errors_read_as_words() {
+        let io = |e: std::io::Error| readable(&Fred::from(e));
+        assert_eq!(
+            io(std::io::Error::from_raw_os_error(111)),
+            "I/O error: connection refused"
+        );
+        assert_eq!(
+            io(std::io::Error::other(
+                "failed to lookup address information: Name or service not known"
+            )),
+            "I/O error: failed to lookup address information: Name or service not known"
+        );
+        assert_eq!(
+            io(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+            "I/O error: timed out"
+        );
+        assert_eq!(
+            readable(&Fred::new(ErrorKind::Timeout, "Request timed out.")),
+            "timed out: Request timed out"
+        );
+        assert_eq!(
+            readable(&Fred::new(
+                ErrorKind::Unknown,
+                "NOPERM this user has no permissions"
+            )),
+            "NOPERM this user has no permissions"
+        );
+    }
 }

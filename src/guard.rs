@@ -833,7 +833,9 @@ impl Unfinished {
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if self.1 {
+        // Finished, or unwinding from a panic in the release (a metrics
+        // recorder): not the runtime's end.
+        if self.1 || std::thread::panicking() {
             return;
         }
         tracing::warn!(

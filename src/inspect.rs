@@ -314,7 +314,7 @@ async fn read(
         }
         states.push(state);
     }
-    name_clients(redis, prefix, &mut states, limit).await?;
+    name_clients(redis, prefix, &mut states, limit).await;
     Ok(Inspection {
         key: key.to_owned(),
         states,
@@ -328,7 +328,7 @@ async fn name_clients(
     prefix: &str,
     states: &mut [State],
     limit: Option<Duration>,
-) -> Result<()> {
+) {
     let mut known: HashMap<String, Option<Who>> = HashMap::new();
     let mut ids: Vec<String> = Vec::new();
     for s in states.iter() {
@@ -344,8 +344,12 @@ async fn name_clients(
         if known.contains_key(&id) {
             continue;
         }
-        let record: Option<String> =
-            run(limit, redis.get(crate::identity::key(prefix, &id))).await?;
+        // A record that cannot be read (an ACL without it, a value that is
+        // not a string, a timeout) leaves the client shown by its id.
+        let record: Option<String> = run(limit, redis.get(crate::identity::key(prefix, &id)))
+            .await
+            .ok()
+            .flatten();
         let (started, name) = match record.as_deref().and_then(crate::identity::parse) {
             Some((started, name)) => (Some(started), Some(name)),
             None => (None, None),
@@ -369,7 +373,6 @@ async fn name_clients(
             q.who = who(&q.client);
         }
     }
-    Ok(())
 }
 
 /// When fencing token `fence` was issued: it is the server's clock in µs

@@ -1380,6 +1380,69 @@ where
     }
 }
 
+/// [`evalsha_reloading`] with fred's own per-command timeout `limit`
+/// (`Options::timeout`), as a custom `EVALSHA` (fred's `WithOptions` has no
+/// script interface): fred marks a command whose timeout passed, so it is
+/// never written later (a command whose future is merely dropped stays in
+/// fred's queue while it reconnects, and runs once the server is back:
+/// found in review of the wait deadline). The reload after `NOSCRIPT`
+/// gets what is left of `limit`.
+pub(crate) async fn evalsha_within<R, K, F>(
+    conn: &Client,
+    script: &Lua,
+    limit: std::time::Duration,
+    make: F,
+) -> Result<R, fred::error::Error>
+where
+    R: FromValue,
+    K: Into<Key> + Send,
+    F: Fn() -> (Vec<K>, Vec<Value>),
+{
+    use fred::interfaces::ClientLike;
+    use fred::types::config::Options;
+    use fred::types::{ClusterHash, CustomCommand};
+    let started = std::time::Instant::now();
+    let call = |limit: std::time::Duration| {
+        let (keys, args) = make();
+        let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        let slot = keys
+            .first()
+            .map_or(0, |k| fred::util::redis_keyslot(k.as_bytes()));
+        let mut all: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+        all.push(Value::String(script.sha1().clone()));
+        all.push((keys.len() as i64).into());
+        all.extend(keys.into_iter().map(|k| Value::Bytes(k.into_bytes())));
+        all.extend(args);
+        let options = Options {
+            timeout: Some(limit),
+            ..Default::default()
+        };
+        let node = conn.with_options(&options);
+        async move {
+            node.custom::<R, Value>(
+                CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false),
+                all,
+            )
+            .await
+        }
+    };
+    match call(limit).await {
+        Err(e) if e.details().starts_with("NOSCRIPT") => {
+            let left = limit.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, Box::pin(script.load(conn))).await {
+                Ok(loaded) => loaded?,
+                Err(_) => return Err(crate::error::timed_out()),
+            }
+            let left = limit.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(crate::error::timed_out());
+            }
+            Box::pin(call(left)).await
+        }
+        other => other,
+    }
+}
+
 /// The protocol version in every Redis name (see docs/design.md,
 /// "Upgrading from protocol 1"). One digit.
 pub const PROTOCOL: u32 = 3;

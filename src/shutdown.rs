@@ -154,14 +154,19 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
         });
     }
     // Nothing of this client is held or queued any more: its record (its
-    // name, for operators) goes too, within the command timeout.
-    crate::identity::forget(
-        inner.calls.redis(),
-        &inner.prefix,
-        &inner.identity,
-        inner.command_timeout,
-    )
-    .await;
+    // name, for operators) goes too, within the command timeout; its
+    // refresh first, so a rewrite in flight cannot bring it back. Kept when
+    // a release failed: that hold may still be in Redis, and is named.
+    inner.tasks.identity_task.abort();
+    if first_error.is_none() {
+        crate::identity::forget(
+            inner.calls.redis(),
+            &inner.prefix,
+            &inner.identity,
+            inner.command_timeout,
+        )
+        .await;
+    }
     // The subscriber and the connections; bounded by the command timeout
     // each.
     let stopping = inner.stop();

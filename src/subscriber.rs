@@ -139,6 +139,10 @@ fn run(
                 change = command_changes.recv(), if cluster_events => match change {
                     Ok(_) | Err(RecvError::Lagged(_)) => {
                         follow_slots(&subscriber, &registry, command_timeout).await;
+                        // The control channel follows its slot too (an
+                        // SSUBSCRIBE of a channel already subscribed there
+                        // changes nothing).
+                        control.subscribe(&subscriber, command_timeout).await;
                     }
                     Err(RecvError::Closed) => cluster_events = false,
                 },

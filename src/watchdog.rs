@@ -199,7 +199,8 @@ impl Watchdog {
                     if let [0 | -1] = codes[..] {
                         let mut holds = dog.holds.state();
                         if let Some(h) = holds.live.get_mut(&id) {
-                            m::renewal(h.name.as_ref(), h.names.kind, Renewal::Lost);
+                            // Counted as lost (once, by `give_up`), not as
+                            // a renewal: this check renewed nothing.
                             give_up(h, "an operator released it");
                         }
                     }

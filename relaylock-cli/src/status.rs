@@ -141,11 +141,18 @@ async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
     // Whether the servers may evict relaylock's values: the same check
     // and warning as the library's `build()`, above the table.
     let memory = relaylock::eviction::read_all(client).await;
-    let mut found = inspect_all(client, &args.prefix, &keys, args.held).await?;
     // Names given on the command line are all listed; a scan's, up to the
-    // limit.
-    let matched = found.len();
-    if args.keys.is_empty() {
+    // limit. Without --held only those listed are read (a name's reads are
+    // several commands); with it every name is, since any may be held.
+    let scanned = args.keys.is_empty();
+    let read = if scanned && !args.held {
+        &keys[..keys.len().min(args.limit)]
+    } else {
+        &keys[..]
+    };
+    let mut found = inspect_all(client, &args.prefix, read, args.held).await?;
+    let matched = if args.held { found.len() } else { keys.len() };
+    if scanned {
         found.truncate(args.limit);
     }
     let left_out = matched - found.len();
