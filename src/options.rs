@@ -63,10 +63,13 @@ pub struct LockOptions {
 impl LockOptions {
     /// Give up with [`Error::Timeout`] when the lock is not acquired within
     /// `wait`, or with [`Error::Unavailable`] when Redis could not be reached
-    /// meanwhile. It is a deadline for the whole call: a command still in
-    /// flight when it passes (Redis down or silent) is abandoned, and what
-    /// it may have taken is released in the background. `Duration::ZERO`
-    /// means a single try (bounded by the command timeout, as `try_lock`).
+    /// meanwhile. It is a deadline for the whole call, whatever Redis does:
+    /// each try is bounded by what is left of it (a try that runs out is
+    /// never sent later), and what a cut-off try may have taken is released
+    /// in the background. A `min_replicas` check after the lock was taken
+    /// keeps its own timeout. `Duration::ZERO` means a single try (bounded
+    /// by the command timeout, as `try_lock`); a wait shorter than a round
+    /// trip can end before any reply.
     /// Without it, a lock call waits as long as it takes. A wait too long to
     /// represent as a deadline is treated as no deadline.
     pub fn wait(mut self, wait: Duration) -> Self {
