@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::Client;
+use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::Builder;
@@ -506,66 +506,18 @@ impl LockClientBuilder {
             redis: owns_redis.then(|| redis.clone()),
             subscriber: Some(subscriber.clone()),
         };
-        let fred_times_out = !redis.perf_config().default_command_timeout.is_zero();
-        let command_limit = (!fred_times_out).then_some(self.command_timeout);
-        // Both connections at once, within one connect timeout: a
-        // deadline for `build`'s connecting, not one per connection.
-        let connected = async {
-            if redis.is_connected() {
-                Ok(())
-            } else {
-                connect_within(&redis, self.connect_timeout).await
-            }
-        };
-        let (commands, subscribed) =
-            tokio::join!(connected, connect_within(&subscriber, self.connect_timeout));
         // On an error, `opened` closes what was opened, in the background.
-        commands.and(subscribed)?;
-        let scripts = Scripts::new();
-        let loaded = async {
-            scripts.acquire.load(&redis).await?;
-            scripts.release.load(&redis).await?;
-            scripts.renew.load(&redis).await?;
-            scripts.peek.load(&redis).await?;
-            scripts.leave.load(&redis).await
-        };
-        let checked = async {
-            with_timeout(self.command_timeout, loaded).await?;
-            self.check_eviction(&redis).await
-        };
-        if let Err(e) = checked.await {
-            let _ = tokio::time::timeout(self.connect_timeout, subscriber.quit()).await;
-            if owns_redis {
-                let _ = tokio::time::timeout(self.connect_timeout, redis.quit()).await;
-            }
-            return Err(e);
-        }
-
-        // Redis Cluster: sharded pub/sub (SSUBSCRIBE, SPUBLISH) keeps each
-        // release message within the lock's shard. It needs Redis 7.
-        let clustered = redis.is_clustered();
-        let sharded = clustered && redis.server_version().is_some_and(|v| v.major >= 7);
-        if clustered && !sharded {
-            tracing::warn!(
-                version = ?redis.server_version(),
-                "relaylock: Redis Cluster without sharded pub/sub (needs Redis 7): falling back to PUBLISH/SUBSCRIBE, which broadcasts every release to every node"
-            );
-        }
-
+        self.connect(&redis, &subscriber).await?;
+        let scripts = self.load_and_check(&redis, &subscriber, owns_redis).await?;
+        let sharded = sharded_pubsub(&redis);
         crate::metrics::describe();
-        // 16 hex digits of a random UUID: unique among the clients of a lock
-        // with overwhelming probability, short in the lock's queue and messages.
-        let client_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
-        let identity = Identity::new(
-            client_id.clone(),
-            self.name.clone().unwrap_or_else(identity::default_name),
-        );
+        let identity = self.identity();
         let background = TaskTracker::new();
         let registry = Arc::new(Registry::new(
             subscriber.clone(),
             redis.clone(),
             &scripts,
-            client_id,
+            identity.id.clone(),
             self.unsubscribe_linger,
             self.command_timeout,
             sharded,
@@ -575,17 +527,15 @@ impl LockClientBuilder {
         let calls = Calls::new(
             redis.clone(),
             scripts,
-            command_limit,
+            self.command_timeout,
             self.side_retention.as_millis() as u64,
             publish,
         );
         let watchdog = Watchdog::new(calls.clone(), self.default_lease);
-        // Who this client is, for operators, and its control channel (an
-        // operator's unlock is heard at once): before the first lock, and
-        // before any task is spawned (dropped here, `build` leaves none).
-        identity::record(&redis, &self.prefix, &identity, self.command_timeout).await;
-        let control = self.control(&identity, sharded, &watchdog);
-        control.subscribe(&subscriber, self.command_timeout).await;
+        // Before any task is spawned (dropped here, `build` leaves none).
+        let control = self
+            .announce(&redis, &subscriber, &identity, sharded, &watchdog)
+            .await;
         let watchdog_task = watchdog::spawn(&watchdog);
         let subscriber_task = crate::subscriber::spawn(
             &subscriber,
@@ -596,8 +546,11 @@ impl LockClientBuilder {
         );
         let identity_task =
             identity::spawn_refresh(&redis, &self.prefix, identity.clone(), self.command_timeout);
-        let eviction_task =
-            eviction::spawn_watch(calls.redis(), self.on_evicting == OnEvictingServer::Refuse);
+        let eviction_task = eviction::spawn_watch(
+            calls.redis(),
+            self.on_evicting == OnEvictingServer::Refuse,
+            self.command_timeout,
+        );
         opened.keep();
         Ok(LockClient {
             inner: Arc::new(ClientInner {
@@ -627,16 +580,75 @@ impl LockClientBuilder {
 }
 
 impl LockClientBuilder {
-    /// The client's control channel: `u:<token>` (an operator released that
-    /// hold) makes the watchdog check the hold now.
-    fn control(
+    /// Connect both connections at once, within one connect timeout: a
+    /// deadline for `build`'s connecting, not one per connection.
+    async fn connect(&self, redis: &Client, subscriber: &SubscriberClient) -> Result<()> {
+        let connected = async {
+            if redis.is_connected() {
+                Ok(())
+            } else {
+                connect_within(redis, self.connect_timeout).await
+            }
+        };
+        let (commands, subscribed) =
+            tokio::join!(connected, connect_within(subscriber, self.connect_timeout));
+        commands.and(subscribed)
+    }
+
+    /// Load the scripts and check the servers' eviction setting; on an
+    /// error, close both connections (the command connection only when
+    /// relaylock opened it) before returning it.
+    async fn load_and_check(
         &self,
+        redis: &Client,
+        subscriber: &SubscriberClient,
+        owns_redis: bool,
+    ) -> Result<Scripts> {
+        let scripts = Scripts::new();
+        let loaded = async {
+            scripts.acquire.load(redis).await?;
+            scripts.release.load(redis).await?;
+            scripts.renew.load(redis).await?;
+            scripts.peek.load(redis).await?;
+            scripts.leave.load(redis).await
+        };
+        let checked = async {
+            with_timeout(self.command_timeout, loaded).await?;
+            self.check_eviction(redis).await
+        };
+        if let Err(e) = checked.await {
+            let _ = tokio::time::timeout(self.connect_timeout, subscriber.quit()).await;
+            if owns_redis {
+                let _ = tokio::time::timeout(self.connect_timeout, redis.quit()).await;
+            }
+            return Err(e);
+        }
+        Ok(scripts)
+    }
+
+    /// A new client's identity: a fresh id, 16 hex digits of a random UUID
+    /// (unique among the clients of a lock with overwhelming probability,
+    /// short in the lock's queue and messages), and its name.
+    fn identity(&self) -> Identity {
+        let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+        Identity::new(id, self.name.clone().unwrap_or_else(identity::default_name))
+    }
+
+    /// Who this client is, for operators, and its control channel, before
+    /// the first lock: write its record and subscribe the channel, where
+    /// `u:<token>` (an operator released that hold) makes the watchdog
+    /// check the hold now.
+    async fn announce(
+        &self,
+        redis: &Client,
+        subscriber: &SubscriberClient,
         identity: &Identity,
         sharded: bool,
         watchdog: &Arc<Watchdog>,
     ) -> crate::subscriber::Control {
+        identity::record(redis, &self.prefix, identity, self.command_timeout).await;
         let watchdog = Arc::clone(watchdog);
-        crate::subscriber::Control {
+        let control = crate::subscriber::Control {
             channel: identity::control_channel(&self.prefix, &identity.id),
             sharded,
             on_message: Arc::new(move |message: &str| {
@@ -644,7 +656,9 @@ impl LockClientBuilder {
                     watchdog.verify(token);
                 }
             }),
-        }
+        };
+        control.subscribe(subscriber, self.command_timeout).await;
+        control
     }
 
     /// Read every primary's eviction setting (within the command timeout),
@@ -664,6 +678,21 @@ impl LockClientBuilder {
         }
         Ok(())
     }
+}
+
+/// Whether to use sharded pub/sub (SSUBSCRIBE, SPUBLISH): in Redis Cluster,
+/// to keep each release message within the lock's shard. It needs Redis 7;
+/// an older cluster falls back to PUBLISH/SUBSCRIBE, with a warning.
+fn sharded_pubsub(redis: &Client) -> bool {
+    let clustered = redis.is_clustered();
+    let sharded = clustered && redis.server_version().is_some_and(|v| v.major >= 7);
+    if clustered && !sharded {
+        tracing::warn!(
+            version = ?redis.server_version(),
+            "relaylock: Redis Cluster without sharded pub/sub (needs Redis 7): falling back to PUBLISH/SUBSCRIBE, which broadcasts every release to every node"
+        );
+    }
+    sharded
 }
 
 /// A rustls connector trusting exactly the certificates in `pem`.

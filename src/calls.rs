@@ -262,17 +262,20 @@ impl Vanished {
 }
 
 impl Calls {
+    /// The calls on `redis`, bounded by `command_timeout` (by relaylock's
+    /// own timer when the fred client has no timeout of its own).
     pub(crate) fn new(
         redis: Client,
         scripts: Scripts,
-        limit: Option<Duration>,
+        command_timeout: Duration,
         side_retention_ms: u64,
         publish: &'static str,
     ) -> Self {
+        let fred_times_out = !redis.perf_config().default_command_timeout.is_zero();
         Calls {
+            limit: (!fred_times_out).then_some(command_timeout),
             redis,
             scripts,
-            limit,
             side_retention_ms,
             publish: Value::String(fred::util::static_str(publish)),
             lean_args: publish == "PUBLISH" && side_retention_ms == SIDE_RETENTION_MS,
@@ -308,9 +311,9 @@ impl Calls {
         let (channel, wchannel) = names.script_channels();
         let shared = if names.kind.counted() { "1" } else { "0" };
         let fence = fence.map_or_else(String::new, |f| f.to_string());
-        let limit = self.limit.unwrap_or(Duration::from_secs(5));
         handle.spawn(async move {
             let _slot = slot;
+            // Bounded by the command timeout, as every script call.
             let wake = calls.script::<i64, _, _>(&calls.redis, &calls.scripts.wake, || {
                 (
                     vec![&*lock],
@@ -323,11 +326,10 @@ impl Calls {
                     ],
                 )
             });
-            match tokio::time::timeout(limit, wake).await {
-                Ok(Ok(-1)) => tracing::debug!(key = %lock, "relaylock: the hold was released by an operator"),
-                Ok(Ok(told)) => tracing::warn!(key = %lock, told, "relaylock: the value vanished before its lease ended (evicted, FLUSHALL or DEL?); told the waiting clients to re-check"),
-                Ok(Err(e)) => tracing::warn!(key = %lock, error = %e, "relaylock: the value vanished before its lease ended; could not tell the waiting clients, who wait out the lease they saw"),
-                Err(_) => tracing::warn!(key = %lock, "relaylock: the value vanished before its lease ended; telling the waiting clients timed out"),
+            match wake.await {
+                Ok(-1) => tracing::debug!(key = %lock, "relaylock: the hold was released by an operator"),
+                Ok(told) => tracing::warn!(key = %lock, told, "relaylock: the value vanished before its lease ended (evicted, FLUSHALL or DEL?); told the waiting clients to re-check"),
+                Err(e) => tracing::warn!(key = %lock, error = %e, "relaylock: the value vanished before its lease ended; could not tell the waiting clients, who wait out the lease they saw"),
             }
         });
     }
@@ -371,12 +373,11 @@ impl Calls {
         let Some(within) = within else {
             return self.script(&self.redis, script, make).await;
         };
-        let fred_limit = self.redis.perf_config().default_command_timeout;
-        let limit = match self.limit {
-            Some(limit) => limit,
-            None if !fred_limit.is_zero() => fred_limit,
-            None => Duration::from_secs(5),
-        };
+        // The command timeout: relaylock's own bound when fred has none
+        // (`limit`), else fred's.
+        let limit = self
+            .limit
+            .unwrap_or_else(|| self.redis.perf_config().default_command_timeout);
         let limit = within.min(limit).max(Duration::from_millis(1));
         Ok(evalsha_within(&self.redis, script, limit, make).await?)
     }

@@ -165,7 +165,7 @@ pub(crate) async fn read_within(redis: &Client, limit: Option<Duration>) -> Vec<
     for server in redis.active_connections() {
         let redis = redis.clone();
         reads.spawn(async move {
-            let name = format!("{}:{}", server.host, server.port);
+            let name = server.to_string();
             let read = read_one(&redis, server);
             match limit {
                 None => read.await,
@@ -193,7 +193,7 @@ pub(crate) async fn read_within(redis: &Client, limit: Option<Duration>) -> Vec<
 
 /// Read one server's setting (see [`read_all`]).
 pub(crate) async fn read_one(redis: &Client, server: Server) -> ServerMemory {
-    let name = format!("{}:{}", server.host, server.port);
+    let name = server.to_string();
     // In a cluster, to that node; elsewhere the one connection is the
     // server's.
     let node = redis.with_options(&Options {
@@ -330,8 +330,12 @@ pub(crate) fn refusal(memory: &ServerMemory) -> Option<crate::Error> {
 /// Check every server `redis` connects to anew, for as long as the task
 /// lives: a Sentinel failover, a cluster node replaced, a server restarted
 /// with another configuration. Each new connection's server is read once
-/// per connection and warned about as at `build`.
-pub(crate) fn spawn_watch(redis: &Client, refuse: bool) -> tokio::task::JoinHandle<()> {
+/// per connection, within `limit`, and warned about as at `build`.
+pub(crate) fn spawn_watch(
+    redis: &Client,
+    refuse: bool,
+    limit: Duration,
+) -> tokio::task::JoinHandle<()> {
     let mut reconnects = redis.reconnect_rx();
     let redis = redis.clone();
     tokio::spawn(async move {
@@ -341,12 +345,6 @@ pub(crate) fn spawn_watch(redis: &Client, refuse: bool) -> tokio::task::JoinHand
                 Ok(server) => server,
                 Err(RecvError::Lagged(_)) => continue,
                 Err(RecvError::Closed) => return,
-            };
-            let limit = redis.perf_config().default_command_timeout;
-            let limit = if limit.is_zero() {
-                Duration::from_secs(5)
-            } else {
-                limit
             };
             if let Ok(memory) = tokio::time::timeout(limit, read_one(&redis, server)).await {
                 warn_once(&memory, refuse);

@@ -329,7 +329,7 @@ async fn name_clients(
     states: &mut [State],
     limit: Option<Duration>,
 ) {
-    let mut known: HashMap<String, Option<Who>> = HashMap::new();
+    let mut known: HashMap<String, Who> = HashMap::new();
     let mut ids: Vec<String> = Vec::new();
     for s in states.iter() {
         ids.extend(
@@ -359,9 +359,9 @@ async fn name_clients(
             name,
             started,
         };
-        known.insert(id, Some(who));
+        known.insert(id, who);
     }
-    let who = |id: &str| known.get(id).cloned().flatten();
+    let who = |id: &str| known.get(id).cloned();
     for s in states.iter_mut() {
         for h in &mut s.holders {
             h.who = client_of_token(&h.token).and_then(who);

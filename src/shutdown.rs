@@ -153,12 +153,23 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
             ))
         });
     }
-    // Nothing of this client is held or queued any more: its record (its
-    // name, for operators) goes too, within the command timeout; its
-    // refresh first, so a rewrite in flight cannot bring it back. Kept when
-    // a release failed: that hold may still be in Redis, and is named.
+    forget_identity(inner, first_error.is_none()).await;
+    // The subscriber and the connections; bounded by the command timeout
+    // each.
+    let stopping = inner.stop();
+    let _ =
+        tokio::time::timeout(inner.command_timeout * 3 + Duration::from_secs(1), stopping).await;
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Nothing of this client is held or queued any more (`released_all`): its
+/// record (its name, for operators) goes too, within the command timeout;
+/// its refresh is stopped first, so a rewrite in flight cannot bring it
+/// back. Kept when a release failed: that hold may still be in Redis, and
+/// is named by it.
+async fn forget_identity(inner: &ClientInner, released_all: bool) {
     inner.tasks.identity_task.abort();
-    if first_error.is_none() {
+    if released_all {
         crate::identity::forget(
             inner.calls.redis(),
             &inner.prefix,
@@ -167,10 +178,4 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
         )
         .await;
     }
-    // The subscriber and the connections; bounded by the command timeout
-    // each.
-    let stopping = inner.stop();
-    let _ =
-        tokio::time::timeout(inner.command_timeout * 3 + Duration::from_secs(1), stopping).await;
-    first_error.map_or(Ok(()), Err)
 }

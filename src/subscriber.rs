@@ -84,6 +84,16 @@ impl Control {
                 "relaylock: could not subscribe the control channel; an operator's unlock is noticed at the next renewal");
         }
     }
+
+    /// A message that came on `channel`: the control channel's, or else
+    /// the registry's.
+    fn or_registry(&self, registry: &Registry, channel: &str, payload: &str) {
+        if channel == self.channel {
+            (self.on_message)(payload);
+        } else {
+            registry.on_message(channel, payload);
+        }
+    }
 }
 
 /// One run of the subscriber task. Its streams are taken before it returns
@@ -113,8 +123,7 @@ fn run(
     let subscriber = subscriber.clone();
     async move {
         if restarted {
-            registry.resubscribe_all().await;
-            control.subscribe(&subscriber, command_timeout).await;
+            resubscribe(&subscriber, &registry, &control, command_timeout).await;
         }
         let mut beats = tokio::time::interval(heartbeat);
         beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -123,14 +132,11 @@ fn run(
             tokio::select! {
                 biased;
                 event = reconnects.recv() => match event {
-                    Ok(server) => {
-                        tracing::info!(%server, "relaylock: subscriber reconnected; resubscribing and waking every waiter");
-                        registry.resubscribe_all().await;
-                        control.subscribe(&subscriber, command_timeout).await;
-                    }
-                    Err(RecvError::Lagged(_)) => {
-                        registry.resubscribe_all().await;
-                        control.subscribe(&subscriber, command_timeout).await;
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        if let Ok(server) = &event {
+                            tracing::info!(%server, "relaylock: subscriber reconnected; resubscribing and waking every waiter");
+                        }
+                        resubscribe(&subscriber, &registry, &control, command_timeout).await;
                     }
                     Err(RecvError::Closed) => break,
                 },
@@ -150,11 +156,7 @@ fn run(
                     Ok(message) => {
                         tracing::trace!(target: "relaylock::hop", hop = "message_received");
                         let payload = message.value.as_str().unwrap_or_default();
-                        if *message.channel == *control.channel {
-                            (control.on_message)(&payload);
-                        } else {
-                            registry.on_message(&message.channel, &payload);
-                        }
+                        control.or_registry(&registry, &message.channel, &payload);
                     }
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "relaylock: release messages were dropped (subscriber lagged); waking every waiter");
@@ -182,6 +184,19 @@ fn run(
         }
         tracing::debug!("relaylock: subscriber task ended");
     }
+}
+
+/// Subscribe again every channel the registry holds (which wakes every
+/// waiter) and the control channel: after a reconnect, a lagged stream or a
+/// restart of this task.
+async fn resubscribe(
+    subscriber: &SubscriberClient,
+    registry: &Registry,
+    control: &Control,
+    limit: Duration,
+) {
+    registry.resubscribe_all().await;
+    control.subscribe(subscriber, limit).await;
 }
 
 /// PING the subscriber connection. If it stays silent for `limit` while fred

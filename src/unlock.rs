@@ -105,20 +105,14 @@ async fn tell_holder(inner: &ClientInner, token: &str) {
     let channel = crate::identity::control_channel(&inner.prefix, client);
     let message = format!("u:{token}");
     let redis = inner.calls.redis();
-    let sent = if inner.registry.sharded() {
-        crate::error::with_timeout(
-            inner.command_timeout,
-            redis.spublish::<i64, _, _>(channel, message),
-        )
-        .await
-    } else {
-        crate::error::with_timeout(
-            inner.command_timeout,
-            redis.publish::<i64, _, _>(channel, message),
-        )
-        .await
+    let publish = async {
+        if inner.registry.sharded() {
+            redis.spublish::<i64, _, _>(channel, message).await
+        } else {
+            redis.publish::<i64, _, _>(channel, message).await
+        }
     };
-    match sent {
+    match crate::error::with_timeout(inner.command_timeout, publish).await {
         Ok(0) => {
             tracing::debug!(%token, "relaylock: the holder's client does not listen (gone, or an older relaylock)")
         }

@@ -76,23 +76,7 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
     // One legend for the four panels, in a strip of its own above them:
     // inside a panel it covered the lines.
     let (legend, panels) = root.split_vertically(36);
-    for (i, s) in strategies.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let x0 = 60 + 190 * i as i32;
-        legend
-            .draw(&PathElement::new(
-                vec![(x0, 18), (x0 + 30, 18)],
-                color.stroke_width(3),
-            ))
-            .map_err(|e| err(&e))?;
-        legend
-            .draw(&Text::new(
-                s.to_string(),
-                (x0 + 38, 10),
-                ("sans-serif", 16).into_font(),
-            ))
-            .map_err(|e| err(&e))?;
-    }
+    draw_legend(&legend, &strategies).map_err(|e| err(&e))?;
     // The longest wait a run can see is its own length: a p99 near it is
     // capped by the run, not measured.
     let run_ms = rows
@@ -163,19 +147,42 @@ pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
                 .map_err(|e| err(&e))?;
         }
         if p99 {
-            // Dashes along the run's length.
-            let steps = 40;
-            let ratio = (x_max / x_min).powf(1.0 / f64::from(steps));
-            let dashes = (0..steps).step_by(2).map(|i| {
-                let a = x_min * ratio.powi(i);
-                PathElement::new(
-                    vec![(a, run_ms), (a * ratio, run_ms)],
-                    BLACK.stroke_width(1),
-                )
-            });
-            chart.draw_series(dashes).map_err(|e| err(&e))?;
+            chart
+                .draw_series(dashes(x_min, x_max, run_ms))
+                .map_err(|e| err(&e))?;
         }
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+/// One legend for every panel: each strategy's colour and name, in a row.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    strategies: &[&str],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    for (i, s) in strategies.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let x0 = 60 + 190 * i as i32;
+        area.draw(&PathElement::new(
+            vec![(x0, 18), (x0 + 30, 18)],
+            color.stroke_width(3),
+        ))?;
+        area.draw(&Text::new(
+            s.to_string(),
+            (x0 + 38, 10),
+            ("sans-serif", 16).into_font(),
+        ))?;
+    }
+    Ok(())
+}
+
+/// Dashes along `y` across a log-scaled x axis from `x_min` to `x_max`.
+fn dashes(x_min: f64, x_max: f64, y: f64) -> impl Iterator<Item = PathElement<(f64, f64)>> {
+    let steps = 40;
+    let ratio = (x_max / x_min).powf(1.0 / f64::from(steps));
+    (0..steps).step_by(2).map(move |i| {
+        let a = x_min * ratio.powi(i);
+        PathElement::new(vec![(a, y), (a * ratio, y)], BLACK.stroke_width(1))
+    })
 }

@@ -15,7 +15,7 @@ use fred::types::config::Config;
 use fred::types::scan::ScanType;
 use fred::types::{Builder, Key};
 use futures::StreamExt;
-use relaylock::inspect::{Inspection, Primitive, State, Who};
+use relaylock::inspect::{Holder, Inspection, Primitive, State, Who};
 use relaylock::Error;
 use serde_json::{json, Value};
 
@@ -69,8 +69,11 @@ pub async fn run(args: StatusArgs) -> u8 {
         Ok(c) => c,
         Err(e) => return fail(&args.url, &e),
     };
+    // Whether the servers may evict relaylock's values, read once (a
+    // server's policy is not re-read at every refresh of --watch).
+    let memory = relaylock::eviction::read_all(&client).await;
     loop {
-        match report(&client, &args).await {
+        match report(&client, &args, &memory).await {
             Ok(text) => {
                 if args.watch && !args.json && std::io::stdout().is_terminal() {
                     // Clear the screen and go home, as watch(1) does (not
@@ -129,18 +132,20 @@ fn fail(url: &str, e: &Error) -> u8 {
     }
 }
 
-async fn report(client: &Client, args: &StatusArgs) -> Result<String, Error> {
-    // Every name: the scan runs to its end (a partial scan would miss
-    // holds: issue 36), and `--limit` bounds what is listed, not what is
-    // looked at.
+/// One refresh; `memory`: the servers' eviction settings, warned about
+/// above the table as the library's `build()` does.
+async fn report(
+    client: &Client,
+    args: &StatusArgs,
+    memory: &[relaylock::eviction::ServerMemory],
+) -> Result<String, Error> {
+    // Every name: the scan runs to its end, so that --held misses no
+    // hold, and `--limit` bounds what is listed.
     let keys = if args.keys.is_empty() {
         scan(client, &args.prefix).await?
     } else {
         args.keys.clone()
     };
-    // Whether the servers may evict relaylock's values: the same check
-    // and warning as the library's `build()`, above the table.
-    let memory = relaylock::eviction::read_all(client).await;
     // Names given on the command line are all listed; a scan's, up to the
     // limit. Without --held only those listed are read (a name's reads are
     // several commands); with it every name is, since any may be held.
@@ -402,6 +407,31 @@ fn who_text(who: Option<&Who>, id: &str) -> String {
     }
 }
 
+/// A hold for people: what it is, by whom, for how long, its token, fence
+/// and remaining lease.
+fn holder_text(primitive: Primitive, h: &Holder) -> String {
+    let what = match (primitive, h.writer) {
+        (_, true) => "write".to_owned(),
+        (Primitive::RwLock, false) => "read".to_owned(),
+        (Primitive::Semaphore, _) => format!("{} permit(s)", h.permits),
+        _ => "held".to_owned(),
+    };
+    let by = match (&h.who, relaylock::inspect::client_of_token(&h.token)) {
+        (who, Some(id)) => format!(" by {}", who_text(who.as_ref(), id)),
+        (_, None) => String::new(),
+    };
+    let held = h
+        .since
+        .and_then(ago)
+        .map_or(String::new(), |d| format!(" for {}", human(d)));
+    format!(
+        "{what}{by}{held}: token {}, fencing token {}, {} left",
+        h.token,
+        h.fencing_token,
+        human(h.remaining)
+    )
+}
+
 fn inspection_text(i: &Inspection) -> String {
     let mut out = String::new();
     if i.states.is_empty() {
@@ -427,27 +457,7 @@ fn inspection_text(i: &Inspection) -> String {
             let _ = writeln!(out, "  permits used or reserved: {used}");
         }
         for h in &s.holders {
-            let what = match (s.primitive, h.writer) {
-                (_, true) => "write".to_owned(),
-                (Primitive::RwLock, false) => "read".to_owned(),
-                (Primitive::Semaphore, _) => format!("{} permit(s)", h.permits),
-                _ => "held".to_owned(),
-            };
-            let by = match (&h.who, relaylock::inspect::client_of_token(&h.token)) {
-                (who, Some(id)) => format!(" by {}", who_text(who.as_ref(), id)),
-                (_, None) => String::new(),
-            };
-            let held = h
-                .since
-                .and_then(ago)
-                .map_or(String::new(), |d| format!(" for {}", human(d)));
-            let _ = writeln!(
-                out,
-                "  {what}{by}{held}: token {}, fencing token {}, {} left",
-                h.token,
-                h.fencing_token,
-                human(h.remaining)
-            );
+            let _ = writeln!(out, "  {}", holder_text(s.primitive, h));
         }
         for r in &s.reservations {
             let permits = match s.primitive {
