@@ -114,7 +114,7 @@ pub enum Error {
     Shutdown,
     /// A server may evict relaylock's values (a `maxmemory` limit with a
     /// `maxmemory-policy` other than `noeviction`), and the client was
-    /// built with [`OnEvictingServer::Refuse`](crate::OnEvictingServer::Refuse).
+    /// built with [`OnEvictingServer::Refuse`](crate::eviction::OnEvictingServer::Refuse).
     /// An evicted lock lets a second holder in.
     #[error("Redis at {server} may evict relaylock's keys (maxmemory {maxmemory} bytes, maxmemory-policy {policy}); set maxmemory-policy noeviction")]
     EvictingServer {
@@ -127,7 +127,7 @@ pub enum Error {
     },
     /// Whether a server may evict relaylock's values could not be read
     /// (its ACL refuses both `CONFIG GET` and `INFO`), and the client was
-    /// built with [`OnEvictingServer::Refuse`](crate::OnEvictingServer::Refuse).
+    /// built with [`OnEvictingServer::Refuse`](crate::eviction::OnEvictingServer::Refuse).
     #[error("could not read whether Redis at {server} may evict relaylock's keys: {reason}")]
     EvictionUnknown {
         /// The server, `host:port`.

@@ -29,6 +29,8 @@ use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{Options, Server};
 use fred::types::{CustomCommand, Value};
 
+use crate::error::Error;
+
 /// What [`build`](crate::LockClientBuilder::build) does when a server may
 /// evict relaylock's values (its `maxmemory` is set and its
 /// `maxmemory-policy` is not `noeviction`), or when that cannot be read.
@@ -43,9 +45,9 @@ pub enum OnEvictingServer {
     /// warned about too. The default.
     #[default]
     Warn,
-    /// Fail `build` with [`Error::EvictingServer`](crate::Error::EvictingServer)
+    /// Fail `build` with [`Error::EvictingServer`](crate::error::Error::EvictingServer)
     /// when a server may evict, or
-    /// [`Error::EvictionUnknown`](crate::Error::EvictionUnknown) when its
+    /// [`Error::EvictionUnknown`](crate::error::Error::EvictionUnknown) when its
     /// setting cannot be read: only servers known not to evict are used.
     /// A server met later (a failover to a primary that evicts) cannot
     /// undo a `build`: it is logged at `ERROR` level instead.
@@ -310,16 +312,16 @@ pub(crate) fn warn_once(memory: &ServerMemory, refuse: bool) {
 
 /// The error [`OnEvictingServer::Refuse`] gives for `memory`, `None` when
 /// it never evicts.
-pub(crate) fn refusal(memory: &ServerMemory) -> Option<crate::Error> {
+pub(crate) fn refusal(memory: &ServerMemory) -> Option<Error> {
     match &memory.read {
         Read::Read {
             maxmemory, policy, ..
-        } if memory.may_evict() == Some(true) => Some(crate::Error::EvictingServer {
+        } if memory.may_evict() == Some(true) => Some(Error::EvictingServer {
             server: memory.server.clone(),
             policy: policy.clone(),
             maxmemory: *maxmemory,
         }),
-        Read::Unknown(why) => Some(crate::Error::EvictionUnknown {
+        Read::Unknown(why) => Some(Error::EvictionUnknown {
             server: memory.server.clone(),
             reason: why.clone(),
         }),

@@ -820,9 +820,8 @@ pub(crate) fn release_in_background(
 }
 
 /// A background release's future, warning when it is dropped before it
-/// finished: the tokio runtime ended first, and the key stays held until
-/// its lease ends (found by a user whose `main` returned right after
-/// dropping a guard: no log line at any level, the key held 30 s).
+/// finished: the tokio runtime ended first (a `main` that returned right
+/// after dropping a guard), and the key stays held until its lease ends.
 struct Unfinished(Str, bool);
 
 impl Unfinished {

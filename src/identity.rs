@@ -1,20 +1,20 @@
 //! Who a client is, for the people who run it: a name (the builder's
-//! [`name`](crate::LockClientBuilder::name), by default `<host>:<pid>`) and
+//! `LockClientBuilder::name`, by default `<host>:<pid>`) and
 //! when it started, kept in Redis under `<prefix>:3:client:<id>` so that
-//! `relaylock status` and [`inspect`](crate::inspect) can say who holds a
+//! `relaylock status` and `inspect` can say who holds a
 //! lock and who waits, also after that process died (a `kill -9` leaves
 //! its holds until their leases end).
 //!
 //! Every lock token starts with its client's id ([`crate::token`]), and
 //! every queue entry is one, so nothing is written per acquisition: one
 //! `SET` when the client is built, again every [`REFRESH`], living [`TTL`]:
-//! longer than any lease ([`MAX_LEASE`](crate::MAX_LEASE), a day), so a
+//! longer than any lease (`MAX_LEASE`, a day), so a
 //! dead client's name outlives its holds. Written with the command
 //! connection's permissions: a client whose ACL refuses it still locks,
 //! and shows by its id alone.
 //!
 //! Each client also listens on its control channel, `<prefix>:3:client:<id>:ch`:
-//! an operator's unlock ([`LockClient::unlock`](crate::LockClient::unlock))
+//! an operator's unlock (`LockClient::unlock`)
 //! publishes `u:<token>` there, and the client checks that hold at once
 //! (its `lost()` fires within a few round trips instead of at its next
 //! renewal).

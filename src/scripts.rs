@@ -494,7 +494,7 @@ return 0
 /// becomes the tombstone `-<f>`), and the client queued first is told `r:`
 /// (try now), instead of everyone waiting out the grace. Without `free`
 /// it is left to lapse: a local waiter that came meanwhile may have made
-/// it (a delayed `LEAVE` must not free it: found in review), and the
+/// it (a delayed `LEAVE` must not free it), and the
 /// release that made it told the stand-by, which probes when the grace
 /// ends. [`SEM_LEAVE`] follows the same rule.
 pub const LEAVE: &str = r#"
@@ -1214,7 +1214,7 @@ local found = queued(ARGV[1])
 dequeue(ARGV[1])
 -- A reservation made for the leaver is nobody's now, unless a waiter of
 -- its client came meanwhile (`free` not given): free it at once rather
--- than at the end of its grace (found in review).
+-- than at the end of its grace.
 local mine = ARGV[6] == '1' and tonumber(redis.call('HGET', KEYS[3], '~' .. ARGV[1]) or '')
 if mine then
   found = true
@@ -1384,8 +1384,8 @@ where
 /// (`Options::timeout`), as a custom `EVALSHA` (fred's `WithOptions` has no
 /// script interface): fred marks a command whose timeout passed, so it is
 /// never written later (a command whose future is merely dropped stays in
-/// fred's queue while it reconnects, and runs once the server is back:
-/// found in review of the wait deadline). The reload after `NOSCRIPT`
+/// fred's queue while it reconnects, and runs once the server is back).
+/// The reload after `NOSCRIPT`
 /// gets what is left of `limit`.
 pub(crate) async fn evalsha_within<R, K, F>(
     conn: &Client,

@@ -1,7 +1,7 @@
 //! Tokens. A lock token is `<client>-<16 hex digits>`: the acquiring
-//! client's id (16 hex digits, [`LockClient::client_id`](crate::LockClient::client_id))
+//! client's id (16 hex digits, `LockClient::client_id`)
 //! and 64 random bits, so an operator can tell which client holds a lock
-//! (`relaylock status`, [`crate::inspect`]) and an unlock can tell that
+//! (`relaylock status`, `inspect`) and an unlock can tell that
 //! client at once, at no Redis call and three bytes fewer than a UUID.
 //! Nonces (a subscription's PING, an unlock's own id) are random UUIDs.
 //!
