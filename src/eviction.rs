@@ -45,9 +45,9 @@ pub enum OnEvictingServer {
     /// warned about too. The default.
     #[default]
     Warn,
-    /// Fail `build` with [`Error::EvictingServer`](crate::error::Error::EvictingServer)
+    /// Fail `build` with [`Error::EvictingServer`]
     /// when a server may evict, or
-    /// [`Error::EvictionUnknown`](crate::error::Error::EvictionUnknown) when its
+    /// [`Error::EvictionUnknown`] when its
     /// setting cannot be read: only servers known not to evict are used.
     /// A server met later (a failover to a primary that evicts) cannot
     /// undo a `build`: it is logged at `ERROR` level instead.
