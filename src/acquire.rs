@@ -36,12 +36,12 @@ use crate::calls::{
 };
 use crate::error::{Error, Result};
 use crate::guard::{release, release_in_background, release_orphan, Acquired, LockGuard};
-use crate::handoff::{Claim, Gate, Offer, Orphan, Outcome as Handed};
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::{NotSubscribed, PollerRole, Waiter};
 use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS, RW_WRITE};
+use crate::state::handoff::{Claim, Gate, Offer, Orphan, Outcome as Handed};
 
 /// How long after a wait's deadline its timer ends the call whatever it
 /// awaits: the tries, bounded by fred's own timeout at the deadline, end
@@ -116,7 +116,7 @@ struct LockCall<'a> {
 
 impl Drop for LockCall<'_> {
     fn drop(&mut self) {
-        let owned = crate::sync::lock(&self.owned).take();
+        let owned = crate::state::sync::lock(&self.owned).take();
         if let Some(fence) = owned {
             release_in_background(
                 Arc::clone(self.inner),
@@ -357,7 +357,7 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 const READ_BATCH: usize = 256;
 
 /// The other local readers' offers a reader's acquire claimed (see
-/// `crate::handoff`): each gets its fence from the reply, or stays waiting
+/// `crate::state::handoff`): each gets its fence from the reply, or stays waiting
 /// when it was not admitted; the rest, if the call failed or was dropped,
 /// re-check (an admitted token finds its hold), and one whose reader left
 /// is released in the background.
@@ -608,12 +608,12 @@ impl<'a> LockCall<'a> {
 
     /// This call now has the hold `fence` in Redis (see `owned`).
     fn own(&self, fence: u64) {
-        *crate::sync::lock(&self.owned) = Some(fence);
+        *crate::state::sync::lock(&self.owned) = Some(fence);
     }
 
     /// The hold was released, or handed on.
     fn disown(&self) {
-        *crate::sync::lock(&self.owned) = None;
+        *crate::state::sync::lock(&self.owned) = None;
     }
 
     /// The guard of the hold `fence` (refused, and the hold released,
@@ -948,7 +948,7 @@ impl<'a> LockCall<'a> {
             Subscription::Unconfirmed => false,
         };
         // From here on a release of this client may hand the lock to this
-        // call's token directly (see `crate::handoff`). Not before: a grant
+        // call's token directly (see `crate::state::handoff`). Not before: a grant
         // during the subscription would sit unused until it returned (found
         // in review: up to the command timeout on a degraded key). A release
         // meanwhile wakes a local waiter instead. (Locks, and read-write

@@ -17,12 +17,12 @@ use tokio_util::sync::CancellationToken;
 use crate::calls::Released;
 use crate::conn_watch::{same_connection, Watch};
 use crate::error::{Error, Result};
-use crate::handoff::{Claim, Orphan};
 use crate::holds::{Hold, Lease};
 use crate::inner::ClientInner;
 use crate::metrics as m;
 use crate::options::validate_lease;
 use crate::scripts::{Kind, Names};
+use crate::state::handoff::{Claim, Orphan};
 
 /// A held lock.
 ///
@@ -565,7 +565,7 @@ pub(crate) fn account(
 /// (the script publishes only to another client it reserves the lock for).
 ///
 /// * With `fence` known and a local waiter offering to take the lock
-///   (`crate::handoff`), the release names that waiter's token, and the
+///   (`crate::state::handoff`), the release names that waiter's token, and the
 ///   script gives it the lock at once when no other client is queued: the
 ///   hand-over costs this one request. The waiter gets its fencing token
 ///   through its slot; if it left meanwhile, the lock granted to it is

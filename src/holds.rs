@@ -20,8 +20,8 @@ use metrics::SharedString;
 use rapidhash::fast::RandomState;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{LeaseRecord, LeaseState};
 use crate::scripts::Names;
+use crate::state::lease::{LeaseRecord, LeaseState};
 
 /// What a guard and the watchdog share about one lock: the lease record
 /// and the lost-lock signal.
@@ -180,7 +180,7 @@ pub(crate) struct Holds {
 impl Holds {
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         // Nothing panics under this lock; a poisoned one is still consistent.
-        crate::sync::lock(&self.state)
+        crate::state::sync::lock(&self.state)
     }
 
     /// Deregister hold `id` (the watchdog no longer looks after it): `true`

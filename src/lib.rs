@@ -52,28 +52,23 @@ mod calls;
 mod client;
 mod conn_watch;
 mod error;
-mod estimate;
 pub mod eviction;
 mod guard;
-mod handoff;
 mod holds;
 mod identity;
 mod inner;
 pub mod inspect;
-mod lease;
-mod limits;
 pub mod metrics;
 mod options;
-mod presence;
 mod registry;
 mod replica_pool;
 mod rwlock;
 mod scripts;
 mod semaphore;
 mod shutdown;
+mod state;
 mod subscriber;
 mod supervise;
-mod sync;
 mod token;
 mod unlock;
 mod watchdog;
@@ -127,10 +122,10 @@ pub mod __scripts {
 pub mod __fuzz {
     use std::time::{Duration, Instant};
 
-    use crate::estimate::expiry_after;
     use crate::options::{validate_key, validate_lease, validate_prefix, validate_url_scheme};
     use crate::registry::Announcement;
     use crate::scripts::Names;
+    use crate::state::estimate::expiry_after;
     use crate::{MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN};
 
     /// Everything relaylock reads from untrusted input, fed from one byte

@@ -7,7 +7,7 @@ use metrics::SharedString;
 
 use crate::error::{Error, Result};
 
-pub use crate::limits::{MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN};
+pub use crate::state::limits::{MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN};
 
 /// How a waiting task learns that a lock may be free.
 ///

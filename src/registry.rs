@@ -42,12 +42,12 @@ use rapidhash::fast::RandomState;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
-use crate::estimate::Estimate;
-use crate::handoff::{Claim, Inbox, Offer, Wake};
 use crate::metrics as m;
-use crate::presence::Presence;
 use crate::scripts::{evalsha_reloading, Kind, Lua, Names, Scripts, HANDOFF_GRACE_MS};
-use crate::sync;
+use crate::state::estimate::Estimate;
+use crate::state::handoff::{Claim, Inbox, Offer, Wake};
+use crate::state::presence::Presence;
+use crate::state::sync;
 use tokio_util::task::TaskTracker;
 
 /// `d` from now, saturating where the clock cannot represent it (a
@@ -695,7 +695,7 @@ impl Registry {
     }
 
     /// Claim the oldest local waiter of `channel` that a release may hand
-    /// the lock to directly (see [`crate::handoff`]), and say whether other
+    /// the lock to directly (see [`crate::state::handoff`]), and say whether other
     /// local tasks are registered for it too (read in the same lookup).
     pub(crate) fn claim(&self, channel: &str) -> Option<(Claim<Notify>, bool)> {
         let entry = self.map.get(channel)?;
@@ -705,7 +705,7 @@ impl Registry {
 
     /// Claim up to `max` open offers of `channel`'s local waiters (a
     /// read-write lock's readers that one reader's acquire takes permits
-    /// for, see `crate::handoff`).
+    /// for, see `crate::state::handoff`).
     pub(crate) fn claim_many(&self, channel: &str, max: usize) -> Vec<Claim<Notify>> {
         let Some(entry) = self.map.get(channel) else {
             return Vec::new();

@@ -1,9 +1,8 @@
 //! loom models of relaylock's in-process state.
 //!
-//! The modules below are the library's own files (`src/sync.rs`,
-//! `src/limits.rs`, `src/estimate.rs`, `src/presence.rs`, `src/lease.rs`,
-//! `src/handoff.rs`),
-//! compiled here on their own: with `--cfg loom`, `sync` swaps std's mutex,
+//! The module below is the library's own folder `src/state/` (the
+//! waiter counters, the holder estimate, the lease record, the hand-over),
+//! compiled here on its own: with `--cfg loom`, `sync` swaps std's mutex,
 //! atomics and fences for loom's, and the models in `models/` explore every
 //! interleaving of the threads they start (bounded by
 //! `LOOM_MAX_PREEMPTIONS`). Each model states the property it checks.
@@ -13,23 +12,8 @@
 //! ```
 #![allow(dead_code)]
 
-#[path = "../../src/sync.rs"]
-mod sync;
-
-#[path = "../../src/limits.rs"]
-mod limits;
-
-#[path = "../../src/estimate.rs"]
-mod estimate;
-
-#[path = "../../src/presence.rs"]
-mod presence;
-
-#[path = "../../src/lease.rs"]
-mod lease;
-
-#[path = "../../src/handoff.rs"]
-mod handoff;
+#[path = "../../src/state/mod.rs"]
+mod state;
 
 #[cfg(all(test, loom))]
 mod models;

@@ -10,7 +10,7 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 
 use super::explore;
-use crate::estimate::Estimate;
+use crate::state::estimate::Estimate;
 
 const RACERS: usize = 3;
 

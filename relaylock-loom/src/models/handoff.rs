@@ -16,7 +16,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::explore;
-use crate::handoff::{Gate, Inbox, Orphan, Outcome, Wake};
+use crate::state::handoff::{Gate, Inbox, Orphan, Outcome, Wake};
 
 #[derive(Debug, Default)]
 struct Flag(AtomicUsize);

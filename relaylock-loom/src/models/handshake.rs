@@ -12,7 +12,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::explore;
-use crate::presence::Presence;
+use crate::state::presence::Presence;
 
 #[test]
 fn confirmation_handshake() {

@@ -21,7 +21,7 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 
 use super::explore;
-use crate::lease::LeaseRecord;
+use crate::state::lease::LeaseRecord;
 
 const INITIAL: u64 = 3_000;
 const SHORT: u64 = 200;

@@ -13,7 +13,7 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 
 use super::explore;
-use crate::presence::Presence;
+use crate::state::presence::Presence;
 
 #[test]
 fn requeue_vs_last_waiter() {

@@ -17,7 +17,7 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 
 use super::explore;
-use crate::presence::Presence;
+use crate::state::presence::Presence;
 
 struct Entry {
     presence: Presence,

@@ -25,7 +25,7 @@
 //! side also issues `fence(SeqCst)` between its write and its read: correct
 //! on hardware, and checkable by the loom models in `relaylock-loom`.
 
-use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
+use super::sync::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
 
 /// [`Presence`]'s queue word: the client may be queued.
 const QUEUED: usize = 1;

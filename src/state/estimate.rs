@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::limits::MAX_LEASE;
+use super::limits::MAX_LEASE;
 
 /// When a lease of `lease` seen at `at` ends, for waking waiters: capped at
 /// [`MAX_LEASE`]. A longer one (a key written by something else, a garbage

@@ -3,7 +3,7 @@
 //! A waiting lock call offers a [`Slot`] with its token and lease. A release
 //! by the same client claims the oldest open slot and asks the release
 //! script to give the lock to that token at once (see
-//! [`RELEASE`](crate::scripts::RELEASE)): the hand-over within one process
+//! the release script, `RELEASE`): the hand-over within one process
 //! then costs one request, the release itself, instead of a release and an
 //! acquire.
 //!
@@ -35,7 +35,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::sync::{self, Arc, AtomicBool, AtomicUsize, Mutex, Ordering::SeqCst};
+use super::sync::{self, Arc, AtomicBool, AtomicUsize, Mutex, Ordering::SeqCst};
 
 /// How a slot's waiter is woken when its claim is resolved.
 pub(crate) trait Wake {

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{self, AtomicBool, Mutex, MutexGuard, Ordering};
+use super::sync::{self, AtomicBool, Mutex, MutexGuard, Ordering};
 
 /// How long before the end of a lease, as this process's clock sees it, the
 /// lock stops counting as held: a tenth of the lease, at most 1 s, plus 1 ms
