@@ -513,16 +513,6 @@ impl LockClientBuilder {
         crate::metrics::describe();
         let identity = self.identity();
         let background = TaskTracker::new();
-        let registry = Arc::new(Registry::new(
-            subscriber.clone(),
-            redis.clone(),
-            &scripts,
-            identity.id.clone(),
-            self.unsubscribe_linger,
-            self.command_timeout,
-            sharded,
-            background.clone(),
-        ));
         let publish = if sharded { "SPUBLISH" } else { "PUBLISH" };
         let calls = Calls::new(
             redis.clone(),
@@ -531,6 +521,15 @@ impl LockClientBuilder {
             self.side_retention.as_millis() as u64,
             publish,
         );
+        let registry = Arc::new(Registry::new(
+            subscriber.clone(),
+            calls.clone(),
+            identity.id.clone(),
+            self.unsubscribe_linger,
+            self.command_timeout,
+            sharded,
+            background.clone(),
+        ));
         let watchdog = Watchdog::new(calls.clone(), self.default_lease);
         // Before any task is spawned (dropped here, `build` leaves none).
         let control = self

@@ -208,6 +208,15 @@ pub(crate) struct Calls {
     vanished: Arc<Vanished>,
 }
 
+impl std::fmt::Debug for Calls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Calls")
+            .field("limit", &self.limit)
+            .field("publish", &self.publish)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Most [`WAKE`](crate::scripts::WAKE) calls a client has in flight.
 pub(crate) const MAX_WAKES: usize = 4;
 
@@ -708,6 +717,53 @@ impl Calls {
             })
             .await?;
         sem_release_reply(&reply)
+    }
+
+    /// Take `client` out of the queue of `names` ([`LEAVE`](crate::scripts::LEAVE),
+    /// or [`SEM_LEAVE`](crate::scripts::SEM_LEAVE) for a semaphore or a
+    /// read-write lock, whose leave names both of its channels, walks the
+    /// queue and may tell the clients it reserves for).
+    ///
+    /// `idle` is read each time the command is made (again after a
+    /// `NOSCRIPT`): when it says no local task waits, none of this client's
+    /// tries can run between this call and Redis on this connection, so a
+    /// live reservation for the client is nobody's and the script frees it
+    /// at once; otherwise it is left to the waiter, or lapses.
+    pub(crate) async fn leave(
+        &self,
+        names: &Names,
+        client: &Str,
+        idle: impl Fn() -> bool,
+    ) -> Result<()> {
+        let (channel, wchannel) = names.script_channels();
+        let (holds, facts) = names.side();
+        let (lock, voids) = (&*names.lock, names.voids());
+        let semaphore = names.kind.counted();
+        let script = if semaphore {
+            &self.scripts.sem_leave
+        } else {
+            &self.scripts.leave
+        };
+        self.script::<i64, _, _>(&self.redis, script, || {
+            let client = Value::String(client.clone());
+            let free = flag(if idle() { "1" } else { "0" });
+            if !semaphore {
+                let args = vec![client, channel.as_str().into(), self.publish.clone(), free];
+                return (vec![lock], args);
+            }
+            let keys = vec![lock, &holds, &facts, &voids, &voids];
+            let args = vec![
+                client,
+                channel.as_str().into(),
+                self.publish.clone(),
+                (HANDOFF_GRACE_MS as i64).into(),
+                wchannel.as_str().into(),
+                free,
+            ];
+            (keys, args)
+        })
+        .await
+        .map(drop)
     }
 
     /// The semaphore's usage ([`SEM_PEEK`](crate::scripts::SEM_PEEK)).

@@ -32,14 +32,14 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use fred::bytes_utils::Str;
-use fred::clients::{Client, SubscriberClient};
+use fred::clients::SubscriberClient;
 use fred::types::config::Server;
-use fred::types::Value;
 use rapidhash::fast::RandomState;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Mutex, Notify};
 
-use crate::scripts::{evalsha_reloading, Kind, Lua, Names, Scripts, HANDOFF_GRACE_MS};
+use crate::calls::Calls;
+use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS};
 use crate::state::estimate::Estimate;
 use crate::state::handoff::{Claim, Inbox, Wake};
 use crate::state::presence::Presence;
@@ -208,12 +208,8 @@ pub(crate) struct Registry {
     /// re-checks.
     wake_all: Notify,
     subscriber: SubscriberClient,
-    /// The command connection, to leave a lock's (or semaphore's) queue.
-    redis: Client,
-    /// [`LEAVE`](crate::scripts::LEAVE), hashed once.
-    leave: Lua,
-    /// [`SEM_LEAVE`](crate::scripts::SEM_LEAVE), hashed once.
-    sem_leave: Lua,
+    /// The script calls, to leave a lock's (or semaphore's) queue.
+    calls: Calls,
     /// This client's id in the locks' queues.
     client_id: Str,
     /// Its id as a read-write lock's writer, `<client_id>.w` (made once:
@@ -237,13 +233,9 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    // The client's parts the registry uses; grouping them would only move
-    // the list into a struct built once, in `build`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         subscriber: SubscriberClient,
-        redis: Client,
-        scripts: &Scripts,
+        calls: Calls,
         client_id: String,
         linger: Duration,
         command_timeout: Duration,
@@ -254,9 +246,7 @@ impl Registry {
             map: DashMap::default(),
             wake_all: Notify::new(),
             subscriber,
-            redis,
-            leave: scripts.leave.clone(),
-            sem_leave: scripts.sem_leave.clone(),
+            calls,
             writer_id: Str::from(format!("{client_id}.w")),
             wire_suffix: format!(":{client_id}"),
             client_id: Str::from(client_id),
@@ -469,64 +459,18 @@ impl Registry {
         let registry = Arc::clone(self);
         let entry = Arc::clone(entry);
         let names = Names::of_channel(channel);
-        let semaphore = names.kind.counted();
         let background = self.background.clone();
-        background.spawn_on(async move {
-            // A read-write lock's leave names both of its channels.
-            let (channel, wchannel) = names.script_channels();
-            let (holds, facts) = names.side();
-            let (lock, voids) = (&*names.lock, names.voids());
+        let leave = async move {
             let role = registry.role_id(names.kind);
-            let leave = evalsha_reloading::<i64, _, _>(
-                &registry.redis,
-                if semaphore {
-                    &registry.sem_leave
-                } else {
-                    &registry.leave
-                },
-                || {
-                    let client = Value::String(role.clone());
-                    let publish = if registry.sharded { "SPUBLISH" } else { "PUBLISH" };
-                    // Read as the command is made: with no local waiter
-                    // now, none of this client's tries can run between
-                    // this LEAVE and Redis on this connection, so a live
-                    // reservation for the client is nobody's and is freed
-                    // at once (else left to the waiter or to lapse).
-                    let free = if entry.presence.count() == 0 { "1" } else { "0" };
-                    if !semaphore {
-                        // It may pass on a hand-over reservation.
-                        return (
-                            vec![lock],
-                            vec![
-                                client,
-                                channel.as_str().into(),
-                                publish.into(),
-                                free.into(),
-                            ],
-                        );
-                    }
-                    // A semaphore's leave walks the queue and may tell the
-                    // clients it reserves for.
-                    (
-                        vec![lock, &holds, &facts, &voids, &voids],
-                        vec![
-                            client,
-                            channel.as_str().into(),
-                            publish.into(),
-                            (HANDOFF_GRACE_MS as i64).into(),
-                            wchannel.as_str().into(),
-                            free.into(),
-                        ],
-                    )
-                },
-            );
-            if let Err(e) = registry.with_command_timeout(leave).await {
+            let idle = || entry.presence.count() == 0;
+            if let Err(e) = registry.calls.leave(&names, role, idle).await {
                 tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }
             // A waiter that arrived meanwhile may have queued before the LEAVE
             // ran and been taken out with it: wake one to try (and queue) again.
             entry.wake_one_if_waiting();
-        }, &handle);
+        };
+        background.spawn_on(leave, &handle);
     }
 
     /// The last local waiter of `entry` left: leave the queue at once, and
@@ -614,8 +558,13 @@ mod tests {
         let builder = fred::types::Builder::default_centralized();
         Arc::new(Registry::new(
             builder.build_subscriber_client().unwrap(),
-            builder.build().unwrap(),
-            &crate::scripts::Scripts::new(),
+            Calls::new(
+                builder.build().unwrap(),
+                crate::scripts::Scripts::new(),
+                Duration::from_secs(1),
+                crate::scripts::SIDE_RETENTION_MS,
+                "PUBLISH",
+            ),
             "me".into(),
             Duration::from_millis(50),
             Duration::from_secs(1),
