@@ -35,11 +35,13 @@ use crate::calls::{
     acquire_reply, sem_acquire_reply, sem_batch_fences, sem_reservation_left, AcquireReply,
 };
 use crate::error::{Error, Result};
-use crate::guard::{release, release_in_background, release_orphan, Acquired, LockGuard};
+use crate::guard::{Acquired, LockGuard};
+use crate::hold_id::HoldId;
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::{NotSubscribed, PollerRole, Waiter};
+use crate::release::{release, release_in_background, release_orphan};
 use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS, RW_WRITE};
 use crate::state::handoff::{Claim, Gate, Offer, Orphan, Outcome as Handed};
 
@@ -118,14 +120,13 @@ impl Drop for LockCall<'_> {
     fn drop(&mut self) {
         let owned = crate::state::sync::lock(&self.owned).take();
         if let Some(fence) = owned {
-            release_in_background(
-                Arc::clone(self.inner),
+            let hold = HoldId::held(
                 self.names.clone(),
                 self.token.clone(),
-                Some(fence),
+                fence,
                 self.held_permits(),
-                None,
             );
+            release_in_background(Arc::clone(self.inner), hold, None);
         }
     }
 }
@@ -518,13 +519,13 @@ impl<'a> LockCall<'a> {
         };
         tracing::warn!(key = %self.names.lock, error = %failure,
             "relaylock: the acquisition was not replicated as asked; releasing it");
-        let released = release(
-            self.inner,
-            &self.names,
-            &self.token,
-            Some(fence),
+        let hold = HoldId::held(
+            self.names.clone(),
+            self.token.clone(),
+            fence,
             self.held_permits(),
         );
+        let released = release(self.inner, &hold);
         if let Err(e) = released.await {
             tracing::warn!(key = %self.names.lock, error = %e,
                 "relaylock: could not release an unreplicated lock; it expires with its lease");
@@ -626,10 +627,12 @@ impl<'a> LockCall<'a> {
             Arc::clone(self.inner),
             Acquired {
                 key: self.names.key_in(self.key),
-                names: std::mem::replace(&mut self.names, Names::taken()),
-                token: std::mem::take(&mut self.token),
-                fence,
-                permits,
+                id: HoldId::held(
+                    std::mem::replace(&mut self.names, Names::taken()),
+                    std::mem::take(&mut self.token),
+                    fence,
+                    permits,
+                ),
                 name: self.name.cloned(),
                 sent,
                 lease: self.lease,
@@ -651,14 +654,13 @@ impl<'a> LockCall<'a> {
         // An acquire script whose outcome we never learn (future dropped,
         // reply lost, timeout) may have taken the lock: release that token.
         let orphan = OnDrop(Some(|| {
-            release_in_background(
-                Arc::clone(self.inner),
-                self.names.clone(),
-                self.token.clone(),
-                None,
-                self.held_permits(),
-                None,
-            )
+            let hold = HoldId {
+                names: self.names.clone(),
+                token: self.token.clone(),
+                fence: None,
+                permits: self.held_permits(),
+            };
+            release_in_background(Arc::clone(self.inner), hold, None)
         }));
         if let Some(w) = queue {
             w.queued_try_in_flight(true);

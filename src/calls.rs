@@ -17,6 +17,7 @@ use fred::interfaces::ClientLike;
 use fred::types::{FromValue, Key, Value};
 
 use crate::error::{timed_out, Error, Result};
+use crate::hold_id::HoldId;
 use crate::scripts::{
     evalsha_reloading, evalsha_within, Kind, Lua, Names, Scripts, HANDOFF_GRACE_MS,
     LOCK_RING_CHARS, RING_CHARS, SIDE_RETENTION_MS,
@@ -92,6 +93,34 @@ pub(crate) fn sem_batch_fences(reply: &[i64]) -> Vec<(i64, i64)> {
 /// waiter may take it.
 pub(crate) fn sem_reservation_left(reply: &[i64]) -> bool {
     matches!(reply, [1, _, left, ..] if *left > 0)
+}
+
+/// What a [`RELEASE`](crate::scripts::RELEASE) call does besides
+/// releasing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseCall<'a> {
+    /// This client still has local waiters: it queues again, at the back.
+    pub(crate) requeue: bool,
+    /// A local waiter to give the lock to at once when no other client is
+    /// queued.
+    pub(crate) next: Option<HandOver<'a>>,
+    /// False for an operator's release ([`unlock`](crate::unlock)): the
+    /// fence does not join the ring of released fences, so the holder's
+    /// own later release reports the loss instead of a replay.
+    pub(crate) record: bool,
+}
+
+/// The local waiter a release names to be given the lock (see
+/// `crate::state::handoff`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandOver<'a> {
+    /// The waiter's token.
+    pub(crate) token: &'a str,
+    /// Its lease.
+    pub(crate) lease_ms: u64,
+    /// This client stays queued after giving the lock: other local tasks
+    /// still wait.
+    pub(crate) keep: bool,
 }
 
 /// What the release script found.
@@ -429,35 +458,30 @@ impl Calls {
         .await
     }
 
-    /// One [`RELEASE`](crate::scripts::RELEASE) call for `token`. `fence` is
-    /// `None` for an acquisition whose reply never arrived (the script reads
-    /// the fence from the value). `client` is this client's id; `requeue`
-    /// says it still has local waiters (it queues again, at the back).
+    /// One [`RELEASE`](crate::scripts::RELEASE) call for `hold` (whose
+    /// `fence` is `None` for an acquisition whose reply never arrived: the
+    /// script reads the fence from the value). `client` is this client's
+    /// id; `call` what else the script does (see [`ReleaseCall`]).
     ///
     /// With the outcome, whether this client is the stand-by of a hand-over
     /// to another client (queued first behind it): no message tells it so,
     /// the caller arms the grace probe itself.
-    ///
-    /// `record` is false for an operator's release
-    /// ([`unlock`](crate::unlock)): the fence does not join the ring of
-    /// released fences, so the holder's own later release reports the loss
-    /// instead of a replay.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn release(
         &self,
-        names: &Names,
-        token: &Str,
-        fence: Option<u64>,
+        hold: &HoldId,
         client: &Str,
-        requeue: bool,
-        next: Option<(&str, u64, bool)>,
-        record: bool,
+        call: ReleaseCall<'_>,
     ) -> Result<(Released, bool)> {
+        let (names, token, fence) = (&hold.names, &hold.token, hold.fence);
+        let ReleaseCall {
+            requeue,
+            next,
+            record,
+        } = call;
         // The common release (fence known, no `next`) sends the lock's name
         // alone and no `next` arguments: the script reads the marker names
         // only to void an abandoned token or to check `next`'s marker, and
-        // every argument costs Redis (about 0.1 µs each,
-        // docs/results/args-cost.md).
+        // every argument costs Redis (about 0.1 µs each).
         let lean = fence.is_some() && next.is_none() && record;
         let (void, voids) = if lean {
             (String::new(), String::new())
@@ -466,7 +490,7 @@ impl Calls {
         };
         // With no `next`, any name of the lock's slot: the script reads it
         // only for a `next`.
-        let next_void = next.map(|(t, _, _)| names.void(t));
+        let next_void = next.map(|n| names.void(n.token));
         let reply: Vec<i64> = self
             .script(&self.redis, &self.scripts.release, || {
                 let fence_arg = fence.map_or_else(|| flag(""), |f| Value::Integer(f as i64));
@@ -498,11 +522,15 @@ impl Calls {
                 if lean {
                     return (vec![Key::from(&names.lock)], args);
                 }
-                let (next_token, next_lease, keep) = next.unwrap_or(("", 0, false));
+                let next = next.unwrap_or(HandOver {
+                    token: "",
+                    lease_ms: 0,
+                    keep: false,
+                });
                 args.extend([
-                    next_token.into(),
-                    (next_lease as i64).into(),
-                    flag(if keep { "1" } else { "0" }),
+                    next.token.into(),
+                    (next.lease_ms as i64).into(),
+                    flag(if next.keep { "1" } else { "0" }),
                 ]);
                 if !record {
                     args.push(flag("0"));
@@ -674,21 +702,20 @@ impl Calls {
         .await
     }
 
-    /// One [`SEM_RELEASE`](crate::scripts::SEM_RELEASE) call for `token`
+    /// One [`SEM_RELEASE`](crate::scripts::SEM_RELEASE) call for `hold`
     /// (`fence` as for [`release`](Self::release)); `requeue`: this client
     /// still has local waiters, the largest of which needs `n` permits
     /// under `limit`. Returns the outcome and how many local waiters to
     /// wake ([`sem_release_reply`]).
-    /// `record` as for [`release`](Self::release).
+    /// `record` as for [`ReleaseCall::record`].
     pub(crate) async fn sem_release(
         &self,
-        names: &Names,
-        token: &str,
-        fence: Option<u64>,
+        hold: &HoldId,
         client: &str,
         requeue: Option<(u32, u32)>,
         record: bool,
     ) -> Result<(Released, u32, bool)> {
+        let (names, token, fence) = (&hold.names, &*hold.token, hold.fence);
         let (holds, facts) = names.side();
         let (void, voids) = (names.void(token), names.voids());
         let (channel, wchannel) = names.script_channels();

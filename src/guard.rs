@@ -11,18 +11,17 @@ use std::time::{Duration, Instant};
 use fred::bytes_utils::Str;
 use fred::clients::Client;
 use metrics::SharedString;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::Released;
 use crate::conn_watch::{same_connection, Watch};
 use crate::error::{Error, Result};
+use crate::hold_id::HoldId;
 use crate::holds::{Hold, Lease};
 use crate::inner::ClientInner;
 use crate::metrics as m;
 use crate::options::validate_lease;
-use crate::scripts::{Kind, Names};
-use crate::state::handoff::{Claim, Orphan};
+use crate::release::{account, release, release_in_background};
 
 /// A held lock.
 ///
@@ -61,11 +60,8 @@ use crate::state::handoff::{Claim, Orphan};
 pub struct LockGuard {
     inner: Arc<ClientInner>,
     key: Str,
-    names: Names,
-    token: Str,
-    fence: u64,
-    /// Permits held: 1 for a lock.
-    permits: u32,
+    /// Its `fence` is `Some`: a guard is made from an acquire reply.
+    id: HoldId,
     name: Option<SharedString>,
     acquired_at: Instant,
     lease: Duration,
@@ -89,11 +85,8 @@ pub struct LockGuard {
 pub(crate) struct Acquired {
     /// A slice of `names.lock` (see [`Names::key_in`]).
     pub(crate) key: Str,
-    pub(crate) names: Names,
-    pub(crate) token: Str,
-    pub(crate) fence: u64,
-    /// Permits taken: 1 for a lock.
-    pub(crate) permits: u32,
+    /// The hold, its fence known.
+    pub(crate) id: HoldId,
     pub(crate) name: Option<SharedString>,
     /// When the acquire call that took the lock was sent.
     pub(crate) sent: Instant,
@@ -118,8 +111,8 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &&*self.key)
-            .field("token", &self.token)
-            .field("fencing_token", &self.fence)
+            .field("token", &self.id.token)
+            .field("fencing_token", &self.fencing_token())
             .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
@@ -136,16 +129,13 @@ impl LockGuard {
     pub(crate) fn new(inner: Arc<ClientInner>, a: Acquired) -> Result<LockGuard> {
         let lease_state = Lease::new(a.sent, a.lease);
         let hold = Hold {
-            names: a.names.clone(),
-            token: a.token.clone(),
-            fence: a.fence,
-            permits: a.permits,
+            id: a.id.clone(),
             name: a.name.clone(),
             lease: Arc::clone(&lease_state),
             watch: None,
         };
         let Some(hold) = inner.watchdog.register(hold, a.renew) else {
-            release_in_background(inner, a.names, a.token, Some(a.fence), a.permits, None);
+            release_in_background(inner, a.id, None);
             return Err(Error::Shutdown);
         };
         let watched = OnceLock::new();
@@ -155,18 +145,15 @@ impl LockGuard {
         let span = tracing::info_span!(
             "relaylock.hold",
             key = &*a.key,
-            fence = a.fence,
-            token = &*a.token,
+            fence = a.id.fence,
+            token = &*a.id.token,
             outcome = tracing::field::Empty,
         );
         Ok(LockGuard {
             span,
             inner,
             key: a.key,
-            names: a.names,
-            token: a.token,
-            fence: a.fence,
-            permits: a.permits,
+            id: a.id,
             name: a.name,
             acquired_at: a.sent,
             lease: a.lease,
@@ -187,7 +174,7 @@ impl LockGuard {
     /// random hex digits. The lock's Redis value starts `"<token>:<fencing
     /// token>"`.
     pub fn token(&self) -> &str {
-        &self.token
+        &self.id.token
     }
 
     /// The fencing token of this acquisition: strictly greater than that of
@@ -197,12 +184,12 @@ impl LockGuard {
     /// and rejects lower ones is safe even against a holder that paused past
     /// its lease.
     pub fn fencing_token(&self) -> u64 {
-        self.fence
+        self.id.fence.unwrap_or_default()
     }
 
     /// Permits held (1 for a lock).
     pub(crate) fn permits(&self) -> u32 {
-        self.permits
+        self.id.permits
     }
 
     /// The lease the lock was acquired with.
@@ -320,11 +307,11 @@ impl LockGuard {
         // Whether the command ran only on the connection it was sent on:
         // otherwise a copy may still be on a connection fred replaced (see
         // `Tracked`).
-        let watch = same_connection(redis, &self.names.lock);
+        let watch = same_connection(redis, &self.id.names.lock);
         let call = self
             .inner
             .calls
-            .set_lease(redis, &self.names, &self.token, lease_ms);
+            .set_lease(redis, &self.id.names, &self.id.token, lease_ms);
         let reply = Tracked {
             call: Box::pin(call),
             lease: &self.lease_state,
@@ -346,7 +333,7 @@ impl LockGuard {
             }
             [0 | -1] => {
                 self.lease_state
-                    .mark_lost(|| m::lost(self.name.as_ref(), self.names.kind));
+                    .mark_lost(|| m::lost(self.name.as_ref(), self.id.names.kind));
                 Err(Error::LockLost {
                     key: self.key.to_string(),
                 })
@@ -412,23 +399,15 @@ impl LockGuard {
         self.state = State::Releasing;
         m::held(
             self.name.as_ref(),
-            self.names.kind,
+            self.id.names.kind,
             self.acquired_at.elapsed(),
         );
-        let outcome = release(
-            &self.inner,
-            &self.names,
-            &self.token,
-            Some(self.fence),
-            self.permits,
-        )
-        .await;
+        let outcome = release(&self.inner, &self.id).await;
         self.state = State::Done;
         account(
             &self.inner,
             self.name.as_ref(),
-            &self.names,
-            Some(self.fence),
+            &self.id,
             &outcome,
             Some(&self.lease_state),
         );
@@ -503,344 +482,15 @@ impl Drop for LockGuard {
         }
         // The release first: a panic in what follows (the metrics recorder
         // is user code) must not leave the lock held.
-        let names = std::mem::replace(&mut self.names, Names::taken());
-        let kind = names.kind;
+        let hold = self.id.take();
+        let kind = hold.names.kind;
         let name = self.name.take();
-        release_in_background(
-            Arc::clone(&self.inner),
-            names,
-            std::mem::take(&mut self.token),
-            Some(self.fence),
-            self.permits,
-            Some((name.clone(), Arc::clone(&self.lease_state))),
-        );
+        let report = (name.clone(), Arc::clone(&self.lease_state));
+        release_in_background(Arc::clone(&self.inner), hold, Some(report));
         if held {
             self.close();
             m::held(name.as_ref(), kind, self.acquired_at.elapsed());
         }
-    }
-}
-
-/// Count a release's outcome; a loss counts only if nobody counted it before
-/// (the watchdog, `extend`).
-///
-/// A loss found while the lease should still run (by this process's
-/// clock) means the value vanished under the hold (an eviction, a
-/// `FLUSHALL`, a `DEL`): every waiting client is told to re-check
-/// ([`Calls::value_vanished`](crate::calls::Calls::value_vanished)).
-pub(crate) fn account(
-    inner: &ClientInner,
-    name: Option<&SharedString>,
-    names: &Names,
-    fence: Option<u64>,
-    outcome: &Result<Released>,
-    lease: Option<&Lease>,
-) {
-    let kind = names.kind;
-    match outcome {
-        Ok(Released::Freed | Released::HandedOver | Released::Granted(_) | Released::Already) => {
-            m::released(name, kind)
-        }
-        Ok(Released::NotOurs) => match lease {
-            Some(lease) => {
-                let early = Instant::now() < lease.record().safe_until();
-                // Only the first to find the loss tells (the watchdog may
-                // have, before this release).
-                if lease.mark_lost(|| m::lost(name, kind)) && early {
-                    inner.calls.value_vanished(names, fence);
-                }
-            }
-            None => m::lost(name, kind),
-        },
-        Err(_) => {}
-    }
-}
-
-/// Release `token`: the release script, queueing this client again when it
-/// still has local waiters (the registry tracks that until the outcome is
-/// known, see `Registry::requeue`). `fence` is `None` for an acquisition
-/// whose reply never arrived.
-///
-/// The releasing client serves its own local waiters: no message tells them
-/// (the script publishes only to another client it reserves the lock for).
-///
-/// * With `fence` known and a local waiter offering to take the lock
-///   (`crate::state::handoff`), the release names that waiter's token, and the
-///   script gives it the lock at once when no other client is queued: the
-///   hand-over costs this one request. The waiter gets its fencing token
-///   through its slot; if it left meanwhile, the lock granted to it is
-///   released in the background. Any other outcome sends it to re-check
-///   (or, when the lock went to another client, back to sleep). If it left,
-///   one other local waiter is woken instead when the lock may be free (the
-///   rule below).
-/// * Without such a waiter, one local waiter, if any waits, is woken when the
-///   reply says the lock is free, when the release had already run (a replay
-///   whose first reply was lost), and when the outcome is unknown (an error:
-///   it may have run).
-///
-/// Dropped before its reply, a claimed waiter re-checks (the acquire script
-/// finds a lock granted to its token); if that waiter left too, its token is
-/// released in the background as an abandoned acquisition.
-///
-/// A semaphore hold (`names.kind`) is released by [`release_permits`].
-pub(crate) async fn release(
-    inner: &Arc<ClientInner>,
-    names: &Names,
-    token: &Str,
-    fence: Option<u64>,
-    permits: u32,
-) -> Result<Released> {
-    if names.kind.counted() {
-        return release_permits(inner, names, token, fence, permits).await;
-    }
-    let registry = &inner.registry;
-    // During a shutdown the local waiters are leaving: no hand-over to one
-    // (it would make a new hold), and no requeue.
-    let closing = inner.closing.is_cancelled();
-    let requeued = requeue(inner, names);
-    // The client stays queued after giving the lock to `next` only if other
-    // local tasks still wait (`keep`: `next`'s own task is not the only one).
-    let claim = fence
-        .filter(|_| !closing)
-        .and_then(|_| registry.claim(&names.channel));
-    let (claim, keep) = match claim {
-        Some((claim, others)) => (Some(claim), others),
-        None => (None, false),
-    };
-    let mut claim = ClaimGuard {
-        claim,
-        inner,
-        names,
-    };
-    let sent = Instant::now();
-    let outcome = {
-        let next = claim
-            .claim
-            .as_ref()
-            .map(|c| (c.token(), c.lease_ms(), keep));
-        inner
-            .calls
-            .release(
-                names,
-                token,
-                fence,
-                registry.client_id(),
-                requeued.is_some(),
-                next,
-                true,
-            )
-            .await
-    };
-    let outcome = outcome.map(|(released, standby)| {
-        if standby {
-            // Queued first behind the client the lock is reserved for:
-            // should that client not take it, it lapses, and a probe after
-            // the grace takes it (a stand-by that is another client is told
-            // by the release's message).
-            registry.reserved_here(&names.channel);
-        }
-        released
-    });
-    match claim.claim.take() {
-        Some(c) => {
-            let next = Str::from(c.token());
-            let orphan = match &outcome {
-                Ok(Released::Granted(f)) => c.granted(*f, sent),
-                Ok(Released::HandedOver) => c.not_granted(false),
-                Ok(Released::Freed | Released::NotOurs) => c.not_granted(true),
-                // A replay: the first run may have given the lock to `next`
-                // (whose reply was lost), so this counts as unknown (found in
-                // review: a waiter that left kept the lock for its lease).
-                Ok(Released::Already) | Err(_) => c.unknown(),
-            };
-            // The claimed waiter left: the wake-up it would have passed on
-            // goes to another local waiter, by the rule without a claim (not
-            // after a reservation for another client, nor a loss). A lock
-            // granted to it is released below, and that release serves the
-            // next waiter.
-            let free = matches!(outcome, Ok(Released::Freed | Released::Already) | Err(_));
-            if free && matches!(orphan, Orphan::Left | Orphan::Unknown) {
-                registry.wake_one_if_waiting(&names.channel);
-            }
-            release_orphan(inner, names, next, orphan);
-        }
-        // Also without a requeue: a local waiter may have arrived since, and
-        // its try, run before the release, queued this client.
-        None => {
-            if matches!(outcome, Ok(Released::Freed | Released::Already) | Err(_)) {
-                registry.wake_one_if_waiting(&names.channel);
-            }
-        }
-    }
-    drop(requeued);
-    outcome
-}
-
-/// The requeue of a release (see `Registry::requeue`), none during a
-/// shutdown: the local waiters are leaving.
-fn requeue(inner: &ClientInner, names: &Names) -> Option<crate::registry::Requeue> {
-    if inner.closing.is_cancelled() {
-        return None;
-    }
-    inner.registry.requeue(&names.channel)
-}
-
-/// Release a semaphore hold of `permits` permits (`fence` `None`: an
-/// acquisition abandoned in flight, whose token is voided too). The script
-/// queues this client again when it still has local waiters (with the
-/// largest need among them), and reserves freed permits for the queued
-/// clients in order, telling each other client with one message. This
-/// client's own waiters are woken here: one when the script reserved
-/// permits for this client (it takes them, and wakes the next if some are
-/// left), up to `permits` when the permits are simply free (or the outcome
-/// is unknown, or a replay), none when clients ahead of it wait. So a
-/// release that frees k permits wakes at most k waiters in this client, and
-/// one per other client it reserved for.
-async fn release_permits(
-    inner: &Arc<ClientInner>,
-    names: &Names,
-    token: &str,
-    fence: Option<u64>,
-    permits: u32,
-) -> Result<Released> {
-    let registry = &inner.registry;
-    let requeued = requeue(inner, names);
-    let need = requeued.as_ref().map(|r| r.need());
-    let outcome = inner
-        .calls
-        .sem_release(
-            names,
-            token,
-            fence,
-            registry.role_id(names.kind),
-            need.flatten(),
-            true,
-        )
-        .await;
-    let wake = match &outcome {
-        Ok((_, wake, _)) => (*wake).min(permits.max(1)),
-        Err(_) => permits.max(1),
-    };
-    // No more than wait here (a write frees a billion permits), and one
-    // writer: a write reservation serves one (found in review: every local
-    // writer woke for it).
-    let mut wake = wake as usize;
-    if names.kind == Kind::Write {
-        wake = wake.min(1);
-    }
-    registry.wake_up_to(&names.channel, wake);
-    if matches!(outcome, Ok((_, _, true))) {
-        // Reserved for this client: should no woken waiter take it, it
-        // lapses, and a probe after the grace hands it on.
-        registry.reserved_here(&names.channel);
-    }
-    drop(requeued);
-    outcome.map(|(released, _, _)| released)
-}
-
-/// A lock granted to a local waiter that left: release it (in the
-/// background), or its token as an abandoned acquisition.
-pub(crate) fn release_orphan(inner: &Arc<ClientInner>, names: &Names, token: Str, orphan: Orphan) {
-    let fence = match orphan {
-        Orphan::None | Orphan::Left => return,
-        Orphan::Held(fence) => Some(fence),
-        Orphan::Unknown => None,
-    };
-    release_in_background(Arc::clone(inner), names.clone(), token, fence, 1, None);
-}
-
-/// A release's claim on a local waiter, resolved as an unknown outcome if
-/// the release is dropped before its reply.
-struct ClaimGuard<'a> {
-    claim: Option<Claim<Notify>>,
-    inner: &'a Arc<ClientInner>,
-    names: &'a Names,
-}
-
-impl Drop for ClaimGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(c) = self.claim.take() {
-            let next = Str::from(c.token());
-            let orphan = c.unknown();
-            if orphan == Orphan::Unknown {
-                // As for an unknown outcome in `release`: the waiter that
-                // left would have passed its wake-up on.
-                self.inner.registry.wake_one_if_waiting(&self.names.channel);
-            }
-            release_orphan(self.inner, self.names, next, orphan);
-        }
-    }
-}
-
-pub(crate) type Report = (Option<SharedString>, Arc<Lease>);
-
-/// Release `token` without waiting for the outcome: for a dropped guard
-/// (`report` given) and for an acquisition its caller abandoned (in flight:
-/// `fence` None; or during `WAIT`), which records no metrics because it was
-/// never reported as acquired.
-pub(crate) fn release_in_background(
-    inner: Arc<ClientInner>,
-    names: Names,
-    token: Str,
-    fence: Option<u64>,
-    permits: u32,
-    report: Option<Report>,
-) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(
-            key = %names.lock,
-            "relaylock: lock dropped outside a tokio runtime; it stays held until its lease ends"
-        );
-        return;
-    };
-    let background = inner.background.clone();
-    // Moved into the future, so dropped with it even if it never ran: when
-    // the runtime ends first (a `main` that returned without `shutdown()`),
-    // it says so; the lock stays.
-    let unfinished = Unfinished(names.lock.clone(), false);
-    background.spawn_on(
-        async move {
-            let outcome = release(&inner, &names, &token, fence, permits).await;
-            unfinished.finished();
-            match (&outcome, report) {
-                (Err(e), _) => tracing::warn!(key = %names.lock, error = %e,
-                    "relaylock: background release failed; the lock stays held until its lease ends"),
-                (Ok(Released::Freed | Released::HandedOver | Released::Granted(_)), None) => {
-                    tracing::debug!(key = %names.lock,
-                    "relaylock: released an acquisition whose caller went away")
-                }
-                (Ok(_), None) => {}
-                (Ok(_), Some((name, lease))) => {
-                    account(&inner, name.as_ref(), &names, fence, &outcome, Some(&lease))
-                }
-            }
-        },
-        &handle,
-    );
-}
-
-/// A background release's future, warning when it is dropped before it
-/// finished: the tokio runtime ended first (a `main` that returned right
-/// after dropping a guard), and the key stays held until its lease ends.
-struct Unfinished(Str, bool);
-
-impl Unfinished {
-    fn finished(mut self) {
-        self.1 = true;
-    }
-}
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        // Finished, or unwinding from a panic in the release (a metrics
-        // recorder): not the runtime's end.
-        if self.1 || std::thread::panicking() {
-            return;
-        }
-        tracing::warn!(
-            key = %self.0,
-            "relaylock: the runtime ended before this lock's release could run; it stays held until its lease ends (call LockClient::shutdown() before the runtime ends, or before main returns)"
-        );
     }
 }
 

@@ -15,12 +15,11 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use fred::bytes_utils::Str;
 use metrics::SharedString;
 use rapidhash::fast::RandomState;
 use tokio_util::sync::CancellationToken;
 
-use crate::scripts::Names;
+use crate::hold_id::HoldId;
 use crate::state::lease::{LeaseRecord, LeaseState};
 
 /// What a guard and the watchdog share about one lock: the lease record
@@ -115,10 +114,8 @@ impl Lease {
 /// What a shutdown needs to release one hold, and what the watchdog needs
 /// to look after it.
 pub(crate) struct Hold {
-    pub(crate) names: Names,
-    pub(crate) token: Str,
-    pub(crate) fence: u64,
-    pub(crate) permits: u32,
+    /// Its `fence` is `Some`: a hold is registered by its guard.
+    pub(crate) id: HoldId,
     pub(crate) name: Option<SharedString>,
     /// The guard's lease state: closed by the shutdown, so its lost signal
     /// fires and `is_held` turns false.

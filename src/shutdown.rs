@@ -21,8 +21,8 @@ use std::time::Duration;
 use crate::calls::Released;
 use crate::client::LockClient;
 use crate::error::{Error, Result};
-use crate::guard::{account, release};
 use crate::inner::ClientInner;
+use crate::release::{account, release};
 
 impl LockClient {
     /// Release everything this client holds and stop it: for a graceful
@@ -98,22 +98,8 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
             hold.lease.close();
             let inner = Arc::clone(inner);
             inner.background.clone().spawn(async move {
-                let outcome = release(
-                    &inner,
-                    &hold.names,
-                    &hold.token,
-                    Some(hold.fence),
-                    hold.permits,
-                )
-                .await;
-                account(
-                    &inner,
-                    hold.name.as_ref(),
-                    &hold.names,
-                    Some(hold.fence),
-                    &outcome,
-                    None,
-                );
+                let outcome = release(&inner, &hold.id).await;
+                account(&inner, hold.name.as_ref(), &hold.id, &outcome, None);
                 outcome
             })
         })

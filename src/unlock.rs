@@ -31,8 +31,9 @@ use std::sync::Arc;
 
 use fred::bytes_utils::Str;
 
-use crate::calls::Released;
+use crate::calls::{ReleaseCall, Released};
 use crate::error::Result;
+use crate::hold_id::HoldId;
 use crate::inner::ClientInner;
 use crate::inspect::{Holder, Primitive};
 use crate::scripts::{Kind, Names};
@@ -62,22 +63,33 @@ pub(crate) async fn unlock(
     let client = crate::token::new();
     let released = match primitive {
         Primitive::Mutex => {
-            let names = inner.names(key);
-            let token = Str::from(token);
-            inner
-                .calls
-                .release(&names, &token, fence, &client, false, None, false)
-                .await?
-                .0
+            let hold = HoldId {
+                names: inner.names(key),
+                token: Str::from(token),
+                fence,
+                permits: 1,
+            };
+            let call = ReleaseCall {
+                requeue: false,
+                next: None,
+                record: false,
+            };
+            inner.calls.release(&hold, &client, call).await?.0
         }
         Primitive::Semaphore | Primitive::RwLock => {
             let names = match primitive {
                 Primitive::Semaphore => Names::semaphore(&inner.prefix, key),
                 _ => Names::rw(&inner.prefix, key, Kind::Read),
             };
+            let hold = HoldId {
+                names,
+                token: Str::from(token),
+                fence,
+                permits: 1,
+            };
             inner
                 .calls
-                .sem_release(&names, token, fence, &client, None, false)
+                .sem_release(&hold, &client, None, false)
                 .await?
                 .0
         }

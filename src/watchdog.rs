@@ -179,8 +179,15 @@ impl Watchdog {
             holds
                 .live
                 .iter()
-                .filter(|(_, h)| &*h.token == token)
-                .map(|(id, h)| (*id, h.names.lock.clone(), h.names.kind, h.token.clone()))
+                .filter(|(_, h)| &*h.id.token == token)
+                .map(|(id, h)| {
+                    (
+                        *id,
+                        h.id.names.lock.clone(),
+                        h.id.names.kind,
+                        h.id.token.clone(),
+                    )
+                })
                 .collect()
         };
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -274,9 +281,9 @@ impl Watchdog {
                     let s = h.lease.state();
                     Some(Item {
                         id,
-                        lock: h.names.lock.clone(),
-                        kind: h.names.kind,
-                        token: h.token.clone(),
+                        lock: h.id.names.lock.clone(),
+                        kind: h.id.names.kind,
+                        token: h.id.token.clone(),
                         lease: s.renew_with,
                         generation: s.generation,
                     })
@@ -413,10 +420,10 @@ impl Watchdog {
                 Some(1) => {
                     h.lease.record().renewed(generation, sent, lease);
                     w.retry_at = None;
-                    m::renewal(h.name.as_ref(), h.names.kind, Renewal::Renewed);
+                    m::renewal(h.name.as_ref(), h.id.names.kind, Renewal::Renewed);
                 }
                 Some(code @ (0 | -1)) => {
-                    m::renewal(h.name.as_ref(), h.names.kind, Renewal::Lost);
+                    m::renewal(h.name.as_ref(), h.id.names.kind, Renewal::Lost);
                     let found = if code == 0 {
                         "the key is gone"
                     } else {
@@ -427,15 +434,15 @@ impl Watchdog {
                     // and its queue may be gone with it.
                     let early = now < h.lease.record().safe_until();
                     if give_up(h, found) && early {
-                        self.calls.value_vanished(&h.names, Some(h.fence));
+                        self.calls.value_vanished(&h.id.names, h.id.fence);
                     }
                 }
                 other => {
                     if let Some(code) = other {
-                        tracing::warn!(key = %h.names.lock, "relaylock: renew replied {code}");
+                        tracing::warn!(key = %h.id.names.lock, "relaylock: renew replied {code}");
                     }
                     w.retry_at = Some(now + RETRY);
-                    m::renewal(h.name.as_ref(), h.names.kind, Renewal::Error);
+                    m::renewal(h.name.as_ref(), h.id.names.kind, Renewal::Error);
                 }
             }
         }
@@ -451,8 +458,8 @@ impl Watchdog {
 fn give_up(h: &mut Hold, why: &str) -> bool {
     h.watch = None;
     h.lease.mark_lost(|| {
-        m::lost(h.name.as_ref(), h.names.kind);
-        tracing::warn!(key = %h.names.lock, "relaylock: lock lost: {why}");
+        m::lost(h.name.as_ref(), h.id.names.kind);
+        tracing::warn!(key = %h.id.names.lock, "relaylock: lock lost: {why}");
     })
 }
 

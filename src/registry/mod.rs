@@ -21,9 +21,11 @@
 //!   failed try and the wait is not lost). A reconnect or a lagged message
 //!   stream wakes EVERY waiter of every key ([`Registry::wake_all`]).
 
+mod releasing;
 mod subscription;
 mod waiter;
 
+pub(crate) use releasing::Releasing;
 pub(crate) use waiter::{NotSubscribed, PollerRole, Waiter};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -357,20 +359,11 @@ impl Registry {
     /// A release of this client reserved semaphore permits for this client,
     /// or handed a lock to another client with this one its stand-by (no
     /// message tells it): arm the grace timer, as a message would.
-    pub(crate) fn reserved_here(&self, channel: &str) {
+    fn reserved_here(&self, channel: &str) {
         if let Some(e) = self.map.get(channel) {
             let generation = e.announcements.fetch_add(1, SeqCst) + 1;
             probe_after_grace(e.value(), generation);
         }
-    }
-
-    /// Claim the oldest local waiter of `channel` that a release may hand
-    /// the lock to directly (see [`crate::state::handoff`]), and say whether other
-    /// local tasks are registered for it too (read in the same lookup).
-    pub(crate) fn claim(&self, channel: &str) -> Option<(Claim<Notify>, bool)> {
-        let entry = self.map.get(channel)?;
-        let claim = Inbox::claim(&entry.inbox)?;
-        Some((claim, entry.presence.count() > 1))
     }
 
     /// Claim up to `max` open offers of `channel`'s local waiters (a
@@ -392,7 +385,7 @@ impl Registry {
 
     /// Wake up to `n` local waiters of `channel`, no more than are
     /// registered (one lookup; a semaphore's release may free many permits).
-    pub(crate) fn wake_up_to(&self, channel: &str, n: usize) {
+    fn wake_up_to(&self, channel: &str, n: usize) {
         if let Some(e) = self.map.get(channel) {
             for _ in 0..n.min(e.presence.count()) {
                 e.notify.notify_one();
@@ -429,7 +422,7 @@ impl Registry {
     /// release script, which queues it again, leaving a client queued with
     /// nobody waiting); the
     /// [`Requeue`] does it when dropped if nobody waits by then.
-    pub(crate) fn requeue(self: &Arc<Self>, channel: &str) -> Option<Requeue> {
+    fn requeue(self: &Arc<Self>, channel: &str) -> Option<Requeue> {
         let entry = Arc::clone(self.map.get(channel)?.value());
         if !entry.presence.begin_requeue() {
             // The last waiter may have left between the two lines above and
