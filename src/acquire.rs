@@ -43,7 +43,7 @@ use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrateg
 use crate::registry::{NotSubscribed, PollerRole, Waiter};
 use crate::release::{release, release_in_background, release_orphan};
 use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS, RW_WRITE};
-use crate::state::handoff::{Claim, Gate, Offer, Orphan, Outcome as Handed};
+use crate::state::handoff::{Claim, Gate, Handed, Offer, Orphan};
 
 /// How long after a wait's deadline its timer ends the call whatever it
 /// awaits: the tries, bounded by fred's own timeout at the deadline, end

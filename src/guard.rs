@@ -71,7 +71,7 @@ pub struct LockGuard {
     /// lock, on first `lost`/`lost_token` for a fixed one).
     watched: OnceLock<()>,
     /// Where the guard is in its life; decides what dropping it does.
-    state: State,
+    state: GuardState,
     /// Its id in the client's holds (see `crate::holds`), which the
     /// watchdog shares.
     hold: u64,
@@ -97,7 +97,7 @@ pub(crate) struct Acquired {
 
 /// The life of a guard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+enum GuardState {
     /// Held: dropping releases in the background.
     Held,
     /// `release()` is running: dropping its future releases in the
@@ -159,7 +159,7 @@ impl LockGuard {
             lease: a.lease,
             lease_state,
             watched,
-            state: State::Held,
+            state: GuardState::Held,
             hold,
         })
     }
@@ -390,20 +390,20 @@ impl LockGuard {
         self.close();
         if !ours {
             // The shutdown took the hold and releases it.
-            self.state = State::Done;
+            self.state = GuardState::Done;
             return Err(Error::Shutdown);
         }
         // Dropped (or unwound) from here until the outcome is known, `Drop`
         // releases in the background (a repeated release is recognised as
         // ours).
-        self.state = State::Releasing;
+        self.state = GuardState::Releasing;
         m::held(
             self.name.as_ref(),
             self.id.names.kind,
             self.acquired_at.elapsed(),
         );
         let outcome = release(&self.inner, &self.id).await;
-        self.state = State::Done;
+        self.state = GuardState::Done;
         account(
             &self.inner,
             self.name.as_ref(),
@@ -467,14 +467,14 @@ impl<F> Drop for Tracked<'_, F> {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.state == State::Done {
+        if self.state == GuardState::Done {
             return;
         }
         // Held from before the hold leaves the registry until the release
         // is spawned: a shutdown in between waits for it.
         let _busy = self.inner.background.token();
         // Releasing: `release()` already took the hold out of the registry.
-        let held = self.state == State::Held;
+        let held = self.state == GuardState::Held;
         if held && !self.inner.watchdog.holds.remove(self.hold) {
             // The shutdown took the hold and releases it.
             self.close();

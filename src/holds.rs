@@ -121,12 +121,12 @@ pub(crate) struct Hold {
     /// fires and `is_held` turns false.
     pub(crate) lease: Arc<Lease>,
     /// `Some` while the watchdog looks after this hold.
-    pub(crate) watch: Option<Watch>,
+    pub(crate) watch: Option<Watched>,
 }
 
 /// The watchdog's state of one hold.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Watch {
+pub(crate) struct Watched {
     /// Renew it (watchdog lock), or only fire its signal when the lease
     /// runs out (fixed lease somebody listens to).
     pub(crate) renew: bool,
@@ -136,9 +136,9 @@ pub(crate) struct Watch {
     pub(crate) retry_at: Option<Instant>,
 }
 
-impl Watch {
+impl Watched {
     pub(crate) fn new(renew: bool) -> Self {
-        Watch {
+        Watched {
             renew,
             in_flight: false,
             retry_at: None,
@@ -147,14 +147,14 @@ impl Watch {
 }
 
 #[derive(Default)]
-pub(crate) struct State {
+pub(crate) struct HoldSet {
     next: u64,
     /// Set by the shutdown: nothing registers any more.
     closed: bool,
     pub(crate) live: HashMap<u64, Hold, RandomState>,
 }
 
-impl State {
+impl HoldSet {
     /// Register a hold; `None` once the client is shut down (the caller
     /// releases the hold itself).
     pub(crate) fn insert(&mut self, hold: Hold) -> Option<u64> {
@@ -171,11 +171,11 @@ impl State {
 /// The holds of one client, by id.
 #[derive(Default)]
 pub(crate) struct Holds {
-    state: Mutex<State>,
+    state: Mutex<HoldSet>,
 }
 
 impl Holds {
-    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, HoldSet> {
         // Nothing panics under this lock; a poisoned one is still consistent.
         crate::state::sync::lock(&self.state)
     }

@@ -57,7 +57,7 @@ pub(crate) async fn release(inner: &Arc<ClientInner>, hold: &HoldId) -> Result<R
     let registry = &inner.registry;
     let closing = inner.closing.is_cancelled();
     let begun = registry.begin_release(&hold.names.channel, closing, hold.fence.is_some());
-    let mut pending = Pending {
+    let mut pending = InFlight {
         releasing: begun,
         inner,
         names: &hold.names,
@@ -105,13 +105,13 @@ async fn release_permits(inner: &Arc<ClientInner>, hold: &HoldId) -> Result<Rele
 
 /// A release's registry handle, resolved as an unknown outcome if the
 /// release is dropped before its reply.
-struct Pending<'a> {
+struct InFlight<'a> {
     releasing: Releasing,
     inner: &'a Arc<ClientInner>,
     names: &'a Names,
 }
 
-impl Drop for Pending<'_> {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if let Some(left) = self.releasing.abandon() {
             release_orphan(self.inner, self.names, left.token, left.orphan);

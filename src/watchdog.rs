@@ -43,7 +43,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::calls::{Calls, RenewItem};
-use crate::holds::{Hold, Holds, Watch};
+use crate::holds::{Hold, Holds, Watched};
 use crate::metrics::{self as m, Renewal};
 use crate::scripts::{Kind, RENEW_BATCH};
 
@@ -62,7 +62,7 @@ struct Item {
 }
 
 /// The outcome of one lock in a round.
-struct Outcome {
+struct RoundResult {
     id: u64,
     lease: Duration,
     generation: u64,
@@ -71,7 +71,7 @@ struct Outcome {
     /// The script's code for it; `None`: the call failed (it was logged).
     code: Option<i64>,
 }
-type Round = Pin<Box<dyn Future<Output = Vec<Outcome>> + Send>>;
+type Round = Pin<Box<dyn Future<Output = Vec<RoundResult>> + Send>>;
 
 /// The state the guards and the task share.
 pub(crate) struct Watchdog {
@@ -121,7 +121,7 @@ impl Watchdog {
     /// lost or its lease runs out. Returns its id; `None` once the client is
     /// shut down (the caller releases the hold itself).
     pub(crate) fn register(&self, mut hold: Hold, renew: bool) -> Option<u64> {
-        hold.watch = renew.then(|| Watch::new(true));
+        hold.watch = renew.then(|| Watched::new(true));
         let first_event = renew.then(|| self.first_event(&hold));
         let mut holds = self.holds.state();
         let id = holds.insert(hold)?;
@@ -143,7 +143,7 @@ impl Watchdog {
         if hold.watch.is_some() {
             return;
         }
-        hold.watch = Some(Watch::new(false));
+        hold.watch = Some(Watched::new(false));
         let at = self.first_event(hold);
         self.wake_for(at);
         drop(holds);
@@ -298,7 +298,7 @@ impl Watchdog {
 
     /// One round: every item, in calls of at most `RENEW_BATCH` holds, one
     /// kind per call (locks by `RENEW`, semaphore holds by `SEM_RENEW`).
-    async fn renew(self: Arc<Self>, mut items: Vec<Item>) -> Vec<Outcome> {
+    async fn renew(self: Arc<Self>, mut items: Vec<Item>) -> Vec<RoundResult> {
         let kind = |it: &Item| it.kind.counted();
         if !self.calls.redis().is_clustered() {
             items.sort_by_key(kind);
@@ -342,7 +342,7 @@ impl Watchdog {
                 Ok(outcomes) => out.extend(outcomes),
                 // The call's task panicked or was cancelled: an unknown
                 // outcome, retried like a failed call.
-                Err(_) => out.extend(ids.into_iter().map(|(id, lease, generation)| Outcome {
+                Err(_) => out.extend(ids.into_iter().map(|(id, lease, generation)| RoundResult {
                     id,
                     lease,
                     generation,
@@ -355,7 +355,7 @@ impl Watchdog {
     }
 
     /// One RENEW call for `chunk` (all in one slot, in a cluster).
-    async fn renew_chunk(&self, chunk: &[Item]) -> Vec<Outcome> {
+    async fn renew_chunk(&self, chunk: &[Item]) -> Vec<RoundResult> {
         let batch: Vec<RenewItem<'_>> = chunk
             .iter()
             .map(|it| RenewItem {
@@ -386,7 +386,7 @@ impl Watchdog {
         chunk
             .iter()
             .zip(codes)
-            .map(|(it, code)| Outcome {
+            .map(|(it, code)| RoundResult {
                 id: it.id,
                 lease: it.lease,
                 generation: it.generation,
@@ -397,10 +397,10 @@ impl Watchdog {
     }
 
     /// Apply the outcome of a round.
-    fn finish(&self, outcomes: Vec<Outcome>) {
+    fn finish(&self, outcomes: Vec<RoundResult>) {
         let now = Instant::now();
         let mut holds = self.holds.state();
-        for Outcome {
+        for RoundResult {
             id,
             lease,
             generation,

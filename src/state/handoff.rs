@@ -44,7 +44,7 @@ pub(crate) trait Wake {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+enum SlotState {
     Open,
     Trying,
     Claimed,
@@ -59,7 +59,7 @@ enum State {
 pub(crate) struct Slot<W> {
     token: String,
     lease_ms: u64,
-    state: Mutex<State>,
+    state: Mutex<SlotState>,
     /// A claim on this slot ended with an unknown outcome: the lock may be
     /// held by this token (or be given to it by a delayed release). Read and
     /// written under `state`'s lock.
@@ -91,7 +91,7 @@ impl<W: Wake> Inbox<W> {
         let slot = Arc::new(Slot {
             token: token.to_owned(),
             lease_ms,
-            state: Mutex::new(State::Open),
+            state: Mutex::new(SlotState::Open),
             doubt: AtomicBool::new(false),
             wake,
         });
@@ -110,9 +110,9 @@ impl<W: Wake> Inbox<W> {
         inbox.compact(&mut slots);
         slots.iter().find_map(|slot| {
             let mut state = sync::lock(&slot.state);
-            let was_recheck = *state == State::Recheck;
-            (*state == State::Open || was_recheck).then(|| {
-                *state = State::Claimed;
+            let was_recheck = *state == SlotState::Recheck;
+            (*state == SlotState::Open || was_recheck).then(|| {
+                *state = SlotState::Claimed;
                 Claim {
                     inbox: Arc::clone(inbox),
                     slot: Some(Arc::clone(slot)),
@@ -129,7 +129,7 @@ impl<W: Wake> Inbox<W> {
         let gone = self.gone.load(SeqCst);
         if gone > 0 && gone * 2 >= slots.len() {
             let before = slots.len();
-            slots.retain(|s| *sync::lock(&s.state) != State::Gone);
+            slots.retain(|s| *sync::lock(&s.state) != SlotState::Gone);
             let removed = before - slots.len();
             self.gone.fetch_sub(removed, SeqCst);
         }
@@ -143,11 +143,11 @@ impl<W: Wake> Inbox<W> {
 }
 
 impl<W> Slot<W> {
-    fn set_gone(state: &mut State, inbox: &Inbox<W>) {
+    fn set_gone(state: &mut SlotState, inbox: &Inbox<W>) {
         // Counted first: a compaction that sees the slot gone (under this
         // lock) also sees it counted.
         inbox.gone.fetch_add(1, SeqCst);
-        *state = State::Gone;
+        *state = SlotState::Gone;
     }
 }
 
@@ -172,7 +172,7 @@ pub(crate) enum Gate {
 
 /// What a resolved claim told the waiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum Handed {
     /// Nothing yet (a spurious wake-up).
     Pending,
     /// No grant is known: try (the acquire script finds a grant that did
@@ -187,13 +187,13 @@ impl<W: Wake> Offer<W> {
     pub(crate) fn begin_try(&self) -> Gate {
         let mut state = sync::lock(&self.slot.state);
         match *state {
-            State::Claimed => Gate::Claimed,
-            State::Granted { fence, sent } => {
+            SlotState::Claimed => Gate::Claimed,
+            SlotState::Granted { fence, sent } => {
                 Slot::set_gone(&mut state, &self.inbox);
                 Gate::Granted(fence, sent)
             }
             _ => {
-                *state = State::Trying;
+                *state = SlotState::Trying;
                 Gate::Go
             }
         }
@@ -202,30 +202,30 @@ impl<W: Wake> Offer<W> {
     /// The waiter's own acquire ended (and did not take the lock).
     pub(crate) fn end_try(&self) {
         let mut state = sync::lock(&self.slot.state);
-        if *state == State::Trying {
-            *state = State::Open;
+        if *state == SlotState::Trying {
+            *state = SlotState::Open;
         }
     }
 
     /// After a wake-up: what the claim, if one was resolved, says.
-    pub(crate) fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Handed {
         let mut state = sync::lock(&self.slot.state);
         match *state {
-            State::Granted { fence, sent } => {
+            SlotState::Granted { fence, sent } => {
                 Slot::set_gone(&mut state, &self.inbox);
-                Outcome::Granted(fence, sent)
+                Handed::Granted(fence, sent)
             }
-            State::Recheck => {
-                *state = State::Open;
-                Outcome::Recheck
+            SlotState::Recheck => {
+                *state = SlotState::Open;
+                Handed::Recheck
             }
-            _ => Outcome::Pending,
+            _ => Handed::Pending,
         }
     }
 
     /// Whether a release's claim on this slot is in flight.
     pub(crate) fn is_claimed(&self) -> bool {
-        *sync::lock(&self.slot.state) == State::Claimed
+        *sync::lock(&self.slot.state) == SlotState::Claimed
     }
 
     /// The wake-up this slot's claims use.
@@ -238,7 +238,7 @@ impl<W: Wake> Offer<W> {
     pub(crate) fn acquired(&self) {
         let mut state = sync::lock(&self.slot.state);
         self.slot.doubt.store(false, SeqCst);
-        if *state != State::Gone {
+        if *state != SlotState::Gone {
             Slot::set_gone(&mut state, &self.inbox);
         }
     }
@@ -253,16 +253,16 @@ impl<W> Offer<W> {
     pub(crate) fn leave(&self) -> Orphan {
         let mut state = sync::lock(&self.slot.state);
         match *state {
-            State::Gone | State::Abandoned => Orphan::None,
-            State::Claimed => {
-                *state = State::Abandoned;
+            SlotState::Gone | SlotState::Abandoned => Orphan::None,
+            SlotState::Claimed => {
+                *state = SlotState::Abandoned;
                 Orphan::None
             }
-            State::Granted { fence, .. } => {
+            SlotState::Granted { fence, .. } => {
                 Slot::set_gone(&mut state, &self.inbox);
                 Orphan::Held(fence)
             }
-            State::Open | State::Trying | State::Recheck => {
+            SlotState::Open | SlotState::Trying | SlotState::Recheck => {
                 Slot::set_gone(&mut state, &self.inbox);
                 if self.slot.doubt.load(SeqCst) {
                     Orphan::Unknown
@@ -336,7 +336,7 @@ impl<W: Wake> Claim<W> {
         resolve(
             &self.inbox,
             &slot,
-            State::Granted { fence, sent },
+            SlotState::Granted { fence, sent },
             false,
             |_| Orphan::Held(fence),
         )
@@ -351,9 +351,9 @@ impl<W: Wake> Claim<W> {
     pub(crate) fn not_granted(mut self, recheck: bool) -> Orphan {
         let slot = self.slot.take().expect("resolved once");
         let next = if recheck || self.was_recheck {
-            State::Recheck
+            SlotState::Recheck
         } else {
-            State::Open
+            SlotState::Open
         };
         resolve(&self.inbox, &slot, next, false, |doubt| {
             if doubt {
@@ -368,7 +368,7 @@ impl<W: Wake> Claim<W> {
     /// if it left, the claimer releases the token as an abandoned one.
     pub(crate) fn unknown(mut self) -> Orphan {
         let slot = self.slot.take().expect("resolved once");
-        resolve(&self.inbox, &slot, State::Recheck, true, |_| {
+        resolve(&self.inbox, &slot, SlotState::Recheck, true, |_| {
             Orphan::Unknown
         })
     }
@@ -381,13 +381,13 @@ impl<W: Wake> Claim<W> {
 fn resolve<W: Wake>(
     inbox: &Inbox<W>,
     slot: &Slot<W>,
-    next: State,
+    next: SlotState,
     doubt: bool,
     left: impl FnOnce(bool) -> Orphan,
 ) -> Orphan {
     let mut state = sync::lock(&slot.state);
     match *state {
-        State::Claimed => {
+        SlotState::Claimed => {
             *state = next;
             if doubt {
                 slot.doubt.store(true, SeqCst);
@@ -396,7 +396,7 @@ fn resolve<W: Wake>(
             slot.wake.wake();
             Orphan::None
         }
-        State::Abandoned => {
+        SlotState::Abandoned => {
             let had_doubt = slot.doubt.load(SeqCst);
             Slot::set_gone(&mut state, inbox);
             left(had_doubt)
@@ -411,7 +411,7 @@ impl<W: Wake> Drop for Claim<W> {
         if let Some(slot) = self.slot.take() {
             // Unresolved: the waiter re-checks. The library resolves every
             // claim itself (an abandoned slot's clean-up needs a release).
-            let _ = resolve(&self.inbox, &slot, State::Recheck, true, |_| {
+            let _ = resolve(&self.inbox, &slot, SlotState::Recheck, true, |_| {
                 Orphan::Unknown
             });
         }
@@ -451,13 +451,13 @@ mod tests {
         );
         // c's claim above was dropped unresolved: c re-checks.
         assert_eq!(woken(&c), 1);
-        assert_eq!(c.outcome(), Outcome::Recheck);
+        assert_eq!(c.outcome(), Handed::Recheck);
         // b is claimed: its own try waits for the claim's outcome.
         assert_eq!(b.begin_try(), Gate::Claimed);
         let t0 = Instant::now();
         assert_eq!(claim.granted(7, t0), Orphan::None);
         assert_eq!(woken(&b), 1);
-        assert_eq!(b.outcome(), Outcome::Granted(7, t0));
+        assert_eq!(b.outcome(), Handed::Granted(7, t0));
         assert_eq!(b.leave(), Orphan::None, "a grant is taken once");
         a.end_try();
         assert_eq!(
@@ -503,11 +503,11 @@ mod tests {
         assert!(a.is_claimed());
         claim.not_granted(false);
         assert!(!a.is_claimed());
-        assert_eq!((woken(&a), a.outcome()), (1, Outcome::Pending));
+        assert_eq!((woken(&a), a.outcome()), (1, Handed::Pending));
         Inbox::claim(&inbox).unwrap().not_granted(true);
-        assert_eq!((woken(&a), a.outcome()), (2, Outcome::Recheck));
+        assert_eq!((woken(&a), a.outcome()), (2, Handed::Recheck));
         assert_eq!(Inbox::claim(&inbox).unwrap().unknown(), Orphan::None);
-        assert_eq!((woken(&a), a.outcome()), (3, Outcome::Recheck));
+        assert_eq!((woken(&a), a.outcome()), (3, Handed::Recheck));
         assert_eq!(a.begin_try(), Gate::Go);
         a.end_try();
         // That outcome stays unknown: the lock may be (or become) this
@@ -549,7 +549,7 @@ mod tests {
             .expect("a re-checking slot is claimable")
             .not_granted(false);
         assert_eq!(woken(&a), 2);
-        assert_eq!(a.outcome(), Outcome::Recheck);
+        assert_eq!(a.outcome(), Handed::Recheck);
         // Its doubt is kept for the clean-up too.
         assert_eq!(a.leave(), Orphan::Unknown);
     }

@@ -16,7 +16,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::explore;
-use crate::state::handoff::{Gate, Inbox, Orphan, Outcome, Wake};
+use crate::state::handoff::{Gate, Handed, Inbox, Orphan, Wake};
 
 #[derive(Debug, Default)]
 struct Flag(AtomicUsize);
@@ -55,7 +55,7 @@ fn a_grant_has_exactly_one_owner() {
             other => panic!("{other:?}"),
         }
         if end.is_none() {
-            if let Outcome::Granted(7, _) = offer.outcome() {
+            if let Handed::Granted(7, _) = offer.outcome() {
                 end = Some(Waiter::Holds);
             }
         }
@@ -114,7 +114,7 @@ fn a_resolved_claim_wakes_its_sleeping_waiter() {
             // ...or after: the resolution woke it and tells it to re-check.
             Gate::Claimed => {
                 assert_eq!(offer.waker().0.load(SeqCst), 1);
-                assert_eq!(offer.outcome(), Outcome::Recheck);
+                assert_eq!(offer.outcome(), Handed::Recheck);
             }
             other => panic!("{other:?}"),
         }
@@ -141,7 +141,7 @@ fn a_claim_that_went_elsewhere_still_wakes_its_waiter() {
                 // It saw the claim before the refusal: the refusal woke it.
                 assert_eq!(offer.waker().0.load(SeqCst), 1);
             }
-            assert_eq!(offer.outcome(), Outcome::Pending);
+            assert_eq!(offer.outcome(), Handed::Pending);
             assert!(!offer.is_claimed());
             assert_eq!(offer.begin_try(), Gate::Go);
             offer.end_try();
