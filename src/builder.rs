@@ -12,7 +12,6 @@ use fred::types::Builder;
 use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
-use crate::client::LockClient;
 use crate::error::{connect_within, with_timeout, Error, Result};
 use crate::eviction::{self, OnEvictingServer};
 use crate::identity::{self, Identity};
@@ -24,31 +23,6 @@ use crate::registry::Registry;
 use crate::replica_pool::Replicas;
 use crate::scripts::Scripts;
 use crate::watchdog::{self, Watchdog};
-
-impl LockClient {
-    /// Connect to the Redis at `url` (`redis://[user:password@]host:port[/db]`)
-    /// with every other setting at its default. See [`builder`](Self::builder).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a malformed URL;
-    /// [`Error::ConnectTimeout`] when the server cannot be reached within the
-    /// connect timeout (5 s by default), [`Error::Connect`] when the
-    /// connection fails before it (refused, TLS, authentication); see
-    /// [`LockClientBuilder::build`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`LockClientBuilder::build`].
-    pub async fn connect(url: &str) -> Result<LockClient> {
-        LockClient::builder().url(url).build().await
-    }
-
-    /// A builder with every setting at its default.
-    pub fn builder() -> LockClientBuilder {
-        LockClientBuilder::default()
-    }
-}
 
 /// Configures and connects a [`LockClient`], in the style of fred's builder.
 ///
@@ -476,27 +450,10 @@ impl LockClientBuilder {
         Ok((redis, owns_redis, builder))
     }
 
-    /// Check the settings, connect both connections, load the scripts and
-    /// start the subscriber and watchdog tasks.
-    ///
-    /// # Errors
-    ///
-    /// * [`Error::InvalidArgument`] for a setting out of its range, a
-    ///   malformed URL, or conflicting connection sources (`url`,
-    ///   `fred_config`, `fred_client`);
-    /// * [`Error::ConnectTimeout`] when a connection is not up within the
-    ///   connect timeout, or [`Error::Connect`] with the connection error;
-    /// * [`Error::Redis`] when the scripts cannot be loaded (an ACL without
-    ///   `SCRIPT LOAD`, a server error).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future before it completes leaves no relaylock task
-    /// running, and the connections it opened are closed in the background
-    /// (with no tokio runtime left, fred's own tasks end with it). A
-    /// `fred_client` passed in stays as it was (connected, if this call
-    /// connected it).
-    pub async fn build(self) -> Result<LockClient> {
+    /// What [`build`](Self::build) does: check the settings, connect both
+    /// connections, load the scripts and start the subscriber and watchdog
+    /// tasks; the state every clone of the client will share.
+    pub(crate) async fn connect_client(self) -> Result<Arc<ClientInner>> {
         self.validate()?;
         let (redis, owns_redis, builder) = self.command_client()?;
         let subscriber = builder.build_subscriber_client()?;
@@ -551,30 +508,28 @@ impl LockClientBuilder {
             self.command_timeout,
         );
         opened.keep();
-        Ok(LockClient {
-            inner: Arc::new(ClientInner {
-                calls,
-                registry,
-                watchdog,
-                replicas: Replicas::new(builder, self.replica_connections, self.connect_timeout),
-                identity,
-                prefix: self.prefix,
-                default_lease: self.default_lease,
-                strategy: self.wait_strategy,
-                command_timeout: self.command_timeout,
-                tasks: Tasks {
-                    subscriber,
-                    subscriber_task,
-                    watchdog_task,
-                    eviction_task,
-                    identity_task,
-                    owns_redis,
-                },
-                closing: Closing::default(),
-                background,
-                shut_down: tokio::sync::OnceCell::new(),
-            }),
-        })
+        Ok(Arc::new(ClientInner {
+            calls,
+            registry,
+            watchdog,
+            replicas: Replicas::new(builder, self.replica_connections, self.connect_timeout),
+            identity,
+            prefix: self.prefix,
+            default_lease: self.default_lease,
+            strategy: self.wait_strategy,
+            command_timeout: self.command_timeout,
+            tasks: Tasks {
+                subscriber,
+                subscriber_task,
+                watchdog_task,
+                eviction_task,
+                identity_task,
+                owns_redis,
+            },
+            closing: Closing::default(),
+            background,
+            shut_down: tokio::sync::OnceCell::new(),
+        }))
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use fred::clients::Client;
 
 use crate::acquire::{self, Shape};
+use crate::builder::LockClientBuilder;
 use crate::error::{Error, Result};
 use crate::guard::{run_holding, LockGuard};
 use crate::inner::ClientInner;
@@ -56,6 +57,81 @@ impl fmt::Debug for LockClient {
 }
 
 impl LockClient {
+    /// Connect to the Redis at `url` (`redis://[user:password@]host:port[/db]`)
+    /// with every other setting at its default. See [`builder`](Self::builder).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a malformed URL;
+    /// [`Error::ConnectTimeout`] when the server cannot be reached within the
+    /// connect timeout (5 s by default), [`Error::Connect`] when the
+    /// connection fails before it (refused, TLS, authentication); see
+    /// [`LockClientBuilder::build`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockClientBuilder::build`].
+    pub async fn connect(url: &str) -> Result<LockClient> {
+        LockClient::builder().url(url).build().await
+    }
+
+    /// A builder with every setting at its default.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// Release everything this client holds and stop it: for a graceful
+    /// exit, so that no lock of this process stays held for its lease after
+    /// the process is gone.
+    ///
+    /// It stops the watchdog; releases every lock, permit, read and write
+    /// that a guard of this client still holds (live guards as well as
+    /// dropped ones whose background release is in flight); ends every lock
+    /// call waiting on any clone with [`Error::Shutdown`] and takes this
+    /// client out of every queue; waits for all of that, each release
+    /// bounded by the command timeout; then stops the subscriber and closes
+    /// the connections relaylock opened (a client passed in with
+    /// [`fred_client`](crate::LockClientBuilder::fred_client) stays open).
+    ///
+    /// From the moment it begins, every call on any clone fails with
+    /// [`Error::Shutdown`]: `lock`, `try_lock`, `is_locked`, `inspect`, the
+    /// semaphore and read-write calls, and a guard's `extend`. A guard whose
+    /// hold the shutdown released fires its [`lost`](crate::LockGuard::lost)
+    /// signal (without counting a loss), and its `release` returns
+    /// `Err(Error::Shutdown)`.
+    ///
+    /// Idempotent: a second call (on any clone) after the first completed
+    /// returns `Ok(())` at once; calls made while one runs wait for it and
+    /// then return `Ok(())` (the errors are the running call's to report).
+    /// A `with_lock` (or `with_permit`, `with_read`, `with_write`) whose
+    /// hold the shutdown released fails with `Error::Shutdown`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// // ... serve until the process is asked to stop ...
+    /// client.shutdown().await?; // every key this process held is free now
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The first error of a release it made ([`Error::Redis`] for a
+    /// connection error or a command timeout; that hold then expires with its
+    /// lease), or [`Error::Redis`] with a timeout when the background work
+    /// did not end within four command timeouts (a lock call whose future is
+    /// kept but never polled holds it up). The client is shut down either
+    /// way.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the client refusing every call (the
+    /// shutdown began), and the releases it started run to their end in the
+    /// background; the subscriber and the connections are then stopped only
+    /// when the last clone is dropped, or by calling `shutdown` again.
+    pub async fn shutdown(&self) -> Result<()> {
+        crate::shutdown::shutdown(&self.inner).await
+    }
+
     /// Take the lock on `key`, waiting as long as it takes. Uses the client's
     /// default lease, renewed by the watchdog while the guard lives. Same as
     /// [`lock_with`](Self::lock_with) with default options.
@@ -67,33 +143,12 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// * [`Error::InvalidArgument`] for an empty or over-long key, or a lease
-    ///   out of range, before anything is sent;
-    /// * [`Error::Timeout`] when the wait limit passes first, or
-    ///   [`Error::Unavailable`] when it passes while Redis cannot be reached
-    ///   (the wait is a deadline for the whole call, commands in flight
-    ///   included);
-    /// * [`Error::NotReplicated`] when fewer replicas than
-    ///   [`LockOptions::min_replicas`] asked for acknowledged in time, or
-    ///   (with 0 acknowledged) when the acknowledgement could not be
-    ///   attributed to this lock: the connection changed before `WAIT`, or
-    ///   the server it reached did not hold this acquisition. The lock was
-    ///   released (or, if even that failed, expires with its lease);
-    /// * [`Error::Redis`] for a connection error or a command timeout, and
-    ///   [`Error::UnexpectedReply`] when the key holds something relaylock
-    ///   did not write. A waiter does not retry errors: retry the call;
-    /// * [`Error::Shutdown`] once [`shutdown`](Self::shutdown) began (a wait
-    ///   in progress ends with it).
+    /// As [`lock_with`](Self::lock_with).
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe. Dropping the future at any await point leaves no lock
-    /// held and no waiter registered: a wake-up it had received is passed to
-    /// the next local waiter, and an acquire script in flight (which may have
-    /// taken the lock without the reply reaching us) is followed by a release
-    /// of its token in the background. The same holds when the future is
-    /// unwound by a panic (in a `metrics` recorder, say): a lock it had
-    /// taken but not yet handed over as a guard is released.
+    /// Cancel-safe, as [`lock_with`](Self::lock_with): dropping the future
+    /// at any await point leaves no lock held and no waiter registered.
     pub async fn lock(&self, key: &str) -> Result<LockGuard> {
         self.lock_with(key, LockOptions::default()).await
     }
@@ -408,5 +463,32 @@ impl LockClient {
     /// The fred client relaylock sends its commands on.
     pub fn fred_client(&self) -> &Client {
         self.inner.calls.redis()
+    }
+}
+
+impl LockClientBuilder {
+    /// Check the settings, connect both connections, load the scripts and
+    /// start the subscriber and watchdog tasks.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`] for a setting out of its range, a
+    ///   malformed URL, or conflicting connection sources (`url`,
+    ///   `fred_config`, `fred_client`);
+    /// * [`Error::ConnectTimeout`] when a connection is not up within the
+    ///   connect timeout, or [`Error::Connect`] with the connection error;
+    /// * [`Error::Redis`] when the scripts cannot be loaded (an ACL without
+    ///   `SCRIPT LOAD`, a server error).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes leaves no relaylock task
+    /// running, and the connections it opened are closed in the background
+    /// (with no tokio runtime left, fred's own tasks end with it). A
+    /// `fred_client` passed in stays as it was (connected, if this call
+    /// connected it).
+    pub async fn build(self) -> Result<LockClient> {
+        let inner = self.connect_client().await?;
+        Ok(LockClient { inner })
     }
 }

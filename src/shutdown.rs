@@ -19,71 +19,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::calls::Released;
-use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::inner::ClientInner;
 use crate::release::{account, release};
 
-impl LockClient {
-    /// Release everything this client holds and stop it: for a graceful
-    /// exit, so that no lock of this process stays held for its lease after
-    /// the process is gone.
-    ///
-    /// It stops the watchdog; releases every lock, permit, read and write
-    /// that a guard of this client still holds (live guards as well as
-    /// dropped ones whose background release is in flight); ends every lock
-    /// call waiting on any clone with [`Error::Shutdown`] and takes this
-    /// client out of every queue; waits for all of that, each release
-    /// bounded by the command timeout; then stops the subscriber and closes
-    /// the connections relaylock opened (a client passed in with
-    /// [`fred_client`](crate::LockClientBuilder::fred_client) stays open).
-    ///
-    /// From the moment it begins, every call on any clone fails with
-    /// [`Error::Shutdown`]: `lock`, `try_lock`, `is_locked`, `inspect`, the
-    /// semaphore and read-write calls, and a guard's `extend`. A guard whose
-    /// hold the shutdown released fires its [`lost`](crate::LockGuard::lost)
-    /// signal (without counting a loss), and its `release` returns
-    /// `Err(Error::Shutdown)`.
-    ///
-    /// Idempotent: a second call (on any clone) after the first completed
-    /// returns `Ok(())` at once; calls made while one runs wait for it and
-    /// then return `Ok(())` (the errors are the running call's to report).
-    /// A `with_lock` (or `with_permit`, `with_read`, `with_write`) whose
-    /// hold the shutdown released fails with `Error::Shutdown`.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
-    /// // ... serve until the process is asked to stop ...
-    /// client.shutdown().await?; // every key this process held is free now
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// The first error of a release it made ([`Error::Redis`] for a
-    /// connection error or a command timeout; that hold then expires with its
-    /// lease), or [`Error::Redis`] with a timeout when the background work
-    /// did not end within four command timeouts (a lock call whose future is
-    /// kept but never polled holds it up). The client is shut down either
-    /// way.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves the client refusing every call (the
-    /// shutdown began), and the releases it started run to their end in the
-    /// background; the subscriber and the connections are then stopped only
-    /// when the last clone is dropped, or by calling `shutdown` again.
-    pub async fn shutdown(&self) -> Result<()> {
-        let inner = &self.inner;
-        let mut outcome = Ok(());
-        inner
-            .shut_down
-            .get_or_init(|| async {
-                outcome = shut_down(inner).await;
-            })
-            .await;
-        outcome
-    }
+/// Shut the client down once: the first call runs [`shut_down`], later
+/// and concurrent ones wait for it and return `Ok(())`.
+pub(crate) async fn shutdown(inner: &Arc<ClientInner>) -> Result<()> {
+    let mut outcome = Ok(());
+    inner
+        .shut_down
+        .get_or_init(|| async {
+            outcome = shut_down(inner).await;
+        })
+        .await;
+    outcome
 }
 
 async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
