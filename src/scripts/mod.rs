@@ -188,97 +188,7 @@ pub const RELEASE_RING: usize = 32;
 ///   clients still wait, publish `t:<lease>` on the channel of the first of
 ///   them (the stand-by of a hand-over; whoever is served next), so it
 ///   learns the new holder's lease. Reply `fence`.
-pub const ACQUIRE: &str = r#"
-local v = redis.call('GET', KEYS[1])
-local client = ARGV[3]
-local head, queue, ring, void = '', '', '', ''
-if v then
-  local a = string.find(v, '|', 1, true)
-  local b = a and string.find(v, '|', a + 1, true)
-  local c = b and string.find(v, '|', b + 1, true)
-  if c then
-    head = string.sub(v, 1, a - 1)
-    if b > a + 1 then queue = string.sub(v, a + 1, b - 1) end
-    if c > b + 1 then ring = string.sub(v, b + 1, c - 1) end
-    if c < #v then void = string.sub(v, c + 1) end
-  end
-  if not c or (void ~= '' and not string.find(void, '^%d+$')) then
-    return -3 - redis.call('PTTL', KEYS[1])
-  end
-  local t = ARGV[1]
-  if string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t then
-    local others = 0
-    if queue ~= '' then others = 1 end
-    return {1, tonumber(string.sub(head, #t + 2)), others, redis.call('PTTL', KEYS[1])}
-  end
-end
-local last, reserved, pttl = 0, false, nil
-local kind = string.sub(head, 1, 1)
-if not v then
-elseif kind == '-' then
-  last = tonumber(string.sub(head, 2)) or 0
-elseif kind == '~' then
-  local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
-  last = tonumber(rf) or 0
-  if rc == client and client ~= '' then
-    reserved = true
-  else
-    local left = redis.call('PTTL', KEYS[1]) - (tonumber(rk) or 0)
-    if left > 0 then pttl = left end
-  end
-else
-  pttl = redis.call('PTTL', KEYS[1])
-end
-if pttl then
-  local since = KEYS[4] or (not KEYS[2] and KEYS[1] .. ':q')
-  if client ~= '' and not string.find(',' .. queue .. ',', ',' .. client .. ',', 1, true) then
-    if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. ARGV[1]) == 1 then return -1 end
-    if queue == '' then queue = client else queue = queue .. ',' .. client end
-    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
-    if since then
-      local t = redis.call('TIME')
-      -- Only a new field makes the record longer: count it then.
-      local n = redis.pcall('HSET', since, client, string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
-      if n == 1 then n = redis.pcall('HLEN', since) end
-      if type(n) == 'number' and n > 32 then
-        local inq, nq = {}, 0
-        for c in string.gmatch(queue, '[^,]+') do inq[c] = true; nq = nq + 1 end
-        if n > 2 * nq + 32 then
-          for _, c in ipairs(redis.pcall('HKEYS', since)) do
-            if not inq[c] then redis.pcall('HDEL', since, c) end
-          end
-        end
-      end
-      redis.pcall('PEXPIRE', since, tonumber(ARGV[6] or '') or 60000)
-    end
-  elseif client ~= '' and since then
-    redis.pcall('PEXPIRE', since, tonumber(ARGV[6] or '') or 60000)
-  end
-  return -3 - pttl
-end
-if not v then
-  void = redis.call('GET', KEYS[3] or KEYS[1] .. ':void') or ''
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if void ~= '' and (tonumber(void) or 0) < math.floor(now / 1000) then void = '' end
-if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. ARGV[1]) == 1 then
-  return -1
-end
-local fence = now
-if last >= fence then fence = last + 1 end
-if client ~= '' and queue ~= '' then
-  local q = ',' .. queue .. ','
-  local s, e = string.find(q, ',' .. client .. ',', 1, true)
-  if s then q = string.sub(q, 1, s) .. string.sub(q, e + 1); queue = string.sub(q, 2, -2) end
-end
-local fs = string.format('%d', fence)
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs .. '|' .. queue .. '|' .. ring .. '|' .. void, 'PX', ARGV[2])
-if queue ~= '' then
-  redis.pcall(ARGV[5] or 'PUBLISH', (ARGV[4] or KEYS[1] .. ':ch') .. ':' .. string.match(queue, '^[^,]+'), 't:' .. ARGV[2])
-end
-return fence
-"#;
+pub const ACQUIRE: &str = include_str!("acquire.lua");
 /// Release.
 ///
 /// KEYS: `[lock, void, voids, next_void]` (the first three as for
@@ -343,137 +253,7 @@ return fence
 /// connection fred gave up on) can never take the lock later: `SET void 1 PX
 /// retention_ms`, and raise both the value's `void` field and the `voids`
 /// key to the marker's end (an absent key becomes a tombstone with fence 0).
-pub const RELEASE: &str = r#"
--- The lean call's four arguments stand for the full list with the defaults
--- (the channel is derived where a message needs it).
-local channel, retention, ring_chars, client, grace, publish, requeue
-if #ARGV == 4 then
-  retention, ring_chars, client, grace, publish, requeue = '60000', 200, ARGV[3], 50, 'PUBLISH', ARGV[4]
-else
-  channel, retention, ring_chars, client, grace, publish, requeue = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
-end
-local v = redis.call('GET', KEYS[1])
--- The ring stays in `v` (characters b + 1 .. c - 1): the common paths read
--- it in place, and copy it only into the value they write.
-local head, queue, void, b, c = nil, '', '', nil, nil
-if v then
-  local a = string.find(v, '|', 1, true)
-  b = a and string.find(v, '|', a + 1, true)
-  c = b and string.find(v, '|', b + 1, true)
-  if c then
-    head = string.sub(v, 1, a - 1)
-    if b > a + 1 then queue = string.sub(v, a + 1, b - 1) end
-    if c < #v then void = string.sub(v, c + 1) end
-    if void ~= '' and not string.find(void, '^%d+$') then head, queue, void = nil, '', '' end
-  end
-end
--- Closures cost an allocation each: `voided` is made only for an
--- abandoned acquisition, the one caller.
-local voided
-if ARGV[2] == '' then voided = function()
-  redis.call('SET', KEYS[2], '1', 'PX', retention)
-  local t = redis.call('TIME')
-  local til = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(retention)
-  local old = tonumber(redis.call('GET', KEYS[3]) or '')
-  if old and old > til then til = old end
-  if void ~= '' and tonumber(void) > til then til = tonumber(void) end
-  void = string.format('%d', til)
-  redis.call('SET', KEYS[3], void, 'PXAT', til)
-end end
-local t = ARGV[1]
-if head and string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t then
-  if voided then voided() end
-  local fence = string.sub(head, #t + 2)
-  -- The new ring, `rhead .. keep`: our fence, its difference to the
-  -- ring's newest, and the older part of the ring that still fits, cut at
-  -- a fence boundary without copying the ring first.
-  local rhead, keep = fence, ''
-  local r1 = c > b + 1 and string.match(v, '^%d+', b + 1)
-  local d = r1 and tonumber(fence) - tonumber(r1)
-  if d and d > 0 then
-    local ds = string.format('%d', d)
-    local room = ring_chars - #fence - 1 - #ds
-    if room >= 0 then
-      rhead = fence .. ' ' .. ds
-      -- In `v`'s positions: r1 ends at s0, the ring at e.
-      local s0, e = b + #r1, c - 1
-      if e - s0 > room then
-        local limit, p = s0 + room + 1, nil
-        local from = limit - 17
-        if from <= s0 then from = s0 + 1 end
-        while true do
-          local sp = string.find(v, ' ', from, true)
-          while sp and sp <= limit do p = sp; sp = string.find(v, ' ', sp + 1, true) end
-          if p or from == s0 + 1 then break end
-          from = s0 + 1
-        end
-        e = (p or s0 + 1) - 1
-      end
-      if e > s0 then keep = string.sub(v, s0 + 1, e) end
-    end
-  end
-  if ARGV[13] == '0' then rhead, keep = string.sub(v, b + 1, c - 1), '' end
-  local tail = '|' .. rhead
-  local best, rest, again = nil, nil, false
-  if queue ~= '' then
-    rest = {}
-    for q in string.gmatch(queue, '[^,]+') do
-      if q == client then
-        again = true
-      elseif best then
-        rest[#rest + 1] = q
-      else
-        best = q
-      end
-    end
-  end
-  if best then
-    if again or requeue == '1' then rest[#rest + 1] = client end
-    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. retention .. '|' .. table.concat(rest, ',') .. tail .. keep .. '|' .. void, 'PX', tonumber(retention) + grace)
-    local told = 'r:' .. best
-    channel = channel or KEYS[1] .. ':ch'
-    redis.pcall(publish, channel .. ':' .. best, told)
-    if rest[1] == client then return 5 end
-    if rest[1] then redis.pcall(publish, channel .. ':' .. rest[1], told) end
-    return 3
-  end
-  local nxt = ARGV[10] or ''
-  if nxt ~= '' and ARGV[2] ~= '' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if void ~= '' and (tonumber(void) or 0) < math.floor(now / 1000) then void = '' end
-    if void == '' or redis.call('EXISTS', KEYS[4]) == 0 then
-      local nf = now
-      if tonumber(fence) >= nf then nf = tonumber(fence) + 1 end
-      local q = ''
-      if (ARGV[12] or requeue) == '1' then q = client end
-      redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. tail .. keep .. '|' .. void, 'PX', ARGV[11])
-      return -nf
-    end
-  end
-  redis.call('SET', KEYS[1], '-' .. fence .. '|' .. tail .. keep .. '|' .. void, 'PX', retention)
-  return 1
-end
-if voided then
-  voided()
-  if not v then
-    redis.call('SET', KEYS[1], '-0|||' .. void, 'PX', retention)
-  elseif head then
-    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. string.sub(v, b + 1, c - 1) .. '|' .. void, 'KEEPTTL')
-  end
-  return 0
-end
-local fences = head and string.sub(v, b + 1, c - 1) or ''
-if fences ~= '' then
-  local f, r = tonumber(ARGV[2]), nil
-  for d in string.gmatch(fences, '%d+') do
-    if r then r = r - tonumber(d) else r = tonumber(d) end
-    if r == f then return 2 end
-    if not f or r < f then break end
-  end
-end
-return 0
-"#;
+pub const RELEASE: &str = include_str!("release.lua");
 
 /// Leave the queue: a client whose last local waiter of the lock left.
 ///
@@ -497,57 +277,14 @@ return 0
 /// it (a delayed `LEAVE` must not free it), and the
 /// release that made it told the stand-by, which probes when the grace
 /// ends. [`SEM_LEAVE`] follows the same rule.
-pub const LEAVE: &str = r#"
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local a = string.find(v, '|', 1, true)
-local b = a and string.find(v, '|', a + 1, true)
-local c = b and string.find(v, '|', b + 1, true)
-if not c then return 0 end
-local head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
-local q = ',' .. queue .. ','
-local s, e = string.find(q, ',' .. ARGV[1] .. ',', 1, true)
-local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
-local live = rc and redis.call('PTTL', KEYS[1]) > tonumber(rk)
-local freed = live and rc == ARGV[1] and ARGV[4] == '1'
-if not s and not freed then return 0 end
-if s then
-  q = string.sub(q, 1, s) .. string.sub(q, e + 1)
-  queue = string.sub(q, 2, -2)
-end
-if freed then head = '-' .. rf end
-redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
-local front = string.match(queue, '^[^,]+')
-if not (ARGV[2] and front) or not (freed or s == 1) then return 1 end
-local told = 'r:'
-if freed then
-elseif live then
-  told = 'r:' .. rc
-elseif not rc and string.sub(head, 1, 1) ~= '-' then
-  told = 't:' .. redis.call('PTTL', KEYS[1])
-end
-redis.pcall(ARGV[3], ARGV[2] .. ':' .. front, told)
-return 1
-"#;
+pub const LEAVE: &str = include_str!("leave.lua");
 
 /// Whether a lock is taken, for [`LockClient::is_locked`](crate::LockClient::is_locked).
 ///
 /// KEYS: `[lock]`. Reply `1` when the lock is held, reserved for a client
 /// (a hand-over in progress), or holds a value relaylock did not write;
 /// `0` when it is absent, a tombstone, or a lapsed reservation.
-pub const PEEK: &str = r#"
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-if not string.find(v, '|', 1, true) then return 1 end
-local kind = string.sub(v, 1, 1)
-if kind == '-' then return 0 end
-if kind == '~' then
-  local keep = tonumber(string.match(v, '^~[^:|]*:%d+:(%d+)|'))
-  if keep and redis.call('PTTL', KEYS[1]) > keep then return 1 end
-  return 0
-end
-return 1
-"#;
+pub const PEEK: &str = include_str!("peek.lua");
 
 /// Renew: extend the leases of one or many locks in one call.
 ///
@@ -575,32 +312,7 @@ return 1
 /// The watchdog sends every due lock of a client in one call (see
 /// [`RENEW_BATCH`]); [`LockGuard::extend`](crate::LockGuard::extend) sends
 /// one. In Redis Cluster all keys of one call must share a slot.
-pub const RENEW: &str = r#"
-local mode = ARGV[1]
-local out = {}
-for i = 1, #KEYS do
-  local lock = KEYS[i]
-  local mine = ARGV[2 * i] .. ':'
-  if mode == '2' then mine = ARGV[2 * i] .. '|' end
-  local lease = tonumber(ARGV[2 * i + 1])
-  local v = redis.call('GET', lock)
-  if v and string.sub(v, 1, #mine) == mine then
-    if mode == '2' then
-      local p = redis.call('PTTL', lock)
-      if p >= lease then lease = p + 1 end
-      redis.call('PEXPIRE', lock, lease)
-    elseif mode ~= '1' or redis.call('PTTL', lock) < lease then
-      redis.call('PEXPIRE', lock, lease)
-    end
-    out[i] = 1
-  elseif v and string.sub(v, 1, 1) ~= '-' then
-    out[i] = -1
-  else
-    out[i] = 0
-  end
-end
-return out
-"#;
+pub const RENEW: &str = include_str!("renew.lua");
 
 /// Most locks one [`RENEW`] call carries. A round with more due locks sends
 /// several calls, one after the other, so other clients' commands run in
@@ -609,115 +321,11 @@ return out
 /// `tests/watchdog.rs`, which prints it).
 pub const RENEW_BATCH: usize = 1000;
 
-// The part both semaphore scripts share (a literal, so that `concat!` can
-// join it to each script's own part): parse the value, `TIME`, the cut of
+// `sem_prelude.lua`, the part the semaphore scripts that change state
+// ([`SEM_ACQUIRE`], [`SEM_RELEASE`], [`SEM_LEAVE`]) share, joined by
+// `concat!` to each script's own parts: parse the value, `TIME`, the cut of
 // expired holds and lapsed reservations, `save`, the queue walk and the
 // messages. KEYS: `[meta, holds, facts, void, voids]`.
-macro_rules! sem_prelude {
-    () => {
-        r#"
-local v = redis.call('GET', KEYS[1])
-local used, last, queue, ring, void = 0, 0, '', '', ''
-local foreign = false
-if v then
-  local f = {}
-  for x in string.gmatch(v .. '|', '([^|]*)|') do f[#f + 1] = x end
-  if #f ~= 5 or not string.find(f[1], '^%d+$') or not string.find(f[2], '^%d+$') or not string.find(f[5], '^%d*$') then
-    foreign = true
-  else
-    used, last, queue, ring, void = tonumber(f[1]), tonumber(f[2]), f[3], f[4], f[5]
-  end
-else
-  void = redis.call('GET', KEYS[5]) or ''
-end
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = math.floor(now_us / 1000)
-local function cut()
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-  for i = 1, #gone, 1000 do
-    local j = math.min(i + 999, #gone)
-    local facts = redis.call('HMGET', KEYS[3], unpack(gone, i, j))
-    for k = 1, #facts do
-      if facts[k] then used = used - (tonumber(string.match(facts[k], '^(%d+)')) or 0) end
-    end
-    redis.call('HDEL', KEYS[3], unpack(gone, i, j))
-  end
-  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now) end
-  if used < 0 then used = 0 end
-end
-local function store()
-  redis.call('SET', KEYS[1], string.format('%d', used) .. '|' .. string.format('%d', last) .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
-end
-local function save(keep)
-  store()
-  for i = 1, 3 do
-    local p = redis.call('PTTL', KEYS[i])
-    if p == -1 or (p >= 0 and p < keep) then redis.call('PEXPIRE', KEYS[i], keep) end
-  end
-end
-local function queued(c)
-  return c ~= '' and string.find(',' .. queue, ',' .. c .. ':', 1, true) ~= nil
-end
-local function dequeue(c)
-  local rest = {}
-  for e in string.gmatch(queue, '[^,]+') do
-    if string.sub(e, 1, #c + 1) ~= c .. ':' then rest[#rest + 1] = e end
-  end
-  queue = table.concat(rest, ',')
-end
-local told = {}
-local own_reserved, own_added = false, false
-local function walk(own, grace)
-  local rest, blocked = {}, false
-  for e in string.gmatch(queue, '[^,]+') do
-    local c, m, l = string.match(e, '^([^:]+):(%d+):(%d+)$')
-    if not c then
-    elseif blocked then
-      rest[#rest + 1] = e
-    elseif used + tonumber(m) <= tonumber(l) then
-      local had = tonumber(redis.call('HGET', KEYS[3], '~' .. c) or '0') or 0
-      redis.call('ZADD', KEYS[2], now + grace, '~' .. c)
-      redis.call('HSET', KEYS[3], '~' .. c, string.format('%d', had + tonumber(m)))
-      used = used + tonumber(m)
-      -- Only a new reservation wakes anyone: added to a live one, it is
-      -- taken by the waiter woken for that one, which wakes the next while
-      -- some are left (the acquire's `left`).
-      if had > 0 then
-        if c == own then own_added = true end
-      elseif c == own then own_reserved = true else told[#told + 1] = c end
-    else
-      blocked = true
-      rest[#rest + 1] = e
-    end
-  end
-  queue = table.concat(rest, ',')
-end
-local function fits()
-  if own_reserved then
-    if queue == '' then return 3 end
-    return 1
-  end
-  if queue == '' and not own_added then return 2 end
-  return 0
-end
--- A read-write lock (`wchannel` given) tells on both of its channels: the
--- role reserved for wakes, and the other role's waiters arm a grace timer,
--- should the reservation lapse unused (found in review: a writer queued
--- behind a readers' reservation that lapsed slept on a lease).
-local function tell(publish, channel, own, wchannel)
-  for _, c in ipairs(told) do
-    redis.pcall(publish, channel, 'r:' .. c)
-    if wchannel and wchannel ~= '' then redis.pcall(publish, wchannel, 'r:' .. c) end
-  end
-  if own and own_reserved and queue ~= '' then
-    redis.pcall(publish, channel, 'o:' .. own)
-    if wchannel and wchannel ~= '' then redis.pcall(publish, wchannel, 'o:' .. own) end
-  end
-end
-"#
-    };
-}
 
 /// Semaphore acquire (issue 13; the client API is being built on it, see
 /// docs/design-semaphore-rwlock.md).
@@ -789,208 +397,9 @@ end
 /// * Every name lives at least `lease + retention` (admitted) or
 ///   `retention` more.
 pub const SEM_ACQUIRE: &str = concat!(
-    r#"
-for _, i in ipairs({2, 3, 4, 6, 9}) do
-  if not string.find(ARGV[i] or '', '^%d+$') then
-    return redis.error_reply('relaylock: argument ' .. i .. ' must be a non-negative integer')
-  end
-end
-local token, n, limit, lease, client, retention, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[9])
-if n < 1 or limit < 1 or n > limit then
-  return redis.error_reply('relaylock: permits must be 1..limit')
-end
-local want = tonumber(ARGV[11] or '') or n
-if want < n then want = n end
-if want > limit then want = limit end
-local entry = client .. ':' .. string.format('%d', want) .. ':' .. string.format('%d', limit)
-"#,
-    sem_prelude!(),
-    r#"
-if foreign then return {0, -1} end
-cut()
-local fact = redis.call('HGET', KEYS[3], token)
-local function remaining(t)
-  local score = tonumber(redis.call('ZSCORE', KEYS[2], t) or '')
-  if not score or score <= now then return 0 end
-  return score - now
-end
-if fact then
-  save(retention)
-  local reply = {1, tonumber(string.match(fact, ':(%d+)$')), 0, remaining(token)}
-  for i = 14, #ARGV - 1, 2 do
-    local held = redis.call('HGET', KEYS[3], ARGV[i])
-    reply[#reply + 1] = held and (tonumber(string.match(held, ':(%d+)$')) or 0) or 0
-    reply[#reply + 1] = held and remaining(ARGV[i]) or 0
-  end
-  return reply
-end
-if void ~= '' and (tonumber(void) or 0) < now then void = '' end
-if void ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then
-  save(retention)
-  return {0, -2}
-end
-walk(client, grace)
-local m = client ~= '' and ARGV[13] ~= '1' and tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '')
-if m and m < n then
-  -- The client's reservation is too small for the waiter it woke (the
-  -- rest of a partial take, or made for a smaller need): pass it on now,
-  -- in queue order, instead of blocking the clients behind until its grace
-  -- lapses. The client queues again below; the walk may serve it at once.
-  redis.call('ZREM', KEYS[2], '~' .. client)
-  redis.call('HDEL', KEYS[3], '~' .. client)
-  used = used - m
-  if used < 0 then used = 0 end
-  walk(client, grace)
-  m = tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '')
-  if m and m < n then m = nil end
-end
-local first = string.match(queue, '^([^:,]+)')
-local avail = used
-if m then avail = used - m end
-if (m or queue == '' or first == client) and avail + n <= limit then
-  local left = 0
-  if m then
-    if m > n then
-      left = m - n
-      redis.call('HSET', KEYS[3], '~' .. client, string.format('%d', left))
-    else
-      redis.call('ZREM', KEYS[2], '~' .. client)
-      redis.call('HDEL', KEYS[3], '~' .. client)
-    end
-    used = avail + (m - n)
-  end
-  local fence = now_us
-  if last >= fence then fence = last + 1 end
-  last = fence
-  local fs = string.format('%d', fence)
-  redis.call('ZADD', KEYS[2], now + lease, token)
-  redis.call('HSET', KEYS[3], token, string.format('%d', n) .. ':' .. fs)
-  used = used + n
-  local lease0 = lease
-  -- A batch (a read-write lock's readers): ARGV[14..] are `token, lease_ms`
-  -- pairs of other local waiters of the caller's client, each taking `n`
-  -- more permits: from what is left of the client's reservation, or, when
-  -- the caller was admitted without one (its client first, or nobody
-  -- queued), from the free permits. A token that already holds (a replay)
-  -- gets its fence again; a voided one, or one that does not fit, gets 0.
-  local batch = {}
-  for i = 14, #ARGV - 1, 2 do
-    local t, l = ARGV[i], tonumber(ARGV[i + 1])
-    local f, rem = 0, 0
-    local held = redis.call('HGET', KEYS[3], t)
-    if held then
-      f = tonumber(string.match(held, ':(%d+)$')) or 0
-      rem = remaining(t)
-    elseif l and l > 0 and not (void ~= '' and redis.call('EXISTS', KEYS[1] .. ':void:' .. t) == 1) then
-      local take = false
-      if left >= n then
-        left = left - n
-        take = true
-      elseif not m and used + n <= limit then
-        used = used + n
-        take = true
-      end
-      if take then
-        f = now_us
-        if last >= f then f = last + 1 end
-        last = f
-        redis.call('ZADD', KEYS[2], now + l, t)
-        redis.call('HSET', KEYS[3], t, string.format('%d', n) .. ':' .. string.format('%d', f))
-        rem = l
-        if l > lease then lease = l end
-      end
-    end
-    batch[#batch + 1] = f
-    batch[#batch + 1] = rem
-  end
-  if m and #batch > 0 then
-    if left > 0 then
-      redis.call('HSET', KEYS[3], '~' .. client, string.format('%d', left))
-    else
-      redis.call('ZREM', KEYS[2], '~' .. client)
-      redis.call('HDEL', KEYS[3], '~' .. client)
-    end
-  end
-  if ARGV[10] == '1' and client ~= '' then
-    -- Other local waiters of this client still want permits. While some of
-    -- its reservation is left, they take that (the caller wakes the next),
-    -- and its queue entry, if any, stays. Once it is used up, the client
-    -- keeps a place at the back (round robin across clients) at their
-    -- need, and if that fits now (nobody ahead waits, permits are free) it
-    -- is reserved at once and counted in `left`: so a client's waiters fill
-    -- free permits one after another without waiting for a release.
-    -- After a batch, `want` (all the client's waiters) less those this call
-    -- admitted is what the rest still want.
-    local rest = want
-    if #batch > 0 then
-      rest = want - n
-      for i = 1, #batch, 2 do if batch[i] > 0 then rest = rest - n end end
-    end
-    if left == 0 and rest > 0 then
-      dequeue(client)
-      local e = client .. ':' .. string.format('%d', rest) .. ':' .. string.format('%d', limit)
-      if queue == '' then queue = e else queue = queue .. ',' .. e end
-      walk(client, grace)
-      left = tonumber(redis.call('HGET', KEYS[3], '~' .. client) or '0') or 0
-    elseif left == 0 then
-      dequeue(client)
-    end
-  elseif queued(client) then
-    dequeue(client)
-  end
-  save(lease + retention)
-  tell(ARGV[8], ARGV[7], nil, ARGV[12])
-  local reply = {1, fence, left, lease0}
-  for _, x in ipairs(batch) do reply[#reply + 1] = x end
-  return reply
-end
-local joined = false
-if client ~= '' and not queued(client) then
-  if queue == '' then queue = entry else queue = queue .. ',' .. entry end
-  joined = true
-elseif client ~= '' then
-  local es = {}
-  for e in string.gmatch(queue, '[^,]+') do
-    if string.sub(e, 1, #client + 1) == client .. ':' then e = entry end
-    es[#es + 1] = e
-  end
-  queue = table.concat(es, ',')
-  if KEYS[6] then redis.pcall('PEXPIRE', KEYS[6], retention) end
-end
-save(retention)
-if joined and KEYS[6] then
-  redis.pcall('HSET', KEYS[6], client, string.format('%d', now))
-  local nf = redis.pcall('HLEN', KEYS[6])
-  if type(nf) == 'number' and nf > 32 then
-    local inq, nq = {}, 0
-    for e in string.gmatch(queue, '[^,]+') do
-      local c = string.match(e, '^([^:]+):')
-      if c then inq[c] = true; nq = nq + 1 end
-    end
-    if nf > 2 * nq + 32 then
-      for _, c in ipairs(redis.pcall('HKEYS', KEYS[6])) do
-        if not inq[c] then redis.pcall('HDEL', KEYS[6], c) end
-      end
-    end
-  end
-  redis.pcall('PEXPIRE', KEYS[6], retention)
-end
-tell(ARGV[8], ARGV[7], client, ARGV[12])
--- The bound: the soonest expiry among the holds and this client's own
--- reservation; other clients' reservations are covered by their messages'
--- grace timers, and counting them would poll every 50 ms under load.
-local soonest = redis.call('ZRANGE', KEYS[2], 0, 15, 'WITHSCORES')
-local bound = 50
-for i = 1, #soonest, 2 do
-  local member = soonest[i]
-  if string.sub(member, 1, 1) ~= '~' or member == '~' .. client or i == #soonest - 1 then
-    bound = tonumber(soonest[i + 1]) - now
-    break
-  end
-end
-if bound < 1 then bound = 1 end
-return {0, bound}
-"#
+    include_str!("sem_acquire_args.lua"),
+    include_str!("sem_prelude.lua"),
+    include_str!("sem_acquire_body.lua"),
 );
 
 /// Semaphore release (issue 13, see [`SEM_ACQUIRE`] for the names).
@@ -1039,62 +448,9 @@ return {0, bound}
 /// all holders, so with many concurrent permits a replay is recognised only
 /// while fewer than [`RELEASE_RING`] other releases came between.
 pub const SEM_RELEASE: &str = concat!(
-    r#"
-for _, i in ipairs({4, 5, 7}) do
-  if not string.find(ARGV[i] or '', '^%d+$') then
-    return redis.error_reply('relaylock: argument ' .. i .. ' must be a non-negative integer')
-  end
-end
-if ARGV[9] == '1' and (not string.find(ARGV[10] or '', '^%d+$') or not string.find(ARGV[11] or '', '^%d+$')
-    or tonumber(ARGV[10]) < 1 or tonumber(ARGV[10]) > tonumber(ARGV[11])) then
-  return redis.error_reply('relaylock: a requeue needs 1 <= n <= limit')
-end
-local retention, grace = tonumber(ARGV[4]), tonumber(ARGV[7])
-"#,
-    sem_prelude!(),
-    r#"
-if foreign then return {0, 0} end
-cut()
-if ARGV[2] == '' then
-  redis.call('SET', KEYS[4], '1', 'PX', retention)
-  local til = now + retention
-  local old = tonumber(redis.call('GET', KEYS[5]) or '')
-  if old and old > til then til = old end
-  if void ~= '' and (tonumber(void) or 0) > til then til = tonumber(void) end
-  void = string.format('%d', til)
-  redis.call('SET', KEYS[5], void, 'PXAT', til)
-end
-local fact = redis.call('HGET', KEYS[3], ARGV[1])
-local fs = fact and string.match(fact, ':(%d+)$')
-if fact and (ARGV[2] == '' or fs == ARGV[2]) then
-  local n = tonumber(string.match(fact, '^(%d+)'))
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  used = used - n
-  if used < 0 then used = 0 end
-  if ARGV[13] ~= '0' then
-    if ring == '' then ring = fs else ring = fs .. ' ' .. ring end
-    local cap = tonumber(ARGV[5])
-    if #ring > cap then ring = string.match(string.sub(ring, 1, cap + 1), '^(.*) ') or fs end
-  end
-  dequeue(ARGV[6])
-  if ARGV[9] == '1' then
-    local e = ARGV[6] .. ':' .. ARGV[10] .. ':' .. ARGV[11]
-    if queue == '' then queue = e else queue = queue .. ',' .. e end
-  end
-  walk(ARGV[6], grace)
-  save(retention)
-  tell(ARGV[8], ARGV[3], ARGV[6], ARGV[12])
-  return {1, #told, fits()}
-end
-walk(ARGV[6], grace)
-if v or ARGV[2] == '' then save(retention) end
-tell(ARGV[8], ARGV[3], ARGV[6], ARGV[12])
-if ARGV[2] ~= '' and ring ~= '' and string.find(' ' .. ring .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
-  return {2, fits()}
-end
-return {0, fits()}
-"#
+    include_str!("sem_release_args.lua"),
+    include_str!("sem_prelude.lua"),
+    include_str!("sem_release_body.lua"),
 );
 
 /// Semaphore renew: extend the leases of a batch of holds (issue 13, see
@@ -1117,78 +473,14 @@ return {0, fits()}
 /// least `now + lease_ms`, never earlier; and each name's TTL is set to at
 /// least `lease_ms + retention_ms` and never shorter, always with a
 /// `PEXPIRE`, so the call always writes.
-pub const SEM_RENEW: &str = r#"
-if #KEYS % 3 ~= 0 or #ARGV ~= 2 + 2 * (#KEYS / 3) then
-  return redis.error_reply('relaylock: three names and two arguments per hold')
-end
-for i = 2, #ARGV do
-  if i % 2 == 0 and not string.find(ARGV[i], '^%d+$') then
-    return redis.error_reply('relaylock: argument ' .. i .. ' must be a non-negative integer')
-  end
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local retention = tonumber(ARGV[2])
-local mode = ARGV[1]
-local out = {}
-for h = 1, #KEYS / 3 do
-  local k, token, lease = 3 * (h - 1), ARGV[1 + 2 * h], tonumber(ARGV[2 + 2 * h])
-  local fact = nil
-  if mode == '2' then
-    local bar = string.find(token, '|', 1, true)
-    fact = ''
-    if bar then token, fact = string.sub(token, 1, bar - 1), string.sub(token, bar + 1) end
-  end
-  local score = redis.call('ZSCORE', KEYS[k + 2], token)
-  if not score or tonumber(score) <= now or (fact and redis.call('HGET', KEYS[k + 3], token) ~= fact) then
-    out[h] = 0
-  else
-    -- Mode '2' (`fact` given): never earlier, never shorter, always written.
-    local want, keep = now + lease, lease + retention
-    if fact and tonumber(score) > want then want = tonumber(score) end
-    if fact or mode ~= '1' or tonumber(score) < want then
-      redis.call('ZADD', KEYS[k + 2], 'XX', want, token)
-      for i = 1, 3 do
-        local p = redis.call('PTTL', KEYS[k + i])
-        if fact then
-          if p >= keep then redis.call('PEXPIRE', KEYS[k + i], p + 1) else redis.call('PEXPIRE', KEYS[k + i], keep) end
-        elseif p == -1 or (p >= 0 and p < keep) then
-          redis.call('PEXPIRE', KEYS[k + i], keep)
-        end
-      end
-    end
-    out[h] = 1
-  end
-end
-return out
-"#;
+pub const SEM_RENEW: &str = include_str!("sem_renew.lua");
 
 /// Semaphore peek, for [`Semaphore::available`](crate::Semaphore::available)
 /// (read-only). KEYS: `[meta, holds, facts]`. Reply `{used, queued}`: the
 /// permits held or reserved, not counting holds expired by the server clock
 /// (which the next script call cuts), and the number of clients queued;
 /// `{-1, 0}` when the value is not relaylock's.
-pub const SEM_PEEK: &str = r#"
-local v = redis.call('GET', KEYS[1])
-if not v then return {0, 0} end
-local f = {}
-for x in string.gmatch(v .. '|', '([^|]*)|') do f[#f + 1] = x end
-if #f ~= 5 or not string.find(f[1], '^%d+$') then return {-1, 0} end
-local used = tonumber(f[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-for i = 1, #gone, 1000 do
-  local facts = redis.call('HMGET', KEYS[3], unpack(gone, i, math.min(i + 999, #gone)))
-  for k = 1, #facts do
-    if facts[k] then used = used - (tonumber(string.match(facts[k], '^(%d+)')) or 0) end
-  end
-end
-if used < 0 then used = 0 end
-local queued = 0
-for _ in string.gmatch(f[3], '[^,]+') do queued = queued + 1 end
-return {used, queued}
-"#;
+pub const SEM_PEEK: &str = include_str!("sem_peek.lua");
 
 /// Semaphore: leave the queue, for a client whose last local waiter left.
 ///
@@ -1206,29 +498,8 @@ return {used, queued}
 /// names' TTLs are kept. Reply `1` when the client was queued or freed a
 /// reservation, `0` otherwise or when the value is not relaylock's.
 pub const SEM_LEAVE: &str = concat!(
-    sem_prelude!(),
-    r#"
-if foreign or not v then return 0 end
-cut()
-local found = queued(ARGV[1])
-dequeue(ARGV[1])
--- A reservation made for the leaver is nobody's now, unless a waiter of
--- its client came meanwhile (`free` not given): free it at once rather
--- than at the end of its grace.
-local mine = ARGV[6] == '1' and tonumber(redis.call('HGET', KEYS[3], '~' .. ARGV[1]) or '')
-if mine then
-  found = true
-  redis.call('ZREM', KEYS[2], '~' .. ARGV[1])
-  redis.call('HDEL', KEYS[3], '~' .. ARGV[1])
-  used = used - mine
-  if used < 0 then used = 0 end
-end
-walk('', tonumber(ARGV[4]) or 50)
-store()
-tell(ARGV[3], ARGV[2], nil, ARGV[5])
-if found then return 1 end
-return 0
-"#
+    include_str!("sem_prelude.lua"),
+    include_str!("sem_leave_body.lua"),
 );
 
 /// Tell every client listening for a name to re-check: sent by a client
@@ -1255,27 +526,7 @@ return 0
 /// without `PUBSUB` or the channel tells nobody, and the waiters fall back
 /// to their bounded waits. Repeating it is harmless (one more try per
 /// client).
-pub const WAKE: &str = r#"
-local channel, publish, fence = ARGV[1], ARGV[2], ARGV[5] or ''
-local found = {channel, ARGV[4]}
-if ARGV[3] ~= '1' then
-  local v = redis.call('GET', KEYS[1])
-  if v and fence ~= '' then
-    local head = string.match(v, '^[^|]*')
-    if head == '-' .. fence or string.find(head, '^~[^:]*:' .. fence .. ':') then return -1 end
-  end
-  local list = 'CHANNELS'
-  if publish == 'SPUBLISH' then list = 'SHARDCHANNELS' end
-  local pattern = string.gsub(channel .. ':', '[%*%?%[%]\\]', '\\%0') .. '*'
-  found = redis.pcall('PUBSUB', list, pattern)
-  if type(found) ~= 'table' or found.err then return 0 end
-end
-local told = 0
-for _, c in ipairs(found) do
-  if c ~= '' and type(redis.pcall(publish, c, 'r:')) == 'number' then told = told + 1 end
-end
-return told
-"#;
+pub const WAKE: &str = include_str!("wake.lua");
 
 /// One script: its Lua and its SHA-1, both `'static`. Every call sends
 /// the hash as a static `Str`, whose clone and drop touch no reference
