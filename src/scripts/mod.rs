@@ -82,7 +82,9 @@ use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::interfaces::LuaInterface;
 use fred::types::{FromValue, Key, Value};
+use std::future::Future;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 mod names;
 pub(crate) use names::{Kind, Names};
@@ -620,18 +622,11 @@ where
     K: Into<Key> + Send,
     F: Fn() -> (Vec<K>, Vec<Value>),
 {
-    let (keys, args) = make();
-    match conn
-        .evalsha::<R, _, _, _>(script.sha1().clone(), keys, args)
-        .await
-    {
-        Err(e) if e.details().starts_with("NOSCRIPT") => {
-            Box::pin(script.load(conn)).await?;
-            let (keys, args) = make();
-            Box::pin(conn.evalsha(script.sha1().clone(), keys, args)).await
-        }
-        other => other,
-    }
+    reloading(conn, script, None, |_| {
+        let (keys, args) = make();
+        conn.evalsha::<R, _, _, _>(script.sha1().clone(), keys, args)
+    })
+    .await
 }
 
 /// [`evalsha_reloading`] with fred's own per-command timeout `limit`
@@ -639,12 +634,11 @@ where
 /// script interface): fred marks a command whose timeout passed, so it is
 /// never written later (a command whose future is merely dropped stays in
 /// fred's queue while it reconnects, and runs once the server is back).
-/// The reload after `NOSCRIPT`
-/// gets what is left of `limit`.
+/// The reload after `NOSCRIPT` gets what is left of `limit`.
 pub(crate) async fn evalsha_within<R, K, F>(
     conn: &Client,
     script: &Lua,
-    limit: std::time::Duration,
+    limit: Duration,
     make: F,
 ) -> Result<R, fred::error::Error>
 where
@@ -655,8 +649,7 @@ where
     use fred::interfaces::ClientLike;
     use fred::types::config::Options;
     use fred::types::{ClusterHash, CustomCommand};
-    let started = std::time::Instant::now();
-    let call = |limit: std::time::Duration| {
+    reloading(conn, script, Some(limit), |left| {
         let (keys, args) = make();
         let keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
         let slot = keys
@@ -668,7 +661,7 @@ where
         all.extend(keys.into_iter().map(|k| Value::Bytes(k.into_bytes())));
         all.extend(args);
         let options = Options {
-            timeout: Some(limit),
+            timeout: left,
             ..Default::default()
         };
         let node = conn.with_options(&options);
@@ -679,16 +672,39 @@ where
             )
             .await
         }
-    };
+    })
+    .await
+}
+
+/// What [`evalsha_reloading`] and [`evalsha_within`] share: `call(left)`
+/// makes one call of `script`, given the time `left` of `limit` (`None`:
+/// unbounded). After `NOSCRIPT` (a restart, a failover, `SCRIPT FLUSH`),
+/// load the script and call again. With a `limit`, the load and the second
+/// call get only what is left of it, and a load that uses it all up is a
+/// timeout (the second call is not sent).
+async fn reloading<R, Fut>(
+    conn: &Client,
+    script: &Lua,
+    limit: Option<Duration>,
+    call: impl Fn(Option<Duration>) -> Fut,
+) -> Result<R, fred::error::Error>
+where
+    Fut: Future<Output = Result<R, fred::error::Error>>,
+{
+    // The clock is read only for a bounded call.
+    let since = limit.map(|limit| (limit, Instant::now()));
+    let left = || since.map(|(limit, started)| limit.saturating_sub(started.elapsed()));
     match call(limit).await {
         Err(e) if e.details().starts_with("NOSCRIPT") => {
-            let left = limit.saturating_sub(started.elapsed());
-            match tokio::time::timeout(left, Box::pin(script.load(conn))).await {
-                Ok(loaded) => loaded?,
-                Err(_) => return Err(crate::error::timed_out()),
+            match left() {
+                None => Box::pin(script.load(conn)).await?,
+                Some(left) => match tokio::time::timeout(left, Box::pin(script.load(conn))).await {
+                    Ok(loaded) => loaded?,
+                    Err(_) => return Err(crate::error::timed_out()),
+                },
             }
-            let left = limit.saturating_sub(started.elapsed());
-            if left.is_zero() {
+            let left = left();
+            if left.is_some_and(|left| left.is_zero()) {
                 return Err(crate::error::timed_out());
             }
             Box::pin(call(left)).await
