@@ -1,8 +1,44 @@
-//! Every Lua script relaylock runs, in one place, each with its contract.
+//! Every Lua script relaylock runs, each with its contract.
 //!
 //! Private to the crate: the protocol is documented for auditors and for
-//! clients in other languages in docs/design.md, and this file is the
+//! clients in other languages in docs/design.md, and this module is the
 //! reference for each script's contract.
+//!
+//! # One file per script
+//!
+//! A script's Lua is a file of this folder, `<name>.lua` for the constant
+//! `<NAME>` (`acquire.lua` is [`ACQUIRE`]), and its contract (KEYS, ARGV,
+//! the reply, what it guarantees) is the constant's doc. The semaphore
+//! scripts that change state share one part, `sem_prelude.lua`, which
+//! `concat!` joins to their own parts; each of those files is a fragment
+//! that runs only within its script:
+//!
+//! ```text
+//! SEM_ACQUIRE = sem_acquire_args.lua  sem_prelude.lua  sem_acquire_body.lua
+//! SEM_RELEASE = sem_release_args.lua  sem_prelude.lua  sem_release_body.lua
+//! SEM_LEAVE   =                       sem_prelude.lua  sem_leave_body.lua
+//! ```
+//!
+//! A constant is its files' bytes, in that order (`every_script_is_its_files`
+//! checks the table above), and Redis knows a script by the SHA-1 of those
+//! bytes (`EVALSHA`): any edit of a file, a Lua comment or its empty first
+//! line included, gives the script a new name on every server.
+//!
+//! To run a script by hand, against a scratch server (scripts write), use
+//! `redis-cli --eval` from this folder: the names (KEYS) first, then a lone
+//! `,`, then the arguments (ARGV). A script of fragments is run from their
+//! `cat`:
+//!
+//! ```text
+//! redis-cli --eval acquire.lua 'p:3:{k}' , tok-1 30000 client-a
+//! cat sem_acquire_args.lua sem_prelude.lua sem_acquire_body.lua > /tmp/sem_acquire.lua
+//! redis-cli --eval /tmp/sem_acquire.lua 'p:3:{k}:sem' 'p:3:{k}:sem:h' 'p:3:{k}:sem:t' \
+//!     'p:3:{k}:sem:void:tok-1' 'p:3:{k}:sem:void' , tok-1 1 3 30000 client-a 60000 \
+//!     'p:3:{k}:sem:ch' PUBLISH 50
+//! ```
+//!
+//! `redis-cli -x SCRIPT LOAD < acquire.lua` prints the SHA-1 relaylock
+//! calls the script by (`-x` sends the file whole, its last newline too).
 //!
 //! # Protocol 3: one short value per lock
 //!
@@ -22,12 +58,11 @@
 //! void  = "" | <until>                           void markers may exist until server time <until> (ms)
 //! ```
 //!
-//! Protocol 2 kept the 32 newest released fences whole: about 550 bytes
-//! that every script copied and that Redis's Lua hashed byte by byte
-//! (docs/benchmarks.md, "Fleet cost"). Protocol 3's ring writes each older
-//! fence as its difference to the newer one: a hot key's releases are
-//! milliseconds apart, so 30 or more fit in [`LOCK_RING_CHARS`] (200)
-//! characters; about 15 when they are days apart.
+//! Every script copies the value into Lua strings, which Redis's Lua
+//! hashes byte by byte, so the value's length is paid on every call. The
+//! ring therefore writes each older fence as its difference to the newer
+//! one: a hot key's releases are milliseconds apart, so 30 or more fit in
+//! [`LOCK_RING_CHARS`] (200) characters; about 15 when they are days apart.
 //!
 //! A tombstone lives [`SIDE_RETENTION_MS`] (the builder's `side_retention`),
 //! a reservation that long plus the grace, with `<keep>` the retention: once
@@ -112,8 +147,8 @@ pub const HANDOFF_GRACE_MS: u64 = 50;
 /// not per waiter), its TTL refreshed by one `PEXPIRE` on a queued client's
 /// refused try; never on a release: a client the release queues again at
 /// the back keeps its time, as it had waiters throughout (so the time
-/// shown for such a client can be older than its current waiters). It lives the retention
-/// ([`SIDE_RETENTION_MS`]) after the last join or refused try of a queued
+/// shown for such a client can be older than its current waiters). It
+/// lives the retention ([`SIDE_RETENTION_MS`]) after the last join or refused try of a queued
 /// client (a queued client's waiters try again at least once per holder
 /// lease, the bound of every wait), so it never outlives the other
 /// bookkeeping; a client that made no try for longer than the retention
@@ -121,10 +156,10 @@ pub const HANDOFF_GRACE_MS: u64 = 50;
 /// that adds a field drops the fields of clients no longer queued (one pass
 /// over a set of the queued ids); a client joining again only updates its
 /// time, so the record grows only through joins that check it.
-/// Scripts never read it; clients of an earlier release, which do not
-/// write it, interoperate (their queue entries show no time). Written with
-/// `redis.pcall`: an ACL user without `HLEN`/`HKEYS` (README's before this
-/// record) still locks, and its queue entries show no time.
+/// Scripts never read it, so a client that does not write it interoperates
+/// (its queue entries show no time). Written with `redis.pcall`: an ACL
+/// user without `HLEN`/`HKEYS` still locks, and its queue entries show no
+/// time.
 pub const QUEUE_TIMES: &str = ":q";
 
 /// How many released fencing tokens a semaphore's value remembers (see
@@ -156,8 +191,8 @@ pub const RELEASE_RING: usize = 32;
 /// `<channel>:<client>`.
 ///
 /// The reply is one integer on the common paths (an array reply costs
-/// Redis about 0.5 µs more, docs/benchmarks.md "Integer replies and lean
-/// arguments"): a fencing token (`> 0`) when the call took the lock, and
+/// Redis about 0.5 µs more per call: a Lua table built, then converted):
+/// a fencing token (`> 0`) when the call took the lock, and
 /// `-3 - pttl` (`< 0`) when it did not, `pttl` being how long to wait at
 /// most (`-1`: a key without expiry, `-2`: this token's void marker). Only
 /// the replay answers an array, `{1, fence, others, pttl}`.
@@ -332,8 +367,9 @@ pub const RENEW_BATCH: usize = 1000;
 // expired holds and lapsed reservations, `save`, the queue walk and the
 // messages. KEYS: `[meta, holds, facts, void, voids]`.
 
-/// Semaphore acquire (issue 13; the client API is being built on it, see
-/// docs/design-semaphore-rwlock.md).
+/// Semaphore acquire, for [`Semaphore`](crate::Semaphore) and
+/// [`RwLock`](crate::RwLock) (a read-write lock is a semaphore, see
+/// [`RW_WRITE`]).
 ///
 /// KEYS: `[meta, holds, facts, void, voids, since]`: the semaphore's value
 /// `p:3:{k}:sem` = `used|fence|queue|ring|void`, its expiry index
@@ -407,7 +443,7 @@ pub const SEM_ACQUIRE: &str = concat!(
     include_str!("sem_acquire_body.lua"),
 );
 
-/// Semaphore release (issue 13, see [`SEM_ACQUIRE`] for the names).
+/// Semaphore release (see [`SEM_ACQUIRE`] for the names).
 ///
 /// KEYS: as for [`SEM_ACQUIRE`]. ARGV: `[token, fence, channel,
 /// retention_ms, ring_chars, client, grace_ms, publish, requeue, n, limit,
@@ -458,7 +494,7 @@ pub const SEM_RELEASE: &str = concat!(
     include_str!("sem_release_body.lua"),
 );
 
-/// Semaphore renew: extend the leases of a batch of holds (issue 13, see
+/// Semaphore renew: extend the leases of a batch of holds (see
 /// [`SEM_ACQUIRE`] for the names), for the watchdog (every due hold of a
 /// client in one call) and `extend` (one).
 ///
@@ -495,8 +531,8 @@ pub const SEM_PEEK: &str = include_str!("sem_peek.lua");
 /// removes the client's entry from the queue, then walks the queue as a
 /// release does: a client that was blocked behind the leaver (it needed
 /// more than was free) may fit now, and gets its reservation and message
-/// (found in review: without the walk, the clients behind a head that gave
-/// up waited for a hold's whole lease). A live reservation for the client
+/// (without the walk, the clients behind a head that gave up would wait
+/// for a hold's whole lease). A live reservation for the client
 /// is freed first (and so walked on) only with `free` `'1'`, as
 /// [`LEAVE`]'s rule says; without it, it is left to its waiter or lapses
 /// (the `o:` message its release sent lets the others re-check then). The
@@ -527,9 +563,9 @@ pub const SEM_LEAVE: &str = concat!(
 /// `channel` and `wchannel` (when not `''`): one `r:` on each. Reply: the
 /// channels told. The listing walks every channel of the server (65 ms
 /// with 200,000 subscribed channels, redis-server 7.0.15, docs/design.md):
-/// a client sends it at most once per key and second, four at a time. Commands through `redis.pcall`: an ACL user
-/// without `PUBSUB` or the channel tells nobody, and the waiters fall back
-/// to their bounded waits. Repeating it is harmless (one more try per
+/// a client sends it at most once per key and second, four at a time.
+/// Commands through `redis.pcall`: an ACL user without `PUBSUB` or the
+/// channel tells nobody, and the waiters fall back to their bounded waits. Repeating it is harmless (one more try per
 /// client).
 pub const WAKE: &str = include_str!("wake.lua");
 
@@ -729,8 +765,8 @@ pub const RW_WRITE: u32 = 1_000_000_000;
 /// About 15 fences fit whatever their spacing (differences of 12 digits,
 /// releases up to 11 days apart; fewer only after holds of weeks that the
 /// watchdog renewed). On a hot key, with releases milliseconds apart, 30 or
-/// more (`tests/lock.rs::a_hot_keys_ring_holds_30_releases`); protocol 2
-/// kept 32 whole fences in 544 characters.
+/// more (`tests/lock.rs::a_hot_keys_ring_holds_30_releases`). Every script
+/// call copies the whole value, so the ring's length is paid on every call.
 pub const LOCK_RING_CHARS: usize = 200;
 
 /// Characters of released fences a semaphore's ring keeps: [`RELEASE_RING`]
@@ -769,10 +805,63 @@ mod tests {
             &s.sem_renew,
             &s.sem_peek,
             &s.sem_leave,
+            &s.wake,
         ];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 assert_ne!(a.sha1(), b.sha1());
+            }
+        }
+    }
+
+    /// Each script and its files, in `concat!`'s order: what the module
+    /// docs say to `cat` for `redis-cli --eval`.
+    const FILES: [(&str, &[&str]); 11] = [
+        (ACQUIRE, &["acquire.lua"]),
+        (RELEASE, &["release.lua"]),
+        (LEAVE, &["leave.lua"]),
+        (PEEK, &["peek.lua"]),
+        (RENEW, &["renew.lua"]),
+        (
+            SEM_ACQUIRE,
+            &[
+                "sem_acquire_args.lua",
+                "sem_prelude.lua",
+                "sem_acquire_body.lua",
+            ],
+        ),
+        (
+            SEM_RELEASE,
+            &[
+                "sem_release_args.lua",
+                "sem_prelude.lua",
+                "sem_release_body.lua",
+            ],
+        ),
+        (SEM_RENEW, &["sem_renew.lua"]),
+        (SEM_PEEK, &["sem_peek.lua"]),
+        (SEM_LEAVE, &["sem_prelude.lua", "sem_leave_body.lua"]),
+        (WAKE, &["wake.lua"]),
+    ];
+
+    #[test]
+    fn every_script_is_its_files() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/scripts");
+        let read = |file: &str| std::fs::read_to_string(dir.join(file)).expect(file);
+        for (lua, files) in FILES {
+            let cat: String = files.iter().map(|f| read(f)).collect();
+            assert!(lua == cat, "not the `cat` of {files:?}");
+        }
+        // Every .lua file of the folder is part of a script.
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".lua") {
+                assert!(
+                    FILES
+                        .iter()
+                        .any(|(_, files)| files.contains(&name.as_str())),
+                    "{name} is part of no script"
+                );
             }
         }
     }
