@@ -108,7 +108,8 @@ struct DashboardsDoctests;
 
 /// The Lua scripts and their constants, for the integration tests that
 /// replay or forge script calls. Not part of the API: the protocol is
-/// documented in docs/design.md, and its scripts in `src/scripts.rs`.
+/// documented in docs/design.md, and its scripts in `src/scripts/` (one
+/// `.lua` file each, its contract on its constant in `src/scripts/mod.rs`).
 #[doc(hidden)]
 pub mod __scripts {
     pub use crate::scripts::{
