@@ -721,8 +721,8 @@ fn bound_commands(builder: &mut Builder, command_timeout: Duration, message_buff
 /// first delay (50 ms plus up to 100 ms of jitter) let two clients trading
 /// a key turn the ring over first: 5 to 14 false [`Error::LockLost`] per
 /// 10 lost replies, for locks and permits alike, and none with this policy
-/// (`tests/faults.rs`, `releases_replayed_under_load_are_not_false_losses`
-/// and its permit twin; docs/results/replayed-releases.txt).
+/// (`releases_replayed_under_load_are_not_false_losses` and its permit
+/// twin check it).
 ///
 /// The small jitter keeps that window short; it also means many processes
 /// that lost their connections together reconnect within a few tens of

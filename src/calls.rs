@@ -229,9 +229,8 @@ pub(crate) struct Calls {
     /// a static string, shared by every call, not copied.
     publish: Value,
     /// Whether the lock's scripts may be sent their lean argument lists,
-    /// which stand for `PUBLISH` and the default retention: each argument
-    /// costs Redis (docs/benchmarks.md, "Integer replies and lean
-    /// arguments").
+    /// which stand for `PUBLISH` and the default retention: Redis parses
+    /// every argument of every call.
     lean_args: bool,
     /// The names [`value_vanished`](Self::value_vanished) told lately.
     vanished: Arc<Vanished>,
@@ -881,7 +880,7 @@ mod tests {
         );
         assert!(
             sem_reservation_left(&reply),
-            "found in review: missed with a batch"
+            "a reservation left beside a batch is seen"
         );
         assert_eq!(sem_batch_fences(&reply), vec![(8, 10_000), (0, 0)]);
         assert!(!sem_reservation_left(&[1, 7, 0, 10_000, 8, 10_000]));

@@ -222,6 +222,86 @@ pub(crate) async fn with_client(inner: &ClientInner, key: &str) -> Result<Inspec
     .await
 }
 
+/// The state of one primitive's value (`names`), `None` when it has none:
+/// its holders, its queue with how long each client waited by the server's
+/// clock `now_ms`, and who listens on its channels.
+async fn read_one(
+    redis: &fred::clients::Client,
+    names: &Names,
+    now_ms: i64,
+    limit: Option<Duration>,
+) -> Result<Option<State>> {
+    let value: Option<String> = run(limit, redis.get(&names.lock)).await?;
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let times: HashMap<String, i64> = run(limit, redis.hgetall(names.queue_times())).await?;
+    let mut state = if names.kind == Kind::Mutex {
+        let pttl: i64 = run(limit, redis.pttl(&names.lock)).await?;
+        parse_lock(&value, pttl)
+    } else {
+        let (h, t) = names.side();
+        let holds: Vec<(String, f64)> =
+            run(limit, redis.zrange(&h, 0, -1, None, false, None, true)).await?;
+        let facts: HashMap<String, String> = run(limit, redis.hgetall(&t)).await?;
+        let primitive = if names.kind == Kind::Semaphore {
+            Primitive::Semaphore
+        } else {
+            Primitive::RwLock
+        };
+        parse_counted(primitive, &value, &holds, &facts, now_ms)
+    };
+    state.redis_key = names.lock.to_string();
+    for q in &mut state.queue {
+        let id = if q.writer {
+            format!("{}.w", q.client)
+        } else {
+            q.client.clone()
+        };
+        q.waiting = times
+            .get(&id)
+            .map(|since| Duration::from_millis(now_ms.saturating_sub(*since).max(0) as u64));
+    }
+    state.subscribers = listeners(redis, names, &state, limit).await?;
+    Ok(Some(state))
+}
+
+/// Who listens on the channels of `names`, one count per channel: a
+/// lock's messages go to each client's own channel, so for a lock the
+/// channels of the clients its `state` names (queued or reserved for).
+async fn listeners(
+    redis: &fred::clients::Client,
+    names: &Names,
+    state: &State,
+    limit: Option<Duration>,
+) -> Result<Vec<(String, u64)>> {
+    let channels = match names.kind {
+        Kind::Read | Kind::Write => {
+            let (r, w) = names.script_channels();
+            vec![r, w]
+        }
+        Kind::Semaphore => vec![names.channel.to_string()],
+        Kind::Mutex => state
+            .reservations
+            .iter()
+            .map(|r| &r.client)
+            .chain(state.queue.iter().map(|q| &q.client))
+            .map(|client| format!("{}:{client}", names.channel))
+            .collect(),
+    };
+    let mut counts = Vec::with_capacity(channels.len());
+    for channel in channels {
+        let reply: Vec<Value> = if redis.is_clustered() {
+            run(limit, redis.pubsub_shardnumsub(channel.clone())).await?
+        } else {
+            run(limit, redis.pubsub_numsub(channel.clone())).await?
+        };
+        let n = reply.get(1).and_then(Value::as_i64).unwrap_or(0).max(0) as u64;
+        counts.push((channel, n));
+    }
+    Ok(counts)
+}
+
 /// One read, bounded by `limit` when given.
 async fn run<T>(
     limit: Option<Duration>,
@@ -239,9 +319,8 @@ async fn read(
     key: &str,
     limit: Option<Duration>,
 ) -> Result<Inspection> {
-    let cluster = redis.is_clustered();
     // The clock of the key's node (all three names share its hash tag): in
-    // a cluster a keyless TIME would go to any node (found in review).
+    // a cluster a keyless TIME would go to any node.
     let slot = redis_keyslot(Names::new(prefix, key).lock.as_bytes());
     let time: Vec<String> = run(
         limit,
@@ -258,61 +337,9 @@ async fn read(
         Names::semaphore(prefix, key),
         Names::rw(prefix, key, Kind::Read),
     ] {
-        let value: Option<String> = run(limit, redis.get(&names.lock)).await?;
-        let Some(value) = value else { continue };
-        let times: HashMap<String, i64> = run(limit, redis.hgetall(names.queue_times())).await?;
-        let mut state = if names.kind == Kind::Mutex {
-            let pttl: i64 = run(limit, redis.pttl(&names.lock)).await?;
-            parse_lock(&value, pttl)
-        } else {
-            let (h, t) = names.side();
-            let holds: Vec<(String, f64)> =
-                run(limit, redis.zrange(&h, 0, -1, None, false, None, true)).await?;
-            let facts: HashMap<String, String> = run(limit, redis.hgetall(&t)).await?;
-            let primitive = if names.kind == Kind::Semaphore {
-                Primitive::Semaphore
-            } else {
-                Primitive::RwLock
-            };
-            parse_counted(primitive, &value, &holds, &facts, now_ms)
-        };
-        state.redis_key = names.lock.to_string();
-        for q in &mut state.queue {
-            let id = if q.writer {
-                format!("{}.w", q.client)
-            } else {
-                q.client.clone()
-            };
-            q.waiting = times
-                .get(&id)
-                .map(|since| Duration::from_millis(now_ms.saturating_sub(*since).max(0) as u64));
+        if let Some(state) = read_one(redis, &names, now_ms, limit).await? {
+            states.push(state);
         }
-        let channels = match names.kind {
-            Kind::Read | Kind::Write => {
-                let (r, w) = names.script_channels();
-                vec![r, w]
-            }
-            Kind::Semaphore => vec![names.channel.to_string()],
-            // A lock's messages go to each client's own channel (protocol
-            // 3): those of the clients it names, queued or reserved for.
-            Kind::Mutex => state
-                .reservations
-                .iter()
-                .map(|r| &r.client)
-                .chain(state.queue.iter().map(|q| &q.client))
-                .map(|client| format!("{}:{client}", names.channel))
-                .collect(),
-        };
-        for channel in channels {
-            let reply: Vec<Value> = if cluster {
-                run(limit, redis.pubsub_shardnumsub(channel.clone())).await?
-            } else {
-                run(limit, redis.pubsub_numsub(channel.clone())).await?
-            };
-            let n = reply.get(1).and_then(Value::as_i64).unwrap_or(0).max(0) as u64;
-            state.subscribers.push((channel, n));
-        }
-        states.push(state);
     }
     name_clients(redis, prefix, &mut states, limit).await;
     Ok(Inspection {

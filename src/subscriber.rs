@@ -108,7 +108,7 @@ fn run(
     command_timeout: Duration,
     restarted: bool,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let heartbeat = (command_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    let every = (command_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
     // Redis Cluster: the command client learns of moved slots from MOVED
@@ -118,14 +118,13 @@ fn run(
     // on ours, which would loop.) A reconnect of the subscriber itself comes
     // through `reconnects`.
     let mut command_changes = commands.cluster_change_rx();
-    let clustered = subscriber.is_clustered();
-    let mut cluster_events = clustered;
+    let mut cluster_events = subscriber.is_clustered();
     let subscriber = subscriber.clone();
     async move {
         if restarted {
             resubscribe(&subscriber, &registry, &control, command_timeout).await;
         }
-        let mut beats = tokio::time::interval(heartbeat);
+        let mut beats = tokio::time::interval(every);
         beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut probe: Option<JoinHandle<()>> = None;
         loop {
@@ -153,11 +152,7 @@ fn run(
                     Err(RecvError::Closed) => cluster_events = false,
                 },
                 message = messages.recv() => match message {
-                    Ok(message) => {
-                        tracing::trace!(target: "relaylock::hop", hop = "message_received");
-                        let payload = message.value.as_str().unwrap_or_default();
-                        control.or_registry(&registry, &message.channel, &payload);
-                    }
+                    Ok(message) => deliver(&registry, &control, &message),
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "relaylock: release messages were dropped (subscriber lagged); waking every waiter");
                         registry.wake_all();
@@ -165,17 +160,7 @@ fn run(
                     Err(RecvError::Closed) => break,
                 },
                 _ = beats.tick() => {
-                    if clustered && registry.has_channels() {
-                        follow_slots(&subscriber, &registry, command_timeout).await;
-                    }
-                    let idle = probe.as_ref().is_none_or(JoinHandle::is_finished);
-                    if idle && registry.has_channels() {
-                        probe = Some(tokio::spawn(check_alive(
-                            subscriber.clone(),
-                            Arc::clone(&registry),
-                            command_timeout,
-                        )));
-                    }
+                    heartbeat(&subscriber, &registry, command_timeout, &mut probe).await;
                 }
             }
         }
@@ -183,6 +168,36 @@ fn run(
             p.abort();
         }
         tracing::debug!("relaylock: subscriber task ended");
+    }
+}
+
+/// A message on a subscribed channel: to the control channel's handler or
+/// to the registry.
+fn deliver(registry: &Registry, control: &Control, message: &fred::types::Message) {
+    tracing::trace!(target: "relaylock::hop", hop = "message_received");
+    let payload = message.value.as_str().unwrap_or_default();
+    control.or_registry(registry, &message.channel, &payload);
+}
+
+/// The heartbeat, while any channel is subscribed: in a cluster, follow
+/// the slot map; and check the subscriber connection is alive, one probe
+/// at a time (`probe`).
+async fn heartbeat(
+    subscriber: &SubscriberClient,
+    registry: &Arc<Registry>,
+    command_timeout: Duration,
+    probe: &mut Option<JoinHandle<()>>,
+) {
+    if subscriber.is_clustered() && registry.has_channels() {
+        follow_slots(subscriber, registry, command_timeout).await;
+    }
+    let idle = probe.as_ref().is_none_or(JoinHandle::is_finished);
+    if idle && registry.has_channels() {
+        *probe = Some(tokio::spawn(check_alive(
+            subscriber.clone(),
+            Arc::clone(registry),
+            command_timeout,
+        )));
     }
 }
 

@@ -174,8 +174,8 @@ impl KeyWaiters {
     /// need among the semaphore waiters registered now, or for a
     /// read-write lock's readers (`kind` Read, all needing 1) their number,
     /// so a write's release reserves for all of them at once, ahead of a
-    /// writer that queued after them (found in review: with the largest
-    /// need, one reader per client got in per write). `None` when none said.
+    /// writer that queued after them (the largest need alone would let one
+    /// reader per client in per write). `None` when none said.
     fn want(&self, kind: Kind) -> Option<(u32, u32)> {
         let needs = self.needs();
         let largest = needs.iter().copied().max()?;

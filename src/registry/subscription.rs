@@ -65,6 +65,10 @@ async fn queue_nonce_ping(
     Ok(nonce)
 }
 
+/// One channel a resubscription is for: its name, its entry, and the count
+/// of its SUBSCRIBEs and UNSUBSCRIBEs seen under its lock.
+type Resubscribing<'a> = (&'a str, &'a Arc<KeyWaiters>, u64);
+
 /// How a resubscription batch went (see `Registry::resubscribe_all`).
 enum Batch {
     /// Every channel confirmed by the batch's PING.
@@ -420,33 +424,47 @@ impl Registry {
         // if another one came after this one (a cleanup, then a waiter's
         // own SUBSCRIBE, while the batch's reply was awaited), this
         // resubscription's outcome says nothing of the channel's state.
-        let channels: Vec<(&str, &Arc<KeyWaiters>, u64)> = held
+        let channels: Vec<Resubscribing<'_>> = held
             .iter()
             .map(|&(channel, entry, _)| (channel, entry, entry.subscription_changes.load(SeqCst)))
             .collect();
-        // On a single server, all SUBSCRIBEs and one nonce PING in ONE
-        // pipeline: one round trip, and a refusal (an ACL) cannot be dropped
-        // unseen, since the PING waits for a reply when it arrives (a plain
-        // PING sent after the SUBSCRIBEs could get PONG after a refusal had
-        // been dropped, and count a denied channel confirmed: found in
-        // review). The entries' locks are let go once the pipeline is with
-        // fred, before its reply: on a silent connection the reply takes a
-        // command timeout, and every new waiter of these keys would wait for
-        // it in `ensure_subscribed` (a deaf subscriber's client made 24
-        // acquisitions in 6 s against the other client's 759 while the locks
-        // were held to the reply: tests/faults.rs,
-        // `a_blackholed_subscriber_only_delays_waiters`).
-        //
-        // If the batch is refused or its replies are shifted, or in a
-        // cluster, each channel is confirmed by its own nonce PING (in a
-        // cluster on its own node), as a waiter subscribes: under its lock,
-        // if still subscribed; a failure skips that channel only (its
-        // waiters subscribe again themselves, polling meanwhile). If the
-        // batch got no reply at all (timeout, closed connection), every
-        // channel failed: one attempt per channel on the same silent
-        // connection would cost a command timeout per channel, one after
-        // another.
-        let batch = if self.clustered() || held.is_empty() {
+        let batch = self.resubscribe_batch(held, &channels).await;
+        let resubscribed = self.confirm_each(&channels, &batch).await;
+        self.confirm_resubscribed(&resubscribed, &connection).await;
+        tracing::debug!(
+            channels = resubscribed.len(),
+            "relaylock: resubscribed after reconnect"
+        );
+        self.wake_all();
+    }
+
+    /// Resubscribe `held`'s channels in one batch, where that is possible,
+    /// letting go of each entry's lock once the batch is with fred.
+    ///
+    /// On a single server, all SUBSCRIBEs and one nonce PING in ONE
+    /// pipeline: one round trip, and a refusal (an ACL) cannot be dropped
+    /// unseen, since the PING waits for a reply when it arrives (a plain
+    /// PING sent after the SUBSCRIBEs could get PONG after a refusal had
+    /// been dropped, and count a denied channel confirmed). The entries'
+    /// locks are let go once the pipeline is with fred, before its reply:
+    /// on a silent connection the reply takes a command timeout, and every
+    /// new waiter of these keys would wait for it in `ensure_subscribed`.
+    ///
+    /// If the batch is refused or its replies are shifted, or in a
+    /// cluster, each channel is confirmed by its own nonce PING (in a
+    /// cluster on its own node), as a waiter subscribes: under its lock,
+    /// if still subscribed; a failure skips that channel only (its
+    /// waiters subscribe again themselves, polling meanwhile). If the
+    /// batch got no reply at all (timeout, closed connection), every
+    /// channel failed: one attempt per channel on the same silent
+    /// connection would cost a command timeout per channel, one after
+    /// another.
+    async fn resubscribe_batch(
+        &self,
+        held: Vec<(&str, &Arc<KeyWaiters>, tokio::sync::MutexGuard<'_, bool>)>,
+        channels: &[Resubscribing<'_>],
+    ) -> Batch {
+        if self.clustered() || held.is_empty() {
             drop(held);
             Batch::PerChannel
         } else {
@@ -475,10 +493,21 @@ impl Registry {
                     }
                 }
             }
-        };
+        }
+    }
+
+    /// Each channel's outcome of the resubscription: the batch's, or (for
+    /// [`Batch::PerChannel`]) its own confirmed SUBSCRIBE, under its lock,
+    /// if still subscribed. Returns the entries resubscribed, with the
+    /// count of SUBSCRIBEs and UNSUBSCRIBEs their outcome belongs to.
+    async fn confirm_each(
+        &self,
+        channels: &[Resubscribing<'_>],
+        batch: &Batch,
+    ) -> Vec<(Arc<KeyWaiters>, u64)> {
         let mut resubscribed = Vec::new();
-        for &(channel, entry, mut changes) in &channels {
-            let outcome = match &batch {
+        for &(channel, entry, mut changes) in channels {
+            let outcome = match batch {
                 Batch::Confirmed => Ok(()),
                 Batch::NoReply(e) => Err(e.clone()),
                 Batch::PerChannel => {
@@ -506,10 +535,21 @@ impl Registry {
                 }
             }
         }
+        resubscribed
+    }
+
+    /// Confirm the resubscribed entries, if the connection is still the one
+    /// they were resubscribed on (else record them failed: their pollers
+    /// subscribe again, and their success wakes the sleepers).
+    async fn confirm_resubscribed(
+        &self,
+        resubscribed: &[(Arc<KeyWaiters>, u64)],
+        connection: &Connection,
+    ) {
         if !resubscribed.is_empty() {
-            match self.same_connection(&connection) {
+            match self.same_connection(connection) {
                 Ok(()) => {
-                    for (entry, changes) in &resubscribed {
+                    for (entry, changes) in resubscribed {
                         let sub = entry.subscribed.lock().await;
                         if *sub && entry.subscription_changes.load(SeqCst) == *changes {
                             entry.presence.set_confirmed(true);
@@ -520,18 +560,13 @@ impl Registry {
                 Err(e) => {
                     // Unconfirmed, and recorded as failed: the keys' pollers
                     // subscribe again, and their success wakes the sleepers.
-                    for (entry, _) in &resubscribed {
+                    for (entry, _) in resubscribed {
                         entry.estimate().failed_at = Some(Instant::now());
                     }
                     tracing::warn!(error = %e, "relaylock: could not confirm resubscription");
                 }
             }
         }
-        tracing::debug!(
-            channels = resubscribed.len(),
-            "relaylock: resubscribed after reconnect"
-        );
-        self.wake_all();
     }
 
     /// Keep `entry`'s subscription for the linger after its last waiter
@@ -606,8 +641,8 @@ impl Registry {
             // A waiter joined meanwhile (it subscribes again under the mutex
             // once this guard is gone; the loop ends at its `count` check),
             // or a release that may queue this client is still in flight:
-            // look again a little later, not at once (found in review: the
-            // loop spun a core while a slow release was in flight).
+            // look again a little later, not at once, so a slow release in
+            // flight does not make this loop spin.
             drop(sub);
             if entry.presence.count() == 0 {
                 *entry.linger_until() = Some(after(REMOVE_RETRY));

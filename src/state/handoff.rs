@@ -535,7 +535,7 @@ mod tests {
     /// A waiter whose claim ended with an unknown outcome (its token may
     /// hold the lock) and is then claimed by another batch that is refused
     /// still re-checks: it is not sent back to plain waiting, which would
-    /// let it sleep while holding (issue 22, item 4).
+    /// let it sleep while holding.
     #[test]
     fn a_refused_claim_keeps_a_doubted_waiter_rechecking() {
         let inbox = Arc::new(Inbox::default());

@@ -145,9 +145,9 @@ impl LeaseRecord {
     ///
     /// With other `extend` calls still in flight (or ended after this one
     /// was sent), their commands may run after this one in Redis: then the
-    /// reply may only lower the record (found in review: two extends on one
-    /// guard, the older re-sent after a `NOSCRIPT` reload, left the record
-    /// at the newer 20 s while Redis held the older 500 ms).
+    /// reply may only lower the record (an older extend, re-sent after a
+    /// `NOSCRIPT` reload, may run after a newer, longer one and set the
+    /// shorter lease in Redis).
     pub(crate) fn extended(&self, generation: u64, sent: Instant, lease: Duration) {
         let mut s = self.state();
         if s.generation != generation {
@@ -174,9 +174,8 @@ impl LeaseRecord {
     /// after commands sent later: it got no reply, or fred replaced the
     /// connection while it ran (a copy written on the old connection can
     /// still arrive). From then on no confirmation counts a longer lease
-    /// (found in review: a shortening extend stuck on a dropped connection
-    /// ran after the next renewal, and the record said 12 s while Redis
-    /// held 2.5 s).
+    /// (a shortening extend stuck on a dropped connection can run after the
+    /// next renewal, and leave Redis with the shorter lease).
     pub(crate) fn extend_ended(&self, generation: u64, at: Instant, stray: Option<Duration>) {
         let mut s = self.state();
         if let Some(lease) = stray {
@@ -227,6 +226,14 @@ mod tests {
         let t0 = Instant::now();
         let l = LeaseRecord::new(t0, Duration::from_secs(3));
         let at = |ms| t0 + Duration::from_millis(ms);
+        let g = renewals_around_a_shortening_extend(&l, at);
+        lengthening_and_stray_extends(&l, at, g);
+        overlapping_extends(t0, at);
+    }
+
+    /// Renewals and a shortening extend on a 3 s lease taken at `at(0)`:
+    /// returns the extend's generation.
+    fn renewals_around_a_shortening_extend(l: &LeaseRecord, at: impl Fn(u64) -> Instant) -> u64 {
         assert_eq!(l.safe_until(), at(3000 - 301));
         l.renewed(0, at(1000), Duration::from_secs(3));
         assert_eq!(l.safe_until(), at(4000 - 301));
@@ -257,6 +264,12 @@ mod tests {
         assert_eq!(l.safe_until(), at(3000 - 101));
         l.renewed(1, at(2500), Duration::from_secs(1));
         assert_eq!(l.safe_until(), at(3500 - 101));
+        g
+    }
+
+    /// After [`renewals_around_a_shortening_extend`] (whose extend is `g`):
+    /// lengthening extends, and a stray shortening one.
+    fn lengthening_and_stray_extends(l: &LeaseRecord, at: impl Fn(u64) -> Instant, g: u64) {
         // A lengthening extend changes the record only once it succeeded;
         // the reply of an older extend changes nothing after a newer one
         // started.
@@ -292,6 +305,10 @@ mod tests {
         l.extended(g5, at(5200), Duration::from_secs(20));
         assert_eq!(l.safe_until(), at(5500 - 31));
         assert_eq!(l.snapshot().renew_with, Duration::from_secs(20));
+    }
+
+    /// Two extends that overlap, and a lease shorter than its margin.
+    fn overlapping_extends(t0: Instant, at: impl Fn(u64) -> Instant) {
         // Two extends overlap: the newer one's reply, while the older one
         // is still in flight, may not raise the record (the older one may
         // still run after it in Redis).

@@ -162,9 +162,9 @@ impl Presence {
     /// even if the newcomer left since), if another task is registered, or
     /// if a release that may queue the client again is in flight. The flag
     /// is cleared only if its count is still `before` and no try was
-    /// abandoned since the last `LEAVE` (`UNKNOWN`, found in review: a
-    /// newcomer's abandoned try that Redis runs after the take would queue
-    /// the client with nobody to take it out); one compare-and-swap of the
+    /// abandoned since the last `LEAVE` (`UNKNOWN`: a newcomer's abandoned
+    /// try that Redis runs after the take would queue the client with
+    /// nobody to take it out); one compare-and-swap of the
     /// word. Then the tasks and releases are read again (Dekker with `join`
     /// and `begin_requeue`, as the other handshakes): if one came, the flag
     /// is set back, unless a mark already did.
