@@ -24,7 +24,7 @@ use crate::replica_pool::Replicas;
 use crate::scripts::Scripts;
 use crate::watchdog::{self, Watchdog};
 
-/// Configures and connects a [`LockClient`], in the style of fred's builder.
+/// Configures and connects a [`LockClient`](crate::client::LockClient), in the style of fred's builder.
 ///
 /// ```no_run
 /// # async fn demo() -> relaylock::Result<()> {

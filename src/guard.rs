@@ -602,17 +602,17 @@ macro_rules! delegate_hold {
         ///
         /// # Errors
         ///
-        #[doc = concat!("* [`Error::LockLost`](crate::Error::LockLost) (and [`lost`](Self::lost) fires) when the ", $hold)]
+        #[doc = concat!("* [`Error::LockLost`](crate::error::Error::LockLost) (and [`lost`](Self::lost) fires) when the ", $hold)]
         ///   had already expired: a renewal never takes it back;
-        /// * [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease out of range;
-        /// * [`Error::Redis`](crate::Error::Redis) for a connection error or a command timeout: the
+        /// * [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) for a lease out of range;
+        /// * [`Error::Redis`](crate::error::Error::Redis) for a connection error or a command timeout: the
         ///   call may or may not have run. Safe to retry.
         ///
         /// # Cancel safety
         ///
         /// As [`LockGuard::extend`](crate::LockGuard::extend): a shorter lease counts from the
         /// moment the call is sent, a longer one only once confirmed.
-        pub async fn extend(&self, lease: std::time::Duration) -> crate::Result<()> {
+        pub async fn extend(&self, lease: std::time::Duration) -> crate::error::Result<()> {
             self.guard.extend(lease).await
         }
     };
