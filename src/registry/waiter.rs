@@ -165,13 +165,13 @@ impl Waiter {
         Inbox::offer(&self.entry.inbox, token, lease_ms, Notify::new())
     }
 
-    /// Hand a wake-up on to the next local waiter (used when a woken waiter
-    /// gives up before using it).
     /// Whether other local tasks are registered for this key.
     pub(crate) fn has_company(&self) -> bool {
         self.entry.presence.count() > 1
     }
 
+    /// Hand a wake-up on to the next local waiter (used when a woken waiter
+    /// gives up before using it).
     pub(crate) fn pass_on(&self) {
         self.entry.notify.notify_one();
     }
