@@ -920,6 +920,45 @@ pub fn report(args: ReportArgs) -> Result<(), String> {
 }
 
 pub async fn run(args: BenchArgs) -> Result<(), String> {
+    check(&args)?;
+    let target = Target::start(&args)?;
+    let admin = admin_client(&target.url).await?;
+    if matches!(&args.sweep, Some(Sweep::Keys(k)) if k.contains(&0)) {
+        return Err("--sweep keys= values must be positive".into());
+    }
+    let mut rows = Vec::new();
+    for (i, scenario) in scenarios(&args).iter().enumerate() {
+        let mut row = run_one(&args, &target.url, &admin, scenario, i + 1).await?;
+        if args.redis_benchmark {
+            compare_with_redis_benchmark(&target.url, &admin, &mut row).await?;
+        }
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string(&row).map_err(|e| e.to_string())?
+            );
+        }
+        rows.push(row);
+    }
+    if !args.json {
+        print_table(&rows, args.wide);
+    }
+    if let Some(path) = &args.plot {
+        crate::plot::sweep(path, &rows)?;
+        eprintln!("wrote {}", path.display());
+    }
+    let _ = admin.quit().await;
+    if rows.iter().any(|r| r.violations > 0) {
+        return Err(format!(
+            "{} violated: see the violations column",
+            broken_guarantee(args.primitive)
+        ));
+    }
+    Ok(())
+}
+
+/// The flags' values and combinations that no run can use.
+fn check(args: &BenchArgs) -> Result<(), String> {
     if args.workers == 0 || args.processes == 0 || args.keys == 0 {
         return Err("--workers, --processes and --keys must be positive".into());
     }
@@ -939,79 +978,82 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             "bare:<ms> and floor:<ms> are locks: they run only with --primitive mutex".into(),
         );
     }
-    let (_server, url) = match &args.url {
-        Some(url) => (None, url.clone()),
-        None => {
-            let server = RedisServer::try_start(&[])?;
-            let url = server.url();
-            eprintln!("started redis-server on {url} (stopped at the end)");
-            (Some(server), url)
-        }
-    };
-    let admin = admin_client(&url).await?;
-    if matches!(&args.sweep, Some(Sweep::Keys(k)) if k.contains(&0)) {
-        return Err("--sweep keys= values must be positive".into());
-    }
-    let (w, k, p) = (args.workers, args.keys, args.processes);
-    let points: Vec<(usize, usize, usize)> = match &args.sweep {
-        None => vec![(w, k, p)],
-        Some(Sweep::Workers(ws)) => ws.iter().map(|&w| (w, k, p)).collect(),
-        Some(Sweep::Keys(ks)) => ks.iter().map(|&k| (w, k, p)).collect(),
-        Some(Sweep::Processes(ps)) => ps.iter().map(|&p| (w, k, p)).collect(),
-    };
-    let mut rows = Vec::new();
-    let mut run = 0;
-    for &(workers, keys, processes) in &points {
-        for strategy in &args.strategies {
-            run += 1;
-            let scenario = Scenario {
-                strategy: *strategy,
-                workers,
-                keys,
-                processes,
-            };
-            let mut row = run_one(&args, &url, &admin, &scenario, run).await?;
-            if args.redis_benchmark && admin.is_clustered() {
-                return Err(
-                    "--redis-benchmark measures one server; it is not supported with a cluster URL"
-                        .into(),
-                );
-            }
-            if args.redis_benchmark {
-                let (host, port) =
-                    host_port(&url).ok_or("cannot read host and port from the URL")?;
-                let rate = redis_benchmark(&admin, &host, port).await?;
-                row.redis_benchmark_evalsha_per_s = Some(rate);
-                row.pairs_vs_half_evalsha = Some(row.acq_per_s / (rate / 2.0));
-            }
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&row).map_err(|e| e.to_string())?
-                );
-            }
-            rows.push(row);
-        }
-    }
-    if !args.json {
-        print_table(&rows, args.wide);
-    }
-    if let Some(path) = &args.plot {
-        crate::plot::sweep(path, &rows)?;
-        eprintln!("wrote {}", path.display());
-    }
-    let _ = admin.quit().await;
-    if rows.iter().any(|r| r.violations > 0) {
-        return Err(format!(
-            "{} violated: see the violations column",
-            match args.primitive {
-                Primitive::Mutex => "mutual exclusion".to_owned(),
-                Primitive::RwLock(_) => "the read-write lock's exclusion".to_owned(),
-                p => format!("the {p} limit"),
-            }
-        ));
-    }
     Ok(())
+}
+
+/// The Redis the bench runs against: the `--url` given, or a redis-server
+/// of its own, stopped when this is dropped.
+struct Target {
+    url: String,
+    _server: Option<RedisServer>,
+}
+
+impl Target {
+    fn start(args: &BenchArgs) -> Result<Self, String> {
+        Ok(match &args.url {
+            Some(url) => Target {
+                url: url.clone(),
+                _server: None,
+            },
+            None => {
+                let server = RedisServer::try_start(&[])?;
+                let url = server.url();
+                eprintln!("started redis-server on {url} (stopped at the end)");
+                Target {
+                    url,
+                    _server: Some(server),
+                }
+            }
+        })
+    }
+}
+
+/// Every run, in order: each strategy at each point of the sweep (or at
+/// the one point the flags give).
+fn scenarios(args: &BenchArgs) -> Vec<Scenario> {
+    let (w, k, p) = (args.workers, args.keys, args.processes);
+    let at = |workers: usize, keys: usize, processes: usize| {
+        args.strategies.iter().map(move |&strategy| Scenario {
+            strategy,
+            workers,
+            keys,
+            processes,
+        })
+    };
+    match &args.sweep {
+        None => at(w, k, p).collect(),
+        Some(Sweep::Workers(ws)) => ws.iter().flat_map(|&w| at(w, k, p)).collect(),
+        Some(Sweep::Keys(ks)) => ks.iter().flat_map(|&k| at(w, k, p)).collect(),
+        Some(Sweep::Processes(ps)) => ps.iter().flat_map(|&p| at(w, k, p)).collect(),
+    }
+}
+
+/// `--redis-benchmark`: measure the server's EVALSHA rate and set the row's
+/// lock+release pairs against half of it. One server only, not a cluster.
+async fn compare_with_redis_benchmark(
+    url: &str,
+    admin: &Client,
+    row: &mut Row,
+) -> Result<(), String> {
+    if admin.is_clustered() {
+        return Err(
+            "--redis-benchmark measures one server; it is not supported with a cluster URL".into(),
+        );
+    }
+    let (host, port) = host_port(url).ok_or("cannot read host and port from the URL")?;
+    let rate = redis_benchmark(admin, &host, port).await?;
+    row.redis_benchmark_evalsha_per_s = Some(rate);
+    row.pairs_vs_half_evalsha = Some(row.acq_per_s / (rate / 2.0));
+    Ok(())
+}
+
+/// What a violation broke, for the primitive the workers took.
+fn broken_guarantee(primitive: Primitive) -> String {
+    match primitive {
+        Primitive::Mutex => "mutual exclusion".to_owned(),
+        Primitive::RwLock(_) => "the read-write lock's exclusion".to_owned(),
+        p => format!("the {p} limit"),
+    }
 }
 
 #[cfg(test)]
