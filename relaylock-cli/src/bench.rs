@@ -30,7 +30,7 @@ use crate::worker::WorkerReport;
 use crate::{parse_duration, Primitive, Strategy};
 
 /// What each column of the bench's table means: `relaylock bench --help`
-/// prints it, and docs/benchmarks.md has it too.
+/// and `relaylock report --help` print it.
 pub const LEGEND: &str = "\
 Columns (the default table; --wide adds the ones marked +):
   strategy      pubsub: relaylock; poll:<ms>: relaylock polling every <ms>;
@@ -191,8 +191,7 @@ pub struct Row {
     #[serde(deserialize_with = "nan_if_null")]
     pub redis_cpu_us_per_acq: f64,
     /// The worker processes' own CPU time (user + system, every thread) per
-    /// acquisition, from `go` to `stop`. Absent in results saved before it
-    /// was measured.
+    /// acquisition, from `go` to `stop`. `None` when a saved result lacks it.
     #[serde(default)]
     pub client_cpu_us_per_acq: Option<f64>,
     #[serde(deserialize_with = "nan_if_null")]
@@ -864,7 +863,7 @@ pub fn print_table(rows: &[Row], wide: bool) {
     }
 }
 
-/// The report as a markdown table (for docs/benchmarks.md).
+/// The report as a markdown table.
 pub fn print_markdown(rows: &[Row]) {
     println!(
         "| strategy | waiters | processes | keys | acq/s | wait p50 ms | wait p99 ms | handoff p50 ms | handoff p99 ms | rtt p50 ms | requests/acq | cmds/acq | Redis CPU us/acq | acq per Redis CPU-s | client CPU us/acq | attempts/acq | Jain | violations | peak RSS MiB |"
