@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,14 +21,16 @@ use fred::types::InfoKind;
 use futures::StreamExt;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::task::JoinHandle;
 
 use crate::redis_server::RedisServer;
-use crate::stats::{handoffs, jain, over_limit, percentile};
+use crate::stats::{handoffs, jain, over_limit, percentile, rw_violations, Handoffs, Record};
 use crate::worker::WorkerReport;
 use crate::{parse_duration, Primitive, Strategy};
 
 /// What each column of the bench's table means: `relaylock bench --help`
-/// prints it, and docs/benchmarks.md has it too.
+/// and `relaylock report --help` print it.
 pub const LEGEND: &str = "\
 Columns (the default table; --wide adds the ones marked +):
   strategy      pubsub: relaylock; poll:<ms>: relaylock polling every <ms>;
@@ -189,8 +191,7 @@ pub struct Row {
     #[serde(deserialize_with = "nan_if_null")]
     pub redis_cpu_us_per_acq: f64,
     /// The worker processes' own CPU time (user + system, every thread) per
-    /// acquisition, from `go` to `stop`. Absent in results saved before it
-    /// was measured.
+    /// acquisition, from `go` to `stop`. `None` when a saved result lacks it.
     #[serde(default)]
     pub client_cpu_us_per_acq: Option<f64>,
     #[serde(deserialize_with = "nan_if_null")]
@@ -309,6 +310,16 @@ async fn admin_client(url: &str) -> Result<Client, String> {
     Ok(client)
 }
 
+impl Scenario {
+    /// How the progress line names the run.
+    fn label(&self) -> String {
+        format!(
+            "{} workers={} processes={}",
+            self.strategy, self.workers, self.processes
+        )
+    }
+}
+
 /// Run one strategy at one worker count.
 async fn run_one(
     args: &BenchArgs,
@@ -317,81 +328,230 @@ async fn run_one(
     sc: &Scenario,
     run: usize,
 ) -> Result<Row, String> {
-    let prefix = format!("relaylock-bench-{}-{run}", std::process::id());
-    let dir = std::env::temp_dir().join(&prefix);
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let label = format!(
-        "{} workers={} processes={}",
-        sc.strategy, sc.workers, sc.processes
-    );
+    let space = RunSpace::create(run)?;
+    let workers = Workers::start(args, url, sc, &space).await?;
+    let measured = drive(args, url, admin, &sc.label(), workers).await?;
+    let reports = space.read_reports(sc.processes)?;
+    space.remove(admin).await;
+    Ok(summarize(args, sc, measured, reports))
+}
 
-    let mut children = Vec::new();
-    for i in 0..sc.processes {
-        let mut cmd = tokio::process::Command::new(&exe);
-        cmd.arg("worker")
-            .args(["--url", url, "--strategy", &sc.strategy.to_string()])
-            .args(["--primitive", &args.primitive.to_string()])
-            .args([
-                "--workers",
-                &sc.workers.to_string(),
-                "--keys",
-                &sc.keys.to_string(),
-            ])
-            .args([
-                "--hold-us",
-                &((args.hold_ms * 1000.0).round() as u64).to_string(),
-            ])
-            .args(["--lease-ms", &args.lease.as_millis().to_string()])
-            .args(["--prefix", &prefix, "--index", &i.to_string()])
-            .arg("--out")
-            .arg(dir.join(format!("worker-{i}.json")))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        if let Some(addr) = args.prometheus {
-            let addr = SocketAddr::new(addr.ip(), addr.port() + i as u16);
-            cmd.args(["--prometheus", &addr.to_string()]);
-        }
-        children.push(cmd.spawn().map_err(|e| format!("spawn worker: {e}"))?);
+/// One run's namespace: the prefix its workers' names take in Redis, and
+/// the directory they write their reports to.
+struct RunSpace {
+    prefix: String,
+    dir: PathBuf,
+}
+
+impl RunSpace {
+    fn create(run: usize) -> Result<Self, String> {
+        let prefix = format!("relaylock-bench-{}-{run}", std::process::id());
+        let dir = std::env::temp_dir().join(&prefix);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        Ok(RunSpace { prefix, dir })
     }
 
-    // Wait for every worker to connect, then forward their ticks.
-    let ticks: Arc<Vec<AtomicU64>> =
-        Arc::new((0..sc.processes).map(|_| AtomicU64::new(0)).collect());
-    let mut stdins = Vec::new();
-    let mut readers = Vec::new();
-    for (i, child) in children.iter_mut().enumerate() {
-        stdins.push(child.stdin.take().expect("piped stdin"));
-        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-        match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
-            Ok(Ok(Some(l))) if l == "ready" => {}
-            other => return Err(format!("worker {i} did not start: {other:?}")),
+    /// Where worker process `i` writes its report.
+    fn report_path(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("worker-{i}.json"))
+    }
+
+    /// The reports of worker processes `0..processes`, in that order.
+    fn read_reports(&self, processes: usize) -> Result<Vec<WorkerReport>, String> {
+        let mut reports = Vec::new();
+        for i in 0..processes {
+            let path = self.report_path(i);
+            let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            reports
+                .push(serde_json::from_slice::<WorkerReport>(&bytes).map_err(|e| e.to_string())?);
         }
-        let ticks = Arc::clone(&ticks);
-        readers.push(tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(n) = line.strip_prefix("tick ") {
-                    ticks[i].store(n.parse().unwrap_or(0), Ordering::Relaxed);
-                } else if line == "done" {
-                    return true;
-                }
+        Ok(reports)
+    }
+
+    /// Remove the reports' directory and every name under the prefix.
+    async fn remove(self, admin: &Client) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        delete_prefix(admin, &self.prefix).await;
+    }
+}
+
+/// The command line of worker process `i`.
+fn worker_command(
+    exe: &Path,
+    args: &BenchArgs,
+    url: &str,
+    sc: &Scenario,
+    space: &RunSpace,
+    i: usize,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("worker")
+        .args(["--url", url, "--strategy", &sc.strategy.to_string()])
+        .args(["--primitive", &args.primitive.to_string()])
+        .args([
+            "--workers",
+            &sc.workers.to_string(),
+            "--keys",
+            &sc.keys.to_string(),
+        ])
+        .args([
+            "--hold-us",
+            &((args.hold_ms * 1000.0).round() as u64).to_string(),
+        ])
+        .args(["--lease-ms", &args.lease.as_millis().to_string()])
+        .args(["--prefix", &space.prefix, "--index", &i.to_string()])
+        .arg("--out")
+        .arg(space.report_path(i))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    if let Some(addr) = args.prometheus {
+        let addr = SocketAddr::new(addr.ip(), addr.port() + i as u16);
+        cmd.args(["--prometheus", &addr.to_string()]);
+    }
+    cmd
+}
+
+/// The worker processes of one run, each connected; dropping this kills
+/// those still running.
+struct Workers {
+    children: Vec<Child>,
+    stdins: Vec<ChildStdin>,
+    /// Each process's latest `tick`: its acquisitions so far.
+    ticks: Arc<Vec<AtomicU64>>,
+    /// One per process, reading its stdout: true once it said `done`.
+    readers: Vec<JoinHandle<bool>>,
+}
+
+impl Workers {
+    /// Spawn the processes, wait for every one to say `ready`, then forward
+    /// their ticks.
+    async fn start(
+        args: &BenchArgs,
+        url: &str,
+        sc: &Scenario,
+        space: &RunSpace,
+    ) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut children = Vec::new();
+        for i in 0..sc.processes {
+            let mut cmd = worker_command(&exe, args, url, sc, space, i);
+            children.push(cmd.spawn().map_err(|e| format!("spawn worker: {e}"))?);
+        }
+        let ticks: Arc<Vec<AtomicU64>> =
+            Arc::new((0..sc.processes).map(|_| AtomicU64::new(0)).collect());
+        let mut stdins = Vec::new();
+        let mut readers = Vec::new();
+        for (i, child) in children.iter_mut().enumerate() {
+            stdins.push(child.stdin.take().expect("piped stdin"));
+            let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+            match tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await {
+                Ok(Ok(Some(l))) if l == "ready" => {}
+                other => return Err(format!("worker {i} did not start: {other:?}")),
             }
-            false
-        }));
+            let ticks = Arc::clone(&ticks);
+            readers.push(tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Some(n) = line.strip_prefix("tick ") {
+                        ticks[i].store(n.parse().unwrap_or(0), Ordering::Relaxed);
+                    } else if line == "done" {
+                        return true;
+                    }
+                }
+                false
+            }));
+        }
+        Ok(Workers {
+            children,
+            stdins,
+            ticks,
+            readers,
+        })
     }
 
+    /// Release every process's tasks at once.
+    async fn go(&mut self) -> Result<(), String> {
+        for s in &mut self.stdins {
+            s.write_all(b"go\n").await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Tell every process to stop; one that has gone already is no error.
+    async fn stop(&mut self) {
+        for s in &mut self.stdins {
+            let _ = s.write_all(b"stop\n").await;
+        }
+    }
+
+    /// Wait until every process has said `done`: its report is written.
+    async fn reported(&mut self) -> Result<(), String> {
+        for r in std::mem::take(&mut self.readers) {
+            if !r.await.unwrap_or(false) {
+                return Err("a worker ended without a report".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for every process to exit.
+    async fn exited(self) {
+        for mut c in self.children {
+            let _ = c.wait().await;
+        }
+    }
+}
+
+/// What the parent measured over one run.
+struct Measured {
+    /// Seconds from `go` to `stop`.
+    elapsed: f64,
+    before: ServerStats,
+    after: ServerStats,
+    /// PING round trips during the run, ms, in the order they were taken.
+    rtts: Vec<f64>,
+}
+
+/// Release the workers for `--duration` with the server's counters read on
+/// either side, the PING round trip probed meanwhile and the progress
+/// shown; then stop them and wait for their reports.
+async fn drive(
+    args: &BenchArgs,
+    url: &str,
+    admin: &Client,
+    label: &str,
+    mut workers: Workers,
+) -> Result<Measured, String> {
     // The RTT floor: PING through fred on its own connection, during the run.
     let pinger = admin_client(url).await?;
     let before = server_stats(admin).await?;
-    for s in &mut stdins {
-        s.write_all(b"go\n").await.map_err(|e| e.to_string())?;
-    }
+    workers.go().await?;
     let start = Instant::now();
     let stop_at = start + args.duration;
-    let probe = !args.no_rtt;
-    let rtt_task = tokio::spawn(async move {
+    let rtt_task = probe_rtt(pinger, stop_at, !args.no_rtt);
+    show_progress(label, start, args.duration, &workers.ticks).await;
+    workers.stop().await;
+    let elapsed = start.elapsed().as_secs_f64();
+    workers.reported().await?;
+    let after = server_stats(admin).await?;
+    let rtts = rtt_task.await.map_err(|e| e.to_string())?;
+    workers.exited().await;
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    Ok(Measured {
+        elapsed,
+        before,
+        after,
+        rtts,
+    })
+}
+
+/// PING through `pinger` every 5 ms until `stop_at` (not at all unless
+/// `probe`), then quit it: the round trips, in ms.
+fn probe_rtt(pinger: Client, stop_at: Instant, probe: bool) -> JoinHandle<Vec<f64>> {
+    tokio::spawn(async move {
         let mut rtts = Vec::new();
         while probe && Instant::now() < stop_at {
             let t = Instant::now();
@@ -402,7 +562,13 @@ async fn run_one(
         }
         let _ = pinger.quit().await;
         rtts
-    });
+    })
+}
+
+/// Once a second until `duration` after `start`, the acquisitions so far.
+/// On a terminal only, in place: a log or a pipe gets no progress.
+async fn show_progress(label: &str, start: Instant, duration: Duration, ticks: &[AtomicU64]) {
+    let stop_at = start + duration;
     let mut next_report = start + Duration::from_secs(1);
     while Instant::now() < stop_at {
         tokio::time::sleep_until(next_report.min(stop_at).into()).await;
@@ -410,43 +576,84 @@ async fn run_one(
         let secs = start.elapsed().as_secs_f64();
         let line = format!(
             "[{label}] {secs:>4.1}/{:.0} s  {n} acquisitions",
-            args.duration.as_secs_f64()
+            duration.as_secs_f64()
         );
-        // On a terminal only, in place: a log or a pipe gets no progress.
         if std::io::stderr().is_terminal() {
             eprint!("\r{line}   ");
         }
         next_report += Duration::from_secs(1);
     }
-    for s in &mut stdins {
-        let _ = s.write_all(b"stop\n").await;
-    }
-    let elapsed = start.elapsed().as_secs_f64();
-    for r in readers {
-        if !r.await.unwrap_or(false) {
-            return Err("a worker ended without a report".into());
+}
+
+/// What Redis did for the lock clients in one run: the admin's INFO calls
+/// and the pinger's PINGs are not lock traffic and are left out.
+struct RedisCost {
+    /// Requests the clients sent (see [`is_request`]).
+    requests: u64,
+    /// Every command Redis ran, scripts' inner ones included.
+    commands: u64,
+    /// Redis CPU time, µs (its PINGs' and INFO calls' share included).
+    cpu_us: f64,
+}
+
+impl RedisCost {
+    fn of(strategy: Strategy, m: &Measured) -> Self {
+        let pings = m.rtts.len() as u64;
+        RedisCost {
+            requests: delta(&m.before, &m.after, |c| is_request(strategy, c)).saturating_sub(pings),
+            commands: delta(&m.before, &m.after, |c| c != "info").saturating_sub(pings),
+            cpu_us: (m.after.cpu_s - m.before.cpu_s) * 1e6,
         }
     }
-    let after = server_stats(admin).await?;
-    let mut rtts = rtt_task.await.map_err(|e| e.to_string())?;
-    for mut c in children {
-        let _ = c.wait().await;
-    }
-    if std::io::stderr().is_terminal() {
-        eprintln!();
-    }
+}
 
-    let mut reports = Vec::new();
-    for i in 0..sc.processes {
-        let path = dir.join(format!("worker-{i}.json"));
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        reports.push(serde_json::from_slice::<WorkerReport>(&bytes).map_err(|e| e.to_string())?);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    delete_prefix(admin, &prefix).await;
+/// The workers' critical sections reduced: waits, holds and hand-overs in
+/// ms, each ascending, and the overlaps among them that broke the primitive.
+struct Timings {
+    waits: Vec<f64>,
+    holds: Vec<f64>,
+    handoffs: Vec<f64>,
+    violations: u64,
+}
 
-    let pings = rtts.len() as u64;
-    let mut records: Vec<_> = reports
+impl Timings {
+    fn of(primitive: Primitive, records: &mut [Record]) -> Self {
+        let mut waits: Vec<f64> = records.iter().map(|r| (r.3 - r.2) as f64 / 1e6).collect();
+        waits.sort_by(f64::total_cmp);
+        let mut holds: Vec<f64> = records.iter().map(|r| (r.4 - r.3) as f64 / 1e6).collect();
+        holds.sort_by(f64::total_cmp);
+        // A lock's holders of one key follow each other (hand-over gaps); a
+        // semaphore's overlap up to the limit, so only the excess is counted.
+        let h = match primitive {
+            Primitive::Mutex => handoffs(records),
+            Primitive::Semaphore(limit) => Handoffs {
+                handoff_ms: Vec::new(),
+                violations: over_limit(records, limit),
+            },
+            Primitive::RwLock(_) => Handoffs {
+                handoff_ms: Vec::new(),
+                violations: rw_violations(records),
+            },
+        };
+        let mut handoffs = h.handoff_ms;
+        handoffs.sort_by(f64::total_cmp);
+        Timings {
+            waits,
+            holds,
+            handoffs,
+            violations: h.violations,
+        }
+    }
+}
+
+/// One run's row, from the workers' reports and what the parent measured.
+fn summarize(
+    args: &BenchArgs,
+    sc: &Scenario,
+    measured: Measured,
+    mut reports: Vec<WorkerReport>,
+) -> Row {
+    let mut records: Vec<Record> = reports
         .iter_mut()
         .flat_map(|r| std::mem::take(&mut r.records))
         .collect();
@@ -462,33 +669,14 @@ async fn run_one(
             x / acquisitions as f64
         }
     };
-    let mut waits: Vec<f64> = records.iter().map(|r| (r.3 - r.2) as f64 / 1e6).collect();
-    waits.sort_by(f64::total_cmp);
-    let mut holds: Vec<f64> = records.iter().map(|r| (r.4 - r.3) as f64 / 1e6).collect();
-    holds.sort_by(f64::total_cmp);
-    // A lock's holders of one key follow each other (hand-over gaps); a
-    // semaphore's overlap up to the limit, so only the excess is counted.
-    let h = match args.primitive {
-        Primitive::Mutex => handoffs(&mut records),
-        Primitive::Semaphore(limit) => crate::stats::Handoffs {
-            handoff_ms: Vec::new(),
-            violations: over_limit(&records, limit),
-        },
-        Primitive::RwLock(_) => crate::stats::Handoffs {
-            handoff_ms: Vec::new(),
-            violations: crate::stats::rw_violations(&records),
-        },
-    };
-    let mut handoff = h.handoff_ms;
-    handoff.sort_by(f64::total_cmp);
+    let t = Timings::of(args.primitive, &mut records);
+    let redis = RedisCost::of(sc.strategy, &measured);
+    let mut rtts = measured.rtts;
     rtts.sort_by(f64::total_cmp);
     let rtt_p50 = percentile(&rtts, 50.0).unwrap_or(f64::NAN);
-    let handoff_p50 = percentile(&handoff, 50.0);
-
-    // The admin's INFO calls and the pinger's PINGs are not lock traffic.
-    let requests = delta(&before, &after, |c| is_request(sc.strategy, c)).saturating_sub(pings);
-    let commands = delta(&before, &after, |c| c != "info").saturating_sub(pings);
-    Ok(Row {
+    let handoff_p50 = percentile(&t.handoffs, 50.0);
+    let elapsed = measured.elapsed;
+    Row {
         strategy: match args.primitive {
             Primitive::Mutex => sc.strategy.to_string(),
             p => format!("{} {p}", sc.strategy),
@@ -500,19 +688,19 @@ async fn run_one(
         duration_s: elapsed,
         acquisitions,
         acq_per_s: acquisitions as f64 / elapsed,
-        wait_p50_ms: percentile(&waits, 50.0).unwrap_or(f64::NAN),
-        wait_p99_ms: percentile(&waits, 99.0).unwrap_or(f64::NAN),
-        wait_max_ms: percentile(&waits, 100.0).unwrap_or(f64::NAN),
+        wait_p50_ms: percentile(&t.waits, 50.0).unwrap_or(f64::NAN),
+        wait_p99_ms: percentile(&t.waits, 99.0).unwrap_or(f64::NAN),
+        wait_max_ms: percentile(&t.waits, 100.0).unwrap_or(f64::NAN),
         handoff_p50_ms: handoff_p50,
-        handoff_p99_ms: percentile(&handoff, 99.0),
-        hold_p50_ms: percentile(&holds, 50.0).unwrap_or(f64::NAN),
-        redis_requests_per_acq: per_acq(requests as f64),
-        redis_cmds_per_acq: per_acq(commands as f64),
-        redis_cpu_us_per_acq: per_acq((after.cpu_s - before.cpu_s) * 1e6),
+        handoff_p99_ms: percentile(&t.handoffs, 99.0),
+        hold_p50_ms: percentile(&t.holds, 50.0).unwrap_or(f64::NAN),
+        redis_requests_per_acq: per_acq(redis.requests as f64),
+        redis_cmds_per_acq: per_acq(redis.commands as f64),
+        redis_cpu_us_per_acq: per_acq(redis.cpu_us),
         client_cpu_us_per_acq: Some(per_acq(reports.iter().map(|r| r.cpu_us).sum::<u64>() as f64)),
         attempts_per_acq: per_acq(reports.iter().map(|r| r.attempts).sum::<u64>() as f64),
         jain_fairness: jain(&counts),
-        violations: h.violations + reports.iter().map(|r| r.local_violations).sum::<u64>(),
+        violations: t.violations + reports.iter().map(|r| r.local_violations).sum::<u64>(),
         rtt_p50_ms: rtt_p50,
         handoff_p50_rtts: handoff_p50.map(|h| h / rtt_p50),
         peak_rss_mib: reports.iter().map(|r| r.peak_rss_kib).max().unwrap_or(0) as f64 / 1024.0,
@@ -521,7 +709,7 @@ async fn run_one(
         first_error: reports.iter().find_map(|r| r.first_error.clone()),
         redis_benchmark_evalsha_per_s: None,
         pairs_vs_half_evalsha: None,
-    })
+    }
 }
 
 /// Delete every name under `prefix` (the bench's own namespace).
@@ -675,7 +863,7 @@ pub fn print_table(rows: &[Row], wide: bool) {
     }
 }
 
-/// The report as a markdown table (for docs/benchmarks.md).
+/// The report as a markdown table.
 pub fn print_markdown(rows: &[Row]) {
     println!(
         "| strategy | waiters | processes | keys | acq/s | wait p50 ms | wait p99 ms | handoff p50 ms | handoff p99 ms | rtt p50 ms | requests/acq | cmds/acq | Redis CPU us/acq | acq per Redis CPU-s | client CPU us/acq | attempts/acq | Jain | violations | peak RSS MiB |"
@@ -731,6 +919,45 @@ pub fn report(args: ReportArgs) -> Result<(), String> {
 }
 
 pub async fn run(args: BenchArgs) -> Result<(), String> {
+    check(&args)?;
+    let target = Target::start(&args)?;
+    let admin = admin_client(&target.url).await?;
+    if matches!(&args.sweep, Some(Sweep::Keys(k)) if k.contains(&0)) {
+        return Err("--sweep keys= values must be positive".into());
+    }
+    let mut rows = Vec::new();
+    for (i, scenario) in scenarios(&args).iter().enumerate() {
+        let mut row = run_one(&args, &target.url, &admin, scenario, i + 1).await?;
+        if args.redis_benchmark {
+            compare_with_redis_benchmark(&target.url, &admin, &mut row).await?;
+        }
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string(&row).map_err(|e| e.to_string())?
+            );
+        }
+        rows.push(row);
+    }
+    if !args.json {
+        print_table(&rows, args.wide);
+    }
+    if let Some(path) = &args.plot {
+        crate::plot::sweep(path, &rows)?;
+        eprintln!("wrote {}", path.display());
+    }
+    let _ = admin.quit().await;
+    if rows.iter().any(|r| r.violations > 0) {
+        return Err(format!(
+            "{} violated: see the violations column",
+            broken_guarantee(args.primitive)
+        ));
+    }
+    Ok(())
+}
+
+/// The flags' values and combinations that no run can use.
+fn check(args: &BenchArgs) -> Result<(), String> {
     if args.workers == 0 || args.processes == 0 || args.keys == 0 {
         return Err("--workers, --processes and --keys must be positive".into());
     }
@@ -750,79 +977,82 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             "bare:<ms> and floor:<ms> are locks: they run only with --primitive mutex".into(),
         );
     }
-    let (_server, url) = match &args.url {
-        Some(url) => (None, url.clone()),
-        None => {
-            let server = RedisServer::try_start(&[])?;
-            let url = server.url();
-            eprintln!("started redis-server on {url} (stopped at the end)");
-            (Some(server), url)
-        }
-    };
-    let admin = admin_client(&url).await?;
-    if matches!(&args.sweep, Some(Sweep::Keys(k)) if k.contains(&0)) {
-        return Err("--sweep keys= values must be positive".into());
-    }
-    let (w, k, p) = (args.workers, args.keys, args.processes);
-    let points: Vec<(usize, usize, usize)> = match &args.sweep {
-        None => vec![(w, k, p)],
-        Some(Sweep::Workers(ws)) => ws.iter().map(|&w| (w, k, p)).collect(),
-        Some(Sweep::Keys(ks)) => ks.iter().map(|&k| (w, k, p)).collect(),
-        Some(Sweep::Processes(ps)) => ps.iter().map(|&p| (w, k, p)).collect(),
-    };
-    let mut rows = Vec::new();
-    let mut run = 0;
-    for &(workers, keys, processes) in &points {
-        for strategy in &args.strategies {
-            run += 1;
-            let scenario = Scenario {
-                strategy: *strategy,
-                workers,
-                keys,
-                processes,
-            };
-            let mut row = run_one(&args, &url, &admin, &scenario, run).await?;
-            if args.redis_benchmark && admin.is_clustered() {
-                return Err(
-                    "--redis-benchmark measures one server; it is not supported with a cluster URL"
-                        .into(),
-                );
-            }
-            if args.redis_benchmark {
-                let (host, port) =
-                    host_port(&url).ok_or("cannot read host and port from the URL")?;
-                let rate = redis_benchmark(&admin, &host, port).await?;
-                row.redis_benchmark_evalsha_per_s = Some(rate);
-                row.pairs_vs_half_evalsha = Some(row.acq_per_s / (rate / 2.0));
-            }
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&row).map_err(|e| e.to_string())?
-                );
-            }
-            rows.push(row);
-        }
-    }
-    if !args.json {
-        print_table(&rows, args.wide);
-    }
-    if let Some(path) = &args.plot {
-        crate::plot::sweep(path, &rows)?;
-        eprintln!("wrote {}", path.display());
-    }
-    let _ = admin.quit().await;
-    if rows.iter().any(|r| r.violations > 0) {
-        return Err(format!(
-            "{} violated: see the violations column",
-            match args.primitive {
-                Primitive::Mutex => "mutual exclusion".to_owned(),
-                Primitive::RwLock(_) => "the read-write lock's exclusion".to_owned(),
-                p => format!("the {p} limit"),
-            }
-        ));
-    }
     Ok(())
+}
+
+/// The Redis the bench runs against: the `--url` given, or a redis-server
+/// of its own, stopped when this is dropped.
+struct Target {
+    url: String,
+    _server: Option<RedisServer>,
+}
+
+impl Target {
+    fn start(args: &BenchArgs) -> Result<Self, String> {
+        Ok(match &args.url {
+            Some(url) => Target {
+                url: url.clone(),
+                _server: None,
+            },
+            None => {
+                let server = RedisServer::try_start(&[])?;
+                let url = server.url();
+                eprintln!("started redis-server on {url} (stopped at the end)");
+                Target {
+                    url,
+                    _server: Some(server),
+                }
+            }
+        })
+    }
+}
+
+/// Every run, in order: each strategy at each point of the sweep (or at
+/// the one point the flags give).
+fn scenarios(args: &BenchArgs) -> Vec<Scenario> {
+    let (w, k, p) = (args.workers, args.keys, args.processes);
+    let at = |workers: usize, keys: usize, processes: usize| {
+        args.strategies.iter().map(move |&strategy| Scenario {
+            strategy,
+            workers,
+            keys,
+            processes,
+        })
+    };
+    match &args.sweep {
+        None => at(w, k, p).collect(),
+        Some(Sweep::Workers(ws)) => ws.iter().flat_map(|&w| at(w, k, p)).collect(),
+        Some(Sweep::Keys(ks)) => ks.iter().flat_map(|&k| at(w, k, p)).collect(),
+        Some(Sweep::Processes(ps)) => ps.iter().flat_map(|&p| at(w, k, p)).collect(),
+    }
+}
+
+/// `--redis-benchmark`: measure the server's EVALSHA rate and set the row's
+/// lock+release pairs against half of it. One server only, not a cluster.
+async fn compare_with_redis_benchmark(
+    url: &str,
+    admin: &Client,
+    row: &mut Row,
+) -> Result<(), String> {
+    if admin.is_clustered() {
+        return Err(
+            "--redis-benchmark measures one server; it is not supported with a cluster URL".into(),
+        );
+    }
+    let (host, port) = host_port(url).ok_or("cannot read host and port from the URL")?;
+    let rate = redis_benchmark(admin, &host, port).await?;
+    row.redis_benchmark_evalsha_per_s = Some(rate);
+    row.pairs_vs_half_evalsha = Some(row.acq_per_s / (rate / 2.0));
+    Ok(())
+}
+
+/// What a violation broke, for the primitive the workers took.
+fn broken_guarantee(primitive: Primitive) -> String {
+    match primitive {
+        Primitive::Mutex => "mutual exclusion".to_owned(),
+        Primitive::RwLock(_) => "the read-write lock's exclusion".to_owned(),
+        p => format!("the {p} limit"),
+    }
 }
 
 #[cfg(test)]

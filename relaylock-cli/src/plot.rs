@@ -3,8 +3,10 @@
 //! per strategy, log scales; one legend above the panels (never over the
 //! data), and the run's length dashed in the p99 panel, which it caps.
 
+use std::ops::Range;
 use std::path::Path;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::bench::Row;
@@ -18,147 +20,257 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-type Metric = (&'static str, fn(&Row) -> f64);
+/// One panel: its caption and the figure it plots for a row.
+struct Metric {
+    name: &'static str,
+    value: fn(&Row) -> f64,
+    /// The p99 wait, which no run can see beyond its own length: that
+    /// length is dashed across the panel.
+    capped_by_run: bool,
+}
+
+impl Metric {
+    fn caption(&self, run: &RunLength) -> String {
+        match (self.capped_by_run, run.caps) {
+            (true, true) => format!("{}; dashed: the run's length (caps it)", self.name),
+            (true, false) => format!("{}; dashed: the run's length", self.name),
+            _ => self.name.to_owned(),
+        }
+    }
+}
+
+/// The panels, left to right.
+const METRICS: [Metric; 4] = [
+    Metric {
+        name: "Redis commands per acquisition",
+        value: |r| r.redis_cmds_per_acq,
+        capped_by_run: false,
+    },
+    Metric {
+        name: "Redis CPU per acquisition (us)",
+        value: |r| r.redis_cpu_us_per_acq,
+        capped_by_run: false,
+    },
+    Metric {
+        name: "acquisitions per Redis CPU-second",
+        value: Row::capacity,
+        capped_by_run: false,
+    },
+    Metric {
+        name: "p99 wait (ms)",
+        value: |r| r.wait_p99_ms,
+        capped_by_run: true,
+    },
+];
+
+/// What the sweep varies, which is the x axis: the keys or the processes
+/// where the rows differ in them (keys first), otherwise the waiters.
+#[derive(Clone, Copy)]
+enum Axis {
+    Keys,
+    Processes,
+    Waiters,
+}
+
+impl Axis {
+    fn of(rows: &[Row]) -> Self {
+        if rows.iter().any(|r| r.keys != rows[0].keys) {
+            Axis::Keys
+        } else if rows.iter().any(|r| r.processes != rows[0].processes) {
+            Axis::Processes
+        } else {
+            Axis::Waiters
+        }
+    }
+
+    fn x(self, r: &Row) -> f64 {
+        match self {
+            Axis::Keys => r.keys as f64,
+            Axis::Processes => r.processes as f64,
+            Axis::Waiters => r.workers as f64,
+        }
+    }
+
+    /// The plot's title: what the sweep held fixed, from its first row.
+    fn title(self, first: &Row) -> String {
+        match self {
+            Axis::Keys => format!(
+                "relaylock bench: {} process(es), {} waiters each, hold {} ms",
+                first.processes, first.workers, first.hold_ms
+            ),
+            Axis::Processes => format!(
+                "relaylock bench: {} key(s), {} waiters per process, hold {} ms",
+                first.keys, first.workers, first.hold_ms
+            ),
+            Axis::Waiters => format!(
+                "relaylock bench: {} process(es), {} key(s), hold {} ms",
+                first.processes, first.keys, first.hold_ms
+            ),
+        }
+    }
+
+    fn desc(self) -> &'static str {
+        match self {
+            Axis::Keys => "keys the waiters pick from",
+            Axis::Processes => "processes (one client each)",
+            Axis::Waiters => "waiters (tasks per process)",
+        }
+    }
+}
+
+/// What every panel shares: the rows, their strategies in order of first
+/// appearance (which sets each one's colour), and the x axis with its span.
+struct Frame<'a> {
+    rows: &'a [Row],
+    strategies: Vec<&'a str>,
+    axis: Axis,
+    /// The rows' x values, widened by a factor of 1.3 either way.
+    x: Range<f64>,
+}
+
+impl<'a> Frame<'a> {
+    fn new(rows: &'a [Row]) -> Self {
+        let mut strategies: Vec<&str> = Vec::new();
+        for r in rows {
+            if !strategies.contains(&r.strategy.as_str()) {
+                strategies.push(&r.strategy);
+            }
+        }
+        let axis = Axis::of(rows);
+        let (x_min, x_max) = rows.iter().fold((f64::MAX, f64::MIN), |(lo, hi), r| {
+            (lo.min(axis.x(r)), hi.max(axis.x(r)))
+        });
+        Frame {
+            rows,
+            strategies,
+            axis,
+            x: x_min / 1.3..x_max * 1.3,
+        }
+    }
+}
+
+/// The longest wait a run can see is its own length: a p99 near it is
+/// capped by the run, not measured.
+struct RunLength {
+    /// The longest run's length.
+    ms: f64,
+    /// Whether some row's p99 is capped by it.
+    caps: bool,
+}
+
+impl RunLength {
+    fn of(rows: &[Row]) -> Self {
+        RunLength {
+            ms: rows
+                .iter()
+                .map(|r| r.duration_s * 1e3)
+                .fold(f64::MIN, f64::max),
+            caps: rows.iter().any(crate::bench::p99_capped),
+        }
+    }
+}
 
 pub fn sweep(path: &Path, rows: &[Row]) -> Result<(), String> {
-    let metrics: [Metric; 4] = [
-        ("Redis commands per acquisition", |r| r.redis_cmds_per_acq),
-        ("Redis CPU per acquisition (us)", |r| r.redis_cpu_us_per_acq),
-        ("acquisitions per Redis CPU-second", Row::capacity),
-        ("p99 wait (ms)", |r| r.wait_p99_ms),
-    ];
-    let mut strategies: Vec<&str> = Vec::new();
-    for r in rows {
-        if !strategies.contains(&r.strategy.as_str()) {
-            strategies.push(&r.strategy);
-        }
-    }
-    // The x axis is what the sweep varies: the keys, the processes, or
-    // (otherwise) the waiters.
-    let by_keys = rows.iter().any(|r| r.keys != rows[0].keys);
-    let by_processes = rows.iter().any(|r| r.processes != rows[0].processes);
-    let x = |r: &Row| {
-        if by_keys {
-            r.keys as f64
-        } else if by_processes {
-            r.processes as f64
-        } else {
-            r.workers as f64
-        }
-    };
-    let (x_min, x_max) = rows.iter().fold((f64::MAX, f64::MIN), |(lo, hi), r| {
-        (lo.min(x(r)), hi.max(x(r)))
-    });
-    let (x_min, x_max) = (x_min / 1.3, x_max * 1.3);
-    let err = |e: &dyn std::fmt::Display| e.to_string();
-
+    let frame = Frame::new(rows);
     let root = SVGBackend::new(path, (2000, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let title = if by_keys {
-        format!(
-            "relaylock bench: {} process(es), {} waiters each, hold {} ms",
-            rows[0].processes, rows[0].workers, rows[0].hold_ms
-        )
-    } else if by_processes {
-        format!(
-            "relaylock bench: {} key(s), {} waiters per process, hold {} ms",
-            rows[0].keys, rows[0].workers, rows[0].hold_ms
-        )
-    } else {
-        format!(
-            "relaylock bench: {} process(es), {} key(s), hold {} ms",
-            rows[0].processes, rows[0].keys, rows[0].hold_ms
-        )
-    };
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
     let root = root
-        .titled(&title, ("sans-serif", 22))
-        .map_err(|e| err(&e))?;
-    // One legend for the four panels, in a strip of its own above them:
-    // inside a panel it covered the lines.
+        .titled(&frame.axis.title(&rows[0]), ("sans-serif", 22))
+        .map_err(|e| e.to_string())?;
+    // One legend for the four panels, in a strip of its own above them, so
+    // that it covers none of their lines.
     let (legend, panels) = root.split_vertically(36);
-    draw_legend(&legend, &strategies).map_err(|e| err(&e))?;
-    // The longest wait a run can see is its own length: a p99 near it is
-    // capped by the run, not measured.
-    let run_ms = rows
-        .iter()
-        .map(|r| r.duration_s * 1e3)
-        .fold(f64::MIN, f64::max);
-    let capped = rows.iter().any(crate::bench::p99_capped);
-    for (n, (area, (name, value))) in panels.split_evenly((1, 4)).iter().zip(metrics).enumerate() {
-        let p99 = n == 3;
-        let values: Vec<f64> = rows
-            .iter()
-            .map(value)
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .collect();
-        if values.is_empty() {
-            continue;
-        }
-        let y_min = values.iter().copied().fold(f64::MAX, f64::min) / 1.5;
-        let mut y_max = values.iter().copied().fold(f64::MIN, f64::max) * 1.5;
-        if p99 {
-            y_max = y_max.max(run_ms * 1.5);
-        }
-        let caption = match (p99, capped) {
-            (true, true) => format!("{name}; dashed: the run's length (caps it)"),
-            (true, false) => format!("{name}; dashed: the run's length"),
-            _ => name.to_owned(),
-        };
-        let mut chart = ChartBuilder::on(area)
-            .caption(caption, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .x_desc(if by_keys {
-                "keys the waiters pick from"
-            } else if by_processes {
-                "processes (one client each)"
-            } else {
-                "waiters (tasks per process)"
-            })
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_labels(6)
-            .y_label_formatter(&|y| {
-                if *y >= 10.0 {
-                    format!("{y:.0}")
-                } else {
-                    format!("{y:.2}")
-                }
-            })
-            .draw()
-            .map_err(|e| err(&e))?;
-        for (i, s) in strategies.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            let points: Vec<(f64, f64)> = rows
-                .iter()
-                .filter(|r| r.strategy == *s)
-                .map(|r| (x(r), value(r)))
-                .filter(|(_, y)| y.is_finite() && *y > 0.0)
-                .collect();
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-                .map_err(|e| err(&e))?;
-            chart
-                .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(|e| err(&e))?;
-        }
-        if p99 {
-            chart
-                .draw_series(dashes(x_min, x_max, run_ms))
-                .map_err(|e| err(&e))?;
-        }
+    draw_legend(&legend, &frame.strategies).map_err(|e| e.to_string())?;
+    let run = RunLength::of(rows);
+    for (area, metric) in panels.split_evenly((1, 4)).iter().zip(&METRICS) {
+        draw_panel(area, &frame, metric, &run)?;
     }
-    root.present().map_err(|e| err(&e))?;
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// One panel: each strategy's line of `metric` on log scales, and for the
+/// p99 wait the run's length dashed. A panel with no positive finite value
+/// stays empty.
+fn draw_panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    frame: &Frame<'_>,
+    metric: &Metric,
+    run: &RunLength,
+) -> Result<(), String> {
+    let value = metric.value;
+    let values: Vec<f64> = frame
+        .rows
+        .iter()
+        .map(value)
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .collect();
+    if values.is_empty() {
+        return Ok(());
+    }
+    let y_min = values.iter().copied().fold(f64::MAX, f64::min) / 1.5;
+    let mut y_max = values.iter().copied().fold(f64::MIN, f64::max) * 1.5;
+    if metric.capped_by_run {
+        y_max = y_max.max(run.ms * 1.5);
+    }
+    let mut chart = ChartBuilder::on(area)
+        .caption(metric.caption(run), ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(frame.x.clone().log_scale(), (y_min..y_max).log_scale())
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(frame.axis.desc())
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_labels(6)
+        .y_label_formatter(&|y| {
+            if *y >= 10.0 {
+                format!("{y:.0}")
+            } else {
+                format!("{y:.2}")
+            }
+        })
+        .draw()
+        .map_err(|e| e.to_string())?;
+    draw_lines(&mut chart, frame, value)?;
+    if metric.capped_by_run {
+        chart
+            .draw_series(dashes(frame.x.start, frame.x.end, run.ms))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Each strategy's points of `value`, joined by a line, in its colour.
+fn draw_lines(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<LogCoord<f64>, LogCoord<f64>>>,
+    frame: &Frame<'_>,
+    value: fn(&Row) -> f64,
+) -> Result<(), String> {
+    for (i, s) in frame.strategies.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let points: Vec<(f64, f64)> = frame
+            .rows
+            .iter()
+            .filter(|r| r.strategy == *s)
+            .map(|r| (frame.axis.x(r), value(r)))
+            .filter(|(_, y)| y.is_finite() && *y > 0.0)
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 
 /// One legend for every panel: each strategy's colour and name, in a row.
 fn draw_legend<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
+    area: &DrawingArea<DB, Shift>,
     strategies: &[&str],
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     for (i, s) in strategies.iter().enumerate() {

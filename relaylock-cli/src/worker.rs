@@ -17,6 +17,7 @@ use relaylock::{Error, LockClient};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::bare::BareLock;
 use crate::stats::Record;
@@ -154,6 +155,21 @@ struct TaskResult {
     errors: u64,
     lost: u64,
     first_error: Option<String>,
+}
+
+impl WorkerReport {
+    /// Fold one task's result in; the first error kept is the first task's
+    /// that had one.
+    fn add(&mut self, r: TaskResult) {
+        self.counts.push(r.count);
+        self.records.extend(r.records);
+        self.local_violations += r.violations;
+        self.errors += r.errors;
+        self.lost += r.lost;
+        if self.first_error.is_none() {
+            self.first_error = r.first_error;
+        }
+    }
 }
 
 impl TaskResult {
@@ -369,6 +385,45 @@ async fn bare_round(
 
 pub async fn run(args: WorkerArgs) -> Result<(), String> {
     let metrics = install_recorder(args.prometheus)?;
+    let shared = Arc::new(connect(&args).await?);
+
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    println!("ready");
+    match stdin.next_line().await {
+        Ok(Some(line)) if line.trim() == "go" => {}
+        other => return Err(format!("worker {}: expected go, got {other:?}", args.index)),
+    }
+
+    let cpu_at_go = process_cpu_us();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let tasks = spawn_tasks(&args, &shared, &stop_rx);
+    let ticker = spawn_ticker(Arc::clone(&shared));
+    // "stop", or the parent going away, ends the run.
+    while let Ok(Some(line)) = stdin.next_line().await {
+        if line.trim() == "stop" {
+            break;
+        }
+    }
+    let _ = stop_tx.send(true);
+    let mut report = WorkerReport {
+        cpu_us: process_cpu_us().saturating_sub(cpu_at_go),
+        ..WorkerReport::default()
+    };
+    for t in tasks {
+        report.add(t.await.map_err(|e| e.to_string())?);
+    }
+    ticker.abort();
+    report.attempts = attempts(&shared, &metrics);
+    report.peak_rss_kib = peak_rss_kib();
+    let json = serde_json::to_vec(&report).map_err(|e| e.to_string())?;
+    std::fs::write(&args.out, json).map_err(|e| format!("write {}: {e}", args.out.display()))?;
+    println!("done");
+    Ok(())
+}
+
+/// The client every task of this process shares (and, for `bare:<ms>` and
+/// `floor:<ms>`, the baseline lock on its connection), with one slot per key.
+async fn connect(args: &WorkerArgs) -> Result<Shared, String> {
     let client = LockClient::builder()
         .url(args.url.as_str())
         .prefix(args.prefix.as_str())
@@ -386,86 +441,62 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         )),
         Strategy::Lock(_) => None,
     };
-    let shared = Arc::new(Shared {
+    let keys = args.keys.max(1);
+    Ok(Shared {
         bare,
         client,
-        keys: (0..args.keys.max(1)).map(|i| format!("k{i}")).collect(),
-        inside: (0..args.keys.max(1)).map(|_| AtomicU64::new(0)).collect(),
-        writers: (0..args.keys.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        keys: (0..keys).map(|i| format!("k{i}")).collect(),
+        inside: (0..keys).map(|_| AtomicU64::new(0)).collect(),
+        writers: (0..keys).map(|_| AtomicU64::new(0)).collect(),
         limit: args.primitive.limit(),
         primitive: args.primitive,
         hold: Duration::from_micros(args.hold_us),
         total: AtomicU64::new(0),
-    });
+    })
+}
 
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
-    println!("ready");
-    match stdin.next_line().await {
-        Ok(Some(line)) if line.trim() == "go" => {}
-        other => return Err(format!("worker {}: expected go, got {other:?}", args.index)),
-    }
-
-    let cpu_at_go = process_cpu_us();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let tasks: Vec<_> = (0..args.workers)
+/// `--workers` tasks, each seeded from this process's index and its own.
+fn spawn_tasks(
+    args: &WorkerArgs,
+    shared: &Arc<Shared>,
+    stop: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<TaskResult>> {
+    (0..args.workers)
         .map(|i| {
             let seed = (args.index as u64) << 32 | i as u64;
             tokio::spawn(task(
-                Arc::clone(&shared),
+                Arc::clone(shared),
                 seed.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                stop_rx.clone(),
+                stop.clone(),
             ))
         })
-        .collect();
-    let ticker = {
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            // Four times a second: the bench's once-a-second progress is
-            // then at most a quarter of a second old (at one a second it
-            // could read the tick before the first came, and show 0).
-            let mut every = tokio::time::interval(Duration::from_millis(250));
+        .collect()
+}
+
+/// Prints `tick <acquisitions>` four times a second until aborted, so the
+/// bench's once-a-second progress is at most a quarter of a second old and
+/// has a tick to read from its first report on.
+fn spawn_ticker(shared: Arc<Shared>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(250));
+        every.tick().await;
+        loop {
             every.tick().await;
-            loop {
-                every.tick().await;
-                println!("tick {}", shared.total.load(Ordering::Relaxed));
-            }
-        })
-    };
-    // "stop", or the parent going away, ends the run.
-    while let Ok(Some(line)) = stdin.next_line().await {
-        if line.trim() == "stop" {
-            break;
+            println!("tick {}", shared.total.load(Ordering::Relaxed));
         }
-    }
-    let _ = stop_tx.send(true);
-    let mut report = WorkerReport {
-        cpu_us: process_cpu_us().saturating_sub(cpu_at_go),
-        ..WorkerReport::default()
-    };
-    for t in tasks {
-        let r = t.await.map_err(|e| e.to_string())?;
-        report.counts.push(r.count);
-        report.records.extend(r.records);
-        report.local_violations += r.violations;
-        report.errors += r.errors;
-        report.lost += r.lost;
-        if report.first_error.is_none() {
-            report.first_error = r.first_error;
-        }
-    }
-    ticker.abort();
-    report.attempts = match &shared.bare {
+    })
+}
+
+/// Acquire attempts: the bare lock counts its own; relaylock's are its
+/// `relaylock_acquire_attempts_total` counter.
+fn attempts(shared: &Shared, metrics: &PrometheusHandle) -> u64 {
+    match &shared.bare {
         Some(bare) => bare.attempts.load(Ordering::Relaxed),
         None => counter_total(
             &metrics.render(),
             relaylock::metrics::ACQUIRE_ATTEMPTS_TOTAL,
         ),
-    };
-    report.peak_rss_kib = peak_rss_kib();
-    let json = serde_json::to_vec(&report).map_err(|e| e.to_string())?;
-    std::fs::write(&args.out, json).map_err(|e| format!("write {}: {e}", args.out.display()))?;
-    println!("done");
-    Ok(())
+    }
 }
 
 #[cfg(test)]
