@@ -25,8 +25,6 @@ use std::time::{Duration, Instant};
 
 use fred::bytes_utils::Str;
 use fred::interfaces::ClientLike;
-use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand};
 use metrics::SharedString;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
@@ -41,6 +39,7 @@ use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::{NotSubscribed, PollerRole, Waiter};
+use crate::replicas::{acknowledged, Acquisition};
 use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS, RW_WRITE};
 
 /// How long after a wait's deadline its timer ends the call whatever it
@@ -489,30 +488,33 @@ impl<'a> LockCall<'a> {
         })
     }
 
-    /// With `min_replicas`: make sure enough replicas have the lock, else
-    /// release it and fail.
-    ///
-    /// `WAIT` counts the replicas that acknowledged the writes of ITS
-    /// connection, and it blocks that connection. So it runs on a connection
-    /// of the replica pool, checked out for this call alone, after a write on
-    /// that same connection: a renewal of this acquisition's exact head
-    /// (which also proves that server has it). Replication is one ordered
-    /// stream per primary, and that renewal was sent after the acquire's
-    /// reply arrived, so a replica that acknowledged it has the lock too. If
-    /// fred opened a new connection between the renewal and `WAIT` (a
-    /// reconnect, a failover), the count may be another server's: the call
-    /// fails with `NotReplicated` (0 acknowledged), see `crate::replica_pool`
-    /// and `crate::conn_watch`.
+    /// With `min_replicas`: make sure enough replicas have the lock
+    /// ([`crate::replicas`]), else release it and fail.
     ///
     /// Dropped at any await point, it releases the lock in the background:
     /// no guard exists yet to do it.
     async fn replicated(&self, fence: u64) -> Result<()> {
-        let Some((required, timeout_ms)) = self.replicas else {
+        let Some(asked) = self.replicas else {
             return Ok(());
         };
         // Dropped at an await point below, the call's own drop releases the
         // hold it owns (`owned`).
-        let failure = match self.wait_for_replicas(required, timeout_ms, fence).await {
+        let acquisition = Acquisition {
+            names: &self.names,
+            token: &self.token,
+            permits: self.held_permits(),
+            fence,
+            lease_ms: self.lease_ms,
+        };
+        let inner = self.inner;
+        let acknowledged = acknowledged(
+            &inner.replicas,
+            &inner.calls,
+            acquisition,
+            asked,
+            inner.command_timeout,
+        );
+        let failure = match acknowledged.await {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
@@ -531,74 +533,6 @@ impl<'a> LockCall<'a> {
         }
         self.disown();
         Err(failure)
-    }
-
-    async fn wait_for_replicas(&self, required: u32, timeout_ms: u64, fence: u64) -> Result<()> {
-        let checkout = self.inner.replicas.checkout().await?;
-        let conn = checkout.client();
-        let names = &self.names;
-        // WAIT counts only if it runs on the connection that made the write
-        // (see `crate::replica_pool`): watched from before the write (in a
-        // cluster, the connection of the lock's node, which the renewal below
-        // goes to).
-        let mut watch = checkout.watch(&names.lock);
-        // The write WAIT waits for: it always writes, matches this
-        // acquisition's exact head (token AND fence: fred may have replayed
-        // the acquire on another server, where the token holds with another
-        // fence) and never shortens the lease. Not there: this server does
-        // not have the lock the caller would get, so nothing here can be
-        // confirmed.
-        let renewed = self
-            .inner
-            .calls
-            .confirm_lease(
-                conn,
-                names,
-                &self.token,
-                (self.held_permits(), fence),
-                self.lease_ms,
-            )
-            .await?;
-        if renewed != [1] {
-            return Err(Error::NotReplicated { acked: 0, required });
-        }
-        // WAIT may legitimately take its whole timeout: bound it by that plus
-        // the command timeout, not by the command timeout alone. One attempt
-        // only: a WAIT that fred replayed on a new connection would cover
-        // none of this connection's writes. (That does not keep a WAIT that
-        // was queued, not yet written, off a new connection: the watch does.)
-        // In a cluster, to the node the watch recorded for the slot, not by
-        // the slot: with that node's connection gone, fred would route a
-        // keyless command to any other primary, unannounced (found in
-        // review); pinned, it fails to route instead.
-        let limit = Duration::from_millis(timeout_ms) + self.inner.command_timeout;
-        let options = Options {
-            timeout: Some(limit),
-            max_attempts: Some(1),
-            cluster_node: watch.node().cloned(),
-            cluster_hash: watch.slot().map(ClusterHash::Custom),
-            ..Default::default()
-        };
-        let conn = conn.with_options(&options);
-        let wait = conn.custom::<i64, _>(
-            CustomCommand::new_static("WAIT", None, true),
-            vec![i64::from(required), timeout_ms as i64],
-        );
-        let acked = crate::error::with_timeout(limit + Duration::from_millis(100), wait).await?;
-        if !watch.unchanged(checkout.client()) {
-            // The count may be of another server's replication stream: it
-            // says nothing of this lock.
-            tracing::warn!(key = %names.lock, acked,
-                "relaylock: the connection changed between the lock's write and WAIT; its replication is unknown");
-            return Err(Error::NotReplicated { acked: 0, required });
-        }
-        match acked {
-            n if n >= i64::from(required) => Ok(()),
-            n => Err(Error::NotReplicated {
-                acked: u32::try_from(n.max(0)).unwrap_or(0),
-                required,
-            }),
-        }
     }
 
     /// Permits this call takes (1 for a lock).

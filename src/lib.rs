@@ -66,7 +66,7 @@ pub mod metrics;
 mod options;
 mod presence;
 mod registry;
-mod replica_pool;
+mod replicas;
 mod rwlock;
 mod scripts;
 mod semaphore;
