@@ -57,7 +57,7 @@ pub(crate) async fn acknowledged(
     let conn = checkout.client();
     let names = acquisition.names;
     // WAIT counts only if it runs on the connection that made the write
-    // (see [`pool`]): watched from before the write (in a cluster, the
+    // (see `pool`): watched from before the write (in a cluster, the
     // connection of the lock's node, which the renewal below goes to).
     let mut watch = checkout.watch(&names.lock);
     // The write WAIT waits for: it always writes, matches this
