@@ -29,9 +29,7 @@ use metrics::SharedString;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use crate::calls::{
-    acquire_reply, sem_acquire_reply, sem_batch_fences, sem_reservation_left, AcquireReply,
-};
+use crate::calls::{TryReply, TryTerms};
 use crate::error::{Error, Result};
 use crate::guard::{release, release_in_background, release_orphan, Acquired, LockGuard};
 use crate::handoff::{Claim, Gate, Offer, Orphan, Outcome as Handed};
@@ -366,18 +364,18 @@ struct ReadBatch<'c, 'a> {
 }
 
 impl ReadBatch<'_, '_> {
-    fn resolve(&mut self, reply: &[i64], sent: Instant) {
-        let fences = sem_batch_fences(reply);
+    /// The reply's word on each claimed reader: its fence and the hold's
+    /// remaining lease (see [`TryReply::batch`]), or not admitted.
+    fn resolve(&mut self, fences: &[Option<(u64, Duration)>], sent: Instant) {
         for (i, claim) in self.claims.drain(..).enumerate() {
             let token = Str::from(claim.token());
             let orphan = match fences.get(i) {
-                Some(&(f, remaining)) if f > 0 => {
+                Some(&Some((fence, left))) => {
                     // A hold the token already had started before this
-                    // call: count its lease from when it ends, backwards.
+                    // call: its lease is counted from when it ends,
+                    // backwards.
                     let lease = Duration::from_millis(claim.lease_ms());
-                    let left = Duration::from_millis(u64::try_from(remaining).unwrap_or(0));
-                    let sent = sent.checked_sub(lease.saturating_sub(left)).unwrap_or(sent);
-                    claim.granted(f as u64, sent)
+                    claim.granted(fence, lease_began(sent, lease, left))
                 }
                 _ => claim.not_granted(false),
             };
@@ -427,6 +425,15 @@ async fn granting(offer: Option<&Offer<Notify>>) {
         Some(o) => o.waker().notified().await,
         None => std::future::pending().await,
     }
+}
+
+/// When a hold began, as this process dates its lease: one that had `left`
+/// of its `lease` when Redis answered a call sent at `sent` ends no later
+/// than `left` after `sent`, so it began `lease - left` before `sent` (and
+/// at `sent` when `left` is all of it). Dated so, a lease never outlasts
+/// Redis's.
+fn lease_began(sent: Instant, lease: Duration, left: Duration) -> Instant {
+    sent.checked_sub(lease.saturating_sub(left)).unwrap_or(sent)
 }
 
 fn remaining(deadline: Option<Instant>) -> Option<Duration> {
@@ -577,11 +584,6 @@ impl<'a> LockCall<'a> {
     /// is taken, and may take a reservation made for this client.
     async fn attempt(&self, queue: Option<&Waiter>, fresh: bool) -> Result<Attempt> {
         m::attempt(self.name, self.names.kind);
-        static NO_CLIENT: Str = fred::util::static_str("");
-        let client = match queue {
-            Some(_) => self.inner.registry.role_id(self.names.kind),
-            None => &NO_CLIENT,
-        };
         // An acquire script whose outcome we never learn (future dropped,
         // reply lost, timeout) may have taken the lock: release that token.
         let orphan = OnDrop(Some(|| {
@@ -601,7 +603,6 @@ impl<'a> LockCall<'a> {
         // while it was out (see `Waiter::took_unqueued`).
         let marks = queue.map(Waiter::queue_marks);
         let sent = Instant::now();
-        let calls = &self.inner.calls;
         // Claims on other local readers' offers, resolved by the reply, or
         // as unknown if this call fails or is dropped before it.
         let mut batch = ReadBatch {
@@ -611,125 +612,138 @@ impl<'a> LockCall<'a> {
         // A semaphore's client keeps its place in the queue when admitted
         // while other local waiters want permits too.
         let more = self.permits.is_some() && queue.is_some_and(Waiter::has_company);
-        // What is left of the deadline bounds the try (fred's own timeout).
-        let within = self
-            .deadline
-            .map(|d| d.saturating_duration_since(Instant::now()));
         self.unanswered
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let reply = match self.permits {
-            None => {
-                calls
-                    .acquire(&self.names, &self.token, self.lease_ms, client, within)
-                    .await?
-            }
-            Some(shape) => {
-                // The client's queue entry asks for the largest need among
-                // its waiters now, so a reservation fits whichever is woken.
-                let want = queue.and_then(Waiter::max_need).map_or(shape.0, |(n, _)| n);
-                // A reader takes permits for the other local readers that
-                // offer in the same call: one call per local batch.
-                if queue.is_some() && !fresh && self.names.kind == Kind::Read {
-                    batch.claims = self
-                        .inner
-                        .registry
-                        .claim_many(&self.names.channel, READ_BATCH);
-                }
-                let tokens: Vec<(&str, u64)> = batch
-                    .claims
-                    .iter()
-                    .map(|c| (c.token(), c.lease_ms()))
-                    .collect();
-                calls
-                    .sem_acquire(
-                        &self.names,
-                        &self.token,
-                        shape,
-                        (self.lease_ms, within),
-                        (client, more, want, fresh),
-                        &tokens,
-                    )
-                    .await?
-            }
-        };
+        let reply = self.send_try(queue, fresh, more, &mut batch).await?;
         self.unanswered
             .store(false, std::sync::atomic::Ordering::SeqCst);
         // The orphan guard stays armed until `owned` records a hold the
         // reply gives us: a panic in between (a tracing layer) releases it.
-        let parsed = match self.permits {
-            None => acquire_reply(&reply, self.inner.default_lease),
-            Some(_) => sem_acquire_reply(&reply, self.inner.default_lease),
-        };
-        if let Ok(AcquireReply::Acquired(fence, _)) = &parsed {
-            self.own(*fence);
+        if let TryReply::Acquired { fence, .. } = reply {
+            self.own(fence);
         }
         orphan.disarm();
-        batch.resolve(&reply, sent);
+        batch.resolve(reply.batch(), sent);
         if let Some(w) = queue {
             w.queued_try_in_flight(false);
         }
         tracing::trace!(target: "relaylock::hop", hop = "acquire_reply");
-        let parsed = parsed?;
-        match parsed {
-            // A semaphore: the permits this call took say nothing of when
-            // the others come back (only a refusal's bound does). What is
-            // left of this client's reservation goes to the next local
-            // waiter (only a NEW reservation wakes one: see `SEM_RELEASE`).
-            AcquireReply::Acquired(fence, remaining) if self.permits.is_some() => {
-                // A hold this token already had (a replay, or one another
-                // reader's batch took for it) ends `remaining` after Redis
-                // answered: count it from then, as for a lock.
-                let sent = match remaining {
-                    Some(left) if left < self.lease => {
-                        sent.checked_sub(self.lease - left).unwrap_or(sent)
-                    }
-                    _ => sent,
-                };
-                if let Some(w) = queue {
-                    w.note_taken();
-                    if more {
-                        // The script kept this client queued: the last
-                        // local waiter to leave takes it out.
-                        w.mark_queued();
-                    }
-                    if sem_reservation_left(&reply) && w.has_company() {
-                        w.pass_on();
-                    }
-                }
-                Ok(Attempt::Acquired(fence, sent))
-            }
-            AcquireReply::Acquired(fence, remaining) => {
-                // A token that already held the lock: its lease ends
-                // `remaining` after Redis answered, so no later than
-                // `remaining` after this call was sent; count it from then
-                // (found in review: a hand-over found by a re-check counted
-                // a whole new lease from the re-check).
-                let sent = match remaining {
-                    Some(left) if left < self.lease => {
-                        sent.checked_sub(self.lease - left).unwrap_or(sent)
-                    }
-                    _ => sent,
-                };
-                if let Some(w) = queue {
-                    w.note_acquired(sent, self.lease);
-                    // A fresh take (not a hold this token already had): the
-                    // script took this client out of the queue.
-                    if let (None, Some(before)) = (remaining, marks) {
-                        w.took_unqueued(before);
-                    }
-                }
-                Ok(Attempt::Acquired(fence, sent))
-            }
-            AcquireReply::Held(pttl) => {
+        self.read_reply(queue, reply, sent, (marks, more))
+    }
+
+    /// Send one try: the lock's acquire script, or the semaphore's, which
+    /// takes permits for the other local readers it claims into `batch` too
+    /// (`more` as [`attempt`](Self::attempt) found it).
+    async fn send_try(
+        &self,
+        queue: Option<&Waiter>,
+        fresh: bool,
+        more: bool,
+        batch: &mut ReadBatch<'_, '_>,
+    ) -> Result<TryReply> {
+        static NO_CLIENT: Str = fred::util::static_str("");
+        let client = match queue {
+            Some(_) => self.inner.registry.role_id(self.names.kind),
+            None => &NO_CLIENT,
+        };
+        let terms = TryTerms {
+            lease_ms: self.lease_ms,
+            // What is left of the deadline bounds the try (fred's own
+            // timeout).
+            within: remaining(self.deadline),
+            default_lease: self.inner.default_lease,
+        };
+        let calls = &self.inner.calls;
+        let Some(shape) = self.permits else {
+            return calls.acquire(&self.names, &self.token, terms, client).await;
+        };
+        // The client's queue entry asks for the largest need among its
+        // waiters now, so a reservation fits whichever is woken.
+        let want = queue.and_then(Waiter::max_need).map_or(shape.0, |(n, _)| n);
+        // A reader takes permits for the other local readers that offer in
+        // the same call: one call per local batch.
+        if queue.is_some() && !fresh && self.names.kind == Kind::Read {
+            batch.claims = self
+                .inner
+                .registry
+                .claim_many(&self.names.channel, READ_BATCH);
+        }
+        let tokens: Vec<(&str, u64)> = batch
+            .claims
+            .iter()
+            .map(|c| (c.token(), c.lease_ms()))
+            .collect();
+        calls
+            .sem_acquire(
+                &self.names,
+                &self.token,
+                shape,
+                terms,
+                (client, more, want, fresh),
+                &tokens,
+            )
+            .await
+    }
+
+    /// What a try's reply means for this call and, through its `queue`
+    /// registration, for the key's other local waiters (`marks` and `more`
+    /// as [`attempt`](Self::attempt) took them before sending).
+    fn read_reply(
+        &self,
+        queue: Option<&Waiter>,
+        reply: TryReply,
+        sent: Instant,
+        (marks, more): (Option<usize>, bool),
+    ) -> Result<Attempt> {
+        let (fence, remaining, reservation_left) = match reply {
+            TryReply::Acquired {
+                fence,
+                remaining,
+                reservation_left,
+                ..
+            } => (fence, remaining, reservation_left),
+            TryReply::Held(pttl) => {
                 if let Some(w) = queue {
                     // The try queued this client; every local waiter now knows
                     // when the holder's lease ends.
                     w.mark_queued();
                     w.note_pttl(sent, pttl);
                 }
-                Ok(Attempt::Held)
+                return Ok(Attempt::Held);
+            }
+            TryReply::Unusable(e) => return Err(e),
+        };
+        // A hold this token already had (a replay, a hand-over found by a
+        // re-check, one another reader's batch took for it) ends `remaining`
+        // after Redis answered, so no later than `remaining` after this call
+        // was sent: its lease is counted from then.
+        let sent = remaining.map_or(sent, |left| lease_began(sent, self.lease, left));
+        let Some(w) = queue else {
+            return Ok(Attempt::Acquired(fence, sent));
+        };
+        if self.permits.is_some() {
+            // A semaphore: the permits this call took say nothing of when
+            // the others come back (only a refusal's bound does). What is
+            // left of this client's reservation goes to the next local
+            // waiter (only a NEW reservation wakes one: see `SEM_RELEASE`).
+            w.note_taken();
+            if more {
+                // The script kept this client queued: the last local waiter
+                // to leave takes it out.
+                w.mark_queued();
+            }
+            if reservation_left && w.has_company() {
+                w.pass_on();
+            }
+        } else {
+            w.note_acquired(sent, self.lease);
+            // A fresh take (not a hold this token already had): the script
+            // took this client out of the queue.
+            if let (None, Some(before)) = (remaining, marks) {
+                w.took_unqueued(before);
             }
         }
+        Ok(Attempt::Acquired(fence, sent))
     }
 
     /// A release of this client gave the lock to this call: `fence`, lease
