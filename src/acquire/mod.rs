@@ -18,6 +18,8 @@
 //!   acquire reach Redis after it), so no orphan lock blocks everyone for a
 //!   lease.
 
+mod guards;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,14 +33,15 @@ use tokio::sync::Notify;
 
 use crate::calls::{TryReply, TryTerms};
 use crate::error::{Error, Result};
-use crate::guard::{release, release_in_background, release_orphan, Acquired, LockGuard};
-use crate::handoff::{Claim, Gate, Offer, Orphan, Outcome as Handed};
+use crate::guard::{release, release_in_background, Acquired, LockGuard};
+use crate::handoff::{Gate, Offer, Outcome as Handed};
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
 use crate::registry::{NotSubscribed, PollerRole, Waiter};
 use crate::replicas::{acknowledged, Acquisition};
 use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS, RW_WRITE};
+use guards::{Offered, OnDrop, ReadBatch};
 
 /// How long after a wait's deadline its timer ends the call whatever it
 /// awaits: the tries, bounded by fred's own timeout at the deadline, end
@@ -55,6 +58,9 @@ const PROBE_SLICE: Duration = Duration::from_millis(50);
 /// reserved for this client is taken before the reservation lapses. The
 /// other waiters of the key sleep until the role is handed on to them.
 const DEGRADED_POLL: Duration = Duration::from_millis(HANDOFF_GRACE_MS / 2);
+
+/// Most other local readers one reader's acquire takes permits for.
+const READ_BATCH: usize = 256;
 
 /// The outcome of making sure a key's channel is subscribed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -329,92 +335,6 @@ impl LockCall<'_> {
         };
         m::finished(self.name, self.names.kind, kind, self.started.elapsed());
         replicated.map(|()| Some((fence, sent)))
-    }
-}
-
-/// Runs its action when dropped, unless disarmed first: the clean-up of an
-/// await point that the future may be dropped at.
-struct OnDrop<F: FnOnce()>(Option<F>);
-
-impl<F: FnOnce()> OnDrop<F> {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl<F: FnOnce()> Drop for OnDrop<F> {
-    fn drop(&mut self) {
-        if let Some(action) = self.0.take() {
-            action();
-        }
-    }
-}
-
-/// Most other local readers one reader's acquire takes permits for.
-const READ_BATCH: usize = 256;
-
-/// The other local readers' offers a reader's acquire claimed (see
-/// `crate::handoff`): each gets its fence from the reply, or stays waiting
-/// when it was not admitted; the rest, if the call failed or was dropped,
-/// re-check (an admitted token finds its hold), and one whose reader left
-/// is released in the background.
-struct ReadBatch<'c, 'a> {
-    claims: Vec<Claim<Notify>>,
-    call: &'c LockCall<'a>,
-}
-
-impl ReadBatch<'_, '_> {
-    /// The reply's word on each claimed reader: its fence and the hold's
-    /// remaining lease (see [`TryReply::batch`]), or not admitted.
-    fn resolve(&mut self, fences: &[Option<(u64, Duration)>], sent: Instant) {
-        for (i, claim) in self.claims.drain(..).enumerate() {
-            let token = Str::from(claim.token());
-            let orphan = match fences.get(i) {
-                Some(&Some((fence, left))) => {
-                    // A hold the token already had started before this
-                    // call: its lease is counted from when it ends,
-                    // backwards.
-                    let lease = Duration::from_millis(claim.lease_ms());
-                    claim.granted(fence, lease_began(sent, lease, left))
-                }
-                _ => claim.not_granted(false),
-            };
-            release_orphan(self.call.inner, &self.call.names, token, orphan);
-        }
-    }
-}
-
-impl Drop for ReadBatch<'_, '_> {
-    fn drop(&mut self) {
-        for claim in self.claims.drain(..) {
-            let token = Str::from(claim.token());
-            let orphan = claim.unknown();
-            release_orphan(self.call.inner, &self.call.names, token, orphan);
-        }
-    }
-}
-
-/// A waiting call's offer to take the lock directly from a release of this
-/// client. Dropped (the call returns or is dropped), it withdraws the offer,
-/// and releases in the background a lock granted to it that it never took,
-/// or its token as an abandoned acquisition after a hand-over whose outcome
-/// stayed unknown.
-struct Offered<'c, 'a> {
-    offer: Offer<Notify>,
-    call: &'c LockCall<'a>,
-}
-
-impl Drop for Offered<'_, '_> {
-    fn drop(&mut self) {
-        let orphan = self.offer.leave();
-        if orphan != Orphan::None {
-            release_orphan(
-                self.call.inner,
-                &self.call.names,
-                self.call.token.clone(),
-                orphan,
-            );
-        }
     }
 }
 
