@@ -19,8 +19,8 @@
 //!   lease.
 
 mod guards;
+mod state;
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,10 +38,11 @@ use crate::handoff::{Gate, Offer, Outcome as Handed};
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome, WakeCause};
 use crate::options::{validate_lease, validate_replicas, LockOptions, WaitStrategy};
-use crate::registry::{NotSubscribed, PollerRole, Waiter};
+use crate::registry::{NotSubscribed, Waiter};
 use crate::replicas::{acknowledged, Acquisition};
 use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS, RW_WRITE};
 use guards::{Offered, OnDrop, ReadBatch};
+use state::{Turn, WaitState};
 
 /// How long after a wait's deadline its timer ends the call whatever it
 /// awaits: the tries, bounded by fred's own timeout at the deadline, end
@@ -72,6 +73,26 @@ enum Subscription {
     ConfirmedNow,
     /// It could not be confirmed (degraded): the key's poller re-checks.
     Unconfirmed,
+}
+
+/// How one sleep of the wait loop ended (the loop's state says what the
+/// next turn does).
+enum Woken {
+    /// A release of this client gave the lock to this call.
+    Granted(u64, Instant),
+    /// The deadline passed.
+    Deadline,
+    /// Woken by this cause: counted when the next turn tries.
+    By(WakeCause),
+    /// Only the bound or the polling changed: not a wake-up to count.
+    Again,
+}
+
+/// A release message woke the waiter (or a claim's outcome said to
+/// re-check).
+fn woken_by_message() -> Woken {
+    tracing::trace!(target: "relaylock::hop", hop = "waiter_woken");
+    Woken::By(WakeCause::Message)
 }
 
 /// What one acquire script call found.
@@ -802,205 +823,204 @@ impl<'a> LockCall<'a> {
         deadline: Option<Instant>,
         mut reconnect: Pin<&mut Notified<'a>>,
     ) -> Result<(u64, Instant)> {
-        let registry = &self.inner.registry;
         // Only the waiter that CONFIRMED the subscription must try again before
         // sleeping: a release published before the confirmation reached nobody,
         // and that one try observes it for every local waiter. A release after
         // the confirmation wakes some local waiter (or leaves a permit). A
         // queued newcomer tries first only if the re-check is due (or nothing
         // is known yet), and then only one of them (the probe claim). When
-        // the subscription cannot be confirmed, the poller (below) re-checks.
-        let mut must_try = match self.subscribe(waiter, deadline).await {
-            Subscription::ConfirmedNow => true,
-            Subscription::AlreadyConfirmed => queued && waiter.claim_probe(PROBE_SLICE),
-            Subscription::Unconfirmed => false,
-        };
+        // the subscription cannot be confirmed, the key's poller re-checks.
+        let subscribed = self.subscribe(waiter, deadline).await;
+        let mut state =
+            WaitState::subscribed(subscribed, || queued && waiter.claim_probe(PROBE_SLICE));
         // From here on a release of this client may hand the lock to this
         // call's token directly (see `crate::handoff`). Not before: a grant
-        // during the subscription would sit unused until it returned (found
-        // in review: up to the command timeout on a degraded key). A release
-        // meanwhile wakes a local waiter instead. (Locks, and read-write
-        // locks' readers, whose acquire takes permits for the other local
-        // readers in the same call; a semaphore's release wakes a local
-        // waiter, which retries.)
+        // during the subscription would sit unused until it returned (up to
+        // the command timeout on a degraded key). A release meanwhile wakes
+        // a local waiter instead. (Locks, and read-write locks' readers,
+        // whose acquire takes permits for the other local readers in the
+        // same call; a semaphore's release wakes a local waiter, which
+        // retries.)
         let offer = (self.permits.is_none() || self.names.kind == Kind::Read).then(|| Offered {
             offer: waiter.offer(&self.token, self.lease_ms),
             call: self,
         });
         let offer = offer.as_ref().map(|o| &o.offer);
-        // A release's claim on this call's slot is in flight: only its
-        // outcome (or the deadline, or a reconnect) wakes us.
-        let mut claimed = false;
-        // The last wake-up came from the key's shared `Notify` (a release
-        // message, or a wake-up passed on): it must reach some waiter's try.
-        let mut from_key = false;
         // This waiter's place in the key's `Notify` queue, kept across loop
         // turns: a turn that ends without a key wake-up (a claim that went
         // elsewhere, an estimate that moved) must not send it to the back,
         // or the waiter a release claims first would be the last one a
-        // release message wakes (found in the 4-process bench: Jain 0.983).
+        // release message wakes.
         let key_wake = waiter.notified();
         tokio::pin!(key_wake);
-        // While degraded: the polling role, and the poller's subscription
-        // attempt running beside its polling (it may take a command timeout
-        // on a silent connection).
-        let mut role: Option<PollerRole> = None;
-        let mut resubscribe: Option<Pin<Box<dyn Future<Output = _> + Send + '_>>> = None;
-
         loop {
-            if must_try {
-                match offer.map_or(Gate::Go, Offer::begin_try) {
-                    Gate::Go => {
-                        let attempt = self.try_passing_on(waiter, false).await;
-                        // Taken: withdraw the offer straight from Trying, so
-                        // no other reader's batch can claim this token in
-                        // between (found in review: it could take a second
-                        // hold for it, leaked for a lease).
-                        if let Ok(Attempt::Acquired(fence, sent)) = attempt {
-                            if let Some(o) = offer {
-                                o.acquired();
-                            }
-                            return Ok((fence, sent));
-                        }
-                        if let Some(o) = offer {
-                            o.end_try();
-                        }
-                        attempt?;
-                    }
-                    Gate::Granted(fence, sent) => return Ok(self.granted(waiter, fence, sent)),
-                    // A release of this client is handing the lock to this
-                    // call: its outcome wakes us. A wake-up from the key's
-                    // `Notify` that brought us here goes to another waiter;
-                    // until the outcome we do not take those (found in
-                    // review: taking back our own permit spun the loop).
-                    Gate::Claimed => {
-                        // Only to another task: the claim's outcome
-                        // supersedes it for this one, and a permit stored
-                        // for nobody would cost the next newcomer a try.
-                        if from_key && waiter.has_company() {
-                            waiter.pass_on();
-                        }
-                        claimed = true;
-                    }
+            if let Turn::Try { key_wake } = state.take_turn() {
+                if let Some(taken) = self.try_turn(waiter, offer, key_wake, &mut state).await? {
+                    return Ok(taken);
                 }
             }
-            from_key = false;
             if expired(deadline) {
                 return self.at_deadline(waiter, offer);
             }
-
-            // Sleep until a release message, a reconnect, or the next
-            // re-check: the end of the current holder's lease as this client
-            // last learned it (or its own re-check). A newer, earlier
-            // estimate wakes us to recompute the bound.
-            //
-            // Degraded (subscription not confirmed): one waiter holds the
-            // polling role and polls every DEGRADED_POLL; the others wait,
-            // without a time bound of their own, until the role is handed
-            // on, so a degraded key costs the same whatever its number of
-            // waiters.
-            // Registered before the state is read, so a change right after
-            // the read still wakes us.
-            let moved = waiter.estimate_moved();
-            let freed = waiter.poller_freed();
-            let degraded = !waiter.is_confirmed();
-            if !degraded {
-                role = None;
-                resubscribe = None;
-            } else if role.is_none() {
-                role = waiter.take_poller_role();
-            }
-            // The poller polls; the other degraded waiters are still bounded
-            // by the holder's lease, so a hand-over of the role that goes
-            // astray costs at most that, never a hang.
-            let mut bound = if degraded && role.is_some() {
-                waiter.until_poll()
-            } else {
-                waiter.until_due().unwrap_or(PROBE_SLICE)
-            };
-            if let Some(left) = remaining(deadline) {
-                bound = bound.min(left);
-            }
-            let cause = tokio::select! {
-                biased;
-                _ = granting(offer) => match offer.map_or(Handed::Pending, Offer::outcome) {
-                    Handed::Granted(fence, sent) => return Ok(self.granted(waiter, fence, sent)),
-                    // The release's outcome is unknown, or the lock is
-                    // free: try (the acquire script finds a grant that did
-                    // happen).
-                    Handed::Recheck => {
-                        claimed = false;
-                        WakeCause::Message
-                    }
-                    // The claim ended without news for us (the lock went to
-                    // another client), or a stale permit.
-                    Handed::Pending => {
-                        claimed = offer.is_some_and(Offer::is_claimed);
-                        must_try = false;
-                        continue;
-                    }
-                },
-                _ = &mut key_wake, if !claimed => {
-                    key_wake.set(waiter.notified());
-                    from_key = true;
-                    WakeCause::Message
-                }
-                _ = &mut reconnect => WakeCause::Reconnect,
-                outcome = async { resubscribe.as_mut().expect("checked").await }, if resubscribe.is_some() => {
-                    resubscribe = None;
-                    // This call confirmed it: a release published before that
-                    // reached nobody, so try once.
-                    must_try = outcome == Subscription::ConfirmedNow;
-                    continue;
-                }
-                _ = moved => {
-                    must_try = false;
-                    continue;
-                }
-                _ = freed, if degraded && role.is_none() => {
-                    // Take the role at once: if this waiter leaves right
-                    // after (its deadline), dropping the role hands it on
-                    // again (found in review: the role was lost with a
-                    // waiter that timed out in the same tick).
-                    role = waiter.take_poller_role();
-                    must_try = false;
-                    continue;
-                }
-                _ = tokio::time::sleep(bound) => WakeCause::Ttl,
-            };
-            must_try = match cause {
-                // (A hand-over returns above; it is never a cause here.)
-                WakeCause::Message | WakeCause::Handover => {
-                    tracing::trace!(target: "relaylock::hop", hop = "waiter_woken");
-                    true
-                }
-                WakeCause::Reconnect => {
-                    reconnect.set(registry.reconnected());
-                    // The subscriber task re-subscribed before waking us; if
-                    // that failed, the key is degraded and its poller
-                    // subscribes again beside its polling.
-                    true
-                }
-                WakeCause::Ttl => {
-                    if expired(deadline) {
-                        return self.at_deadline(waiter, offer);
-                    }
-                    if degraded && role.is_some() {
-                        if resubscribe.is_none() && waiter.subscribe_due() {
-                            resubscribe = Some(Box::pin(self.subscribe(waiter, deadline)));
-                        }
-                        waiter.claim_poll(DEGRADED_POLL)
-                    } else {
-                        // The re-check is due without a message (holder died,
-                        // message lost, or this client's periodic re-check):
-                        // one local waiter probes.
-                        waiter.claim_probe(PROBE_SLICE)
-                    }
-                }
-            };
-            if must_try {
-                m::wakeup(self.name, self.names.kind, cause);
+            let woken = self.sleep(
+                (waiter, offer, deadline),
+                &mut state,
+                key_wake.as_mut(),
+                reconnect.as_mut(),
+            );
+            match woken.await {
+                Woken::Granted(fence, sent) => return Ok(self.granted(waiter, fence, sent)),
+                Woken::Deadline => return self.at_deadline(waiter, offer),
+                Woken::By(cause) if state.tries() => m::wakeup(self.name, self.names.kind, cause),
+                Woken::By(_) | Woken::Again => {}
             }
         }
+    }
+
+    /// A turn of the wait loop that tries: the lock, unless a release of
+    /// this client is handing it to this call (`offer`). `key_wake`: a
+    /// wake-up of the key's `Notify` brought this turn (see [`Turn`]).
+    async fn try_turn(
+        &self,
+        waiter: &Waiter,
+        offer: Option<&Offer<Notify>>,
+        key_wake: bool,
+        state: &mut WaitState<'_>,
+    ) -> Result<Option<(u64, Instant)>> {
+        match offer.map_or(Gate::Go, Offer::begin_try) {
+            Gate::Go => {
+                let attempt = self.try_passing_on(waiter, false).await;
+                // Taken: withdraw the offer straight from Trying, so no
+                // other reader's batch can claim this token in between (it
+                // would take a second hold for it, leaked for a lease).
+                if let Ok(Attempt::Acquired(fence, sent)) = attempt {
+                    if let Some(o) = offer {
+                        o.acquired();
+                    }
+                    return Ok(Some((fence, sent)));
+                }
+                if let Some(o) = offer {
+                    o.end_try();
+                }
+                attempt.map(|_| None)
+            }
+            Gate::Granted(fence, sent) => Ok(Some(self.granted(waiter, fence, sent))),
+            // A release of this client is handing the lock to this call: its
+            // outcome wakes us. A wake-up from the key's `Notify` that
+            // brought us here goes to another waiter; until the outcome we
+            // do not take those (taking back our own permit would spin the
+            // loop). Only to another task: the claim's outcome supersedes it
+            // for this one, and a permit stored for nobody would cost the
+            // next newcomer a try.
+            Gate::Claimed => {
+                if key_wake && waiter.has_company() {
+                    waiter.pass_on();
+                }
+                state.claimed();
+                Ok(None)
+            }
+        }
+    }
+
+    /// Sleep until a release message, a reconnect, or the next re-check: the
+    /// end of the current holder's lease as this client last learned it (or
+    /// its own re-check). A newer, earlier estimate wakes us to recompute
+    /// the bound. Every wake-up is a transition of `state`.
+    ///
+    /// Degraded (subscription not confirmed): one waiter holds the polling
+    /// role and polls every [`DEGRADED_POLL`]; the others wait, without a
+    /// time bound of their own, until the role is handed on, so a degraded
+    /// key costs the same whatever its number of waiters.
+    async fn sleep<'w>(
+        &'w self,
+        (waiter, offer, deadline): (&'w Waiter, Option<&Offer<Notify>>, Option<Instant>),
+        state: &mut WaitState<'w>,
+        mut key_wake: Pin<&mut Notified<'w>>,
+        mut reconnect: Pin<&mut Notified<'a>>,
+    ) -> Woken {
+        // Registered before the state is read, so a change right after the
+        // read still wakes us.
+        let moved = waiter.estimate_moved();
+        let freed = waiter.poller_freed();
+        state.saw_subscription(waiter.is_confirmed(), || waiter.take_poller_role());
+        // The poller polls; the other degraded waiters are still bounded by
+        // the holder's lease, so a hand-over of the role that goes astray
+        // costs at most that, never a hang.
+        let mut bound = if state.polls() {
+            waiter.until_poll()
+        } else {
+            waiter.until_due().unwrap_or(PROBE_SLICE)
+        };
+        if let Some(left) = remaining(deadline) {
+            bound = bound.min(left);
+        }
+        tokio::select! {
+            biased;
+            _ = granting(offer) => match offer.map_or(Handed::Pending, Offer::outcome) {
+                Handed::Granted(fence, sent) => Woken::Granted(fence, sent),
+                // The release's outcome is unknown, or the lock is free.
+                Handed::Recheck => {
+                    state.claim_rechecks();
+                    woken_by_message()
+                }
+                // The claim ended without news for us (the lock went to
+                // another client), or a stale permit.
+                Handed::Pending => {
+                    state.claim_ended(offer.is_some_and(Offer::is_claimed));
+                    Woken::Again
+                }
+            },
+            _ = &mut key_wake, if state.listens_to_key() => {
+                key_wake.set(waiter.notified());
+                state.message_arrived();
+                woken_by_message()
+            }
+            _ = &mut reconnect => {
+                // The subscriber task re-subscribed before waking us; if
+                // that failed, the key is degraded and its poller
+                // subscribes again beside its polling.
+                reconnect.set(self.inner.registry.reconnected());
+                state.reconnected();
+                Woken::By(WakeCause::Reconnect)
+            }
+            outcome = state.resubscription(), if state.resubscribing() => {
+                state.resubscribed(outcome);
+                Woken::Again
+            }
+            _ = moved => {
+                state.estimate_moved();
+                Woken::Again
+            }
+            _ = freed, if state.awaits_role() => {
+                state.role_freed(waiter.take_poller_role());
+                Woken::Again
+            }
+            _ = tokio::time::sleep(bound) => self.recheck_due(waiter, deadline, state),
+        }
+    }
+
+    /// The sleep's bound passed: the deadline, or the re-check is due
+    /// without a message (holder died, message lost, this client's
+    /// periodic re-check, or a degraded key's poll): one local waiter
+    /// re-checks, the one that wins the claim.
+    fn recheck_due<'w>(
+        &'w self,
+        waiter: &'w Waiter,
+        deadline: Option<Instant>,
+        state: &mut WaitState<'w>,
+    ) -> Woken {
+        if expired(deadline) {
+            return Woken::Deadline;
+        }
+        let won = if state.polls() {
+            if !state.resubscribing() && waiter.subscribe_due() {
+                state.resubscribe(Box::pin(self.subscribe(waiter, deadline)));
+            }
+            waiter.claim_poll(DEGRADED_POLL)
+        } else {
+            waiter.claim_probe(PROBE_SLICE)
+        };
+        state.estimate_expired(won);
+        Woken::By(WakeCause::Ttl)
     }
 }
