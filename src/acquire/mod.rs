@@ -88,13 +88,6 @@ enum Woken {
     Again,
 }
 
-/// A release message woke the waiter (or a claim's outcome said to
-/// re-check).
-fn woken_by_message() -> Woken {
-    tracing::trace!(target: "relaylock::hop", hop = "waiter_woken");
-    Woken::By(WakeCause::Message)
-}
-
 /// What one acquire script call found.
 enum Attempt {
     /// Taken, with its fencing token and when the call that took it was sent.
@@ -235,7 +228,77 @@ fn record_outcome(span: &tracing::Span, outcome: &Result<(u64, Instant)>) {
     span.record("outcome", what);
 }
 
-impl LockCall<'_> {
+pub(crate) async fn try_lock(
+    inner: &Arc<ClientInner>,
+    key: &str,
+    options: &LockOptions,
+    shape: Shape,
+) -> Result<Option<LockGuard>> {
+    // As in `lock`.
+    let _busy = inner.background.token();
+    let call = LockCall::new(inner, key, options, shape)?;
+    let outcome = tokio::select! {
+        biased;
+        _ = inner.closing.cancelled() => Err(Error::Shutdown),
+        outcome = call.try_once() => outcome,
+    };
+    match outcome? {
+        Some((fence, sent)) => call.into_guard(fence, sent).map(Some),
+        None => Ok(None),
+    }
+}
+
+impl<'a> LockCall<'a> {
+    fn new(
+        inner: &'a Arc<ClientInner>,
+        key: &'a str,
+        options: &'a LockOptions,
+        shape: Shape,
+    ) -> Result<Self> {
+        inner.check_key(key)?;
+        let (kind, permits) = match shape {
+            Shape::Mutex => (Kind::Mutex, None),
+            Shape::Semaphore { n, limit } => {
+                if n == 0 || limit == 0 || n > limit {
+                    return Err(Error::InvalidArgument(format!(
+                        "a semaphore call takes 1..=limit permits and a limit of at least 1 (asked for {n} of {limit})"
+                    )));
+                }
+                (Kind::Semaphore, Some((n, limit)))
+            }
+            Shape::Read => (Kind::Read, Some((1, RW_WRITE))),
+            Shape::Write => (Kind::Write, Some((RW_WRITE, RW_WRITE))),
+        };
+        let lease = options.lease.unwrap_or(inner.default_lease);
+        let lease_ms = validate_lease(lease)?;
+        let replicas = match options.replicas {
+            Some((n, timeout)) => Some((n, validate_replicas(n, timeout, lease)?)),
+            None => None,
+        };
+        let (names, token) = Names::for_call(&inner.prefix, key, kind, inner.registry.client_id());
+        let started = Instant::now();
+        let deadline = options
+            .wait
+            .filter(|w| !w.is_zero())
+            .and_then(|w| started.checked_add(w));
+        Ok(LockCall {
+            deadline,
+            unanswered: std::sync::atomic::AtomicBool::new(false),
+            inner,
+            key,
+            names,
+            token,
+            lease,
+            lease_ms,
+            name: options.name.as_ref(),
+            started,
+            renew: options.watchdog.unwrap_or(options.lease.is_none()),
+            replicas,
+            permits,
+            owned: std::sync::Mutex::new(None),
+        })
+    }
+
     /// The error of a wait whose deadline passed: [`Error::Unavailable`]
     /// when Redis could not be reached (the command connection is down, or
     /// this call's last try got no answer), else [`Error::Timeout`].
@@ -320,29 +383,7 @@ impl LockCall<'_> {
             }
         }
     }
-}
 
-pub(crate) async fn try_lock(
-    inner: &Arc<ClientInner>,
-    key: &str,
-    options: &LockOptions,
-    shape: Shape,
-) -> Result<Option<LockGuard>> {
-    // As in `lock`.
-    let _busy = inner.background.token();
-    let call = LockCall::new(inner, key, options, shape)?;
-    let outcome = tokio::select! {
-        biased;
-        _ = inner.closing.cancelled() => Err(Error::Shutdown),
-        outcome = call.try_once() => outcome,
-    };
-    match outcome? {
-        Some((fence, sent)) => call.into_guard(fence, sent).map(Some),
-        None => Ok(None),
-    }
-}
-
-impl LockCall<'_> {
     /// One try; with `min_replicas`, then until enough replicas have it.
     /// Records the call's metrics when it acquired (or failed after).
     async fn try_once(&self) -> Result<Option<(u64, Instant)>> {
@@ -356,84 +397,6 @@ impl LockCall<'_> {
         };
         m::finished(self.name, self.names.kind, kind, self.started.elapsed());
         replicated.map(|()| Some((fence, sent)))
-    }
-}
-
-/// Completes when a release's claim on `offer` has news; never without an
-/// offer (a semaphore call).
-async fn granting(offer: Option<&Offer<Notify>>) {
-    match offer {
-        Some(o) => o.waker().notified().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// When a hold began, as this process dates its lease: one that had `left`
-/// of its `lease` when Redis answered a call sent at `sent` ends no later
-/// than `left` after `sent`, so it began `lease - left` before `sent` (and
-/// at `sent` when `left` is all of it). Dated so, a lease never outlasts
-/// Redis's.
-fn lease_began(sent: Instant, lease: Duration, left: Duration) -> Instant {
-    sent.checked_sub(lease.saturating_sub(left)).unwrap_or(sent)
-}
-
-fn remaining(deadline: Option<Instant>) -> Option<Duration> {
-    deadline.map(|d| d.saturating_duration_since(Instant::now()))
-}
-
-fn expired(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() >= d)
-}
-
-impl<'a> LockCall<'a> {
-    fn new(
-        inner: &'a Arc<ClientInner>,
-        key: &'a str,
-        options: &'a LockOptions,
-        shape: Shape,
-    ) -> Result<Self> {
-        inner.check_key(key)?;
-        let (kind, permits) = match shape {
-            Shape::Mutex => (Kind::Mutex, None),
-            Shape::Semaphore { n, limit } => {
-                if n == 0 || limit == 0 || n > limit {
-                    return Err(Error::InvalidArgument(format!(
-                        "a semaphore call takes 1..=limit permits and a limit of at least 1 (asked for {n} of {limit})"
-                    )));
-                }
-                (Kind::Semaphore, Some((n, limit)))
-            }
-            Shape::Read => (Kind::Read, Some((1, RW_WRITE))),
-            Shape::Write => (Kind::Write, Some((RW_WRITE, RW_WRITE))),
-        };
-        let lease = options.lease.unwrap_or(inner.default_lease);
-        let lease_ms = validate_lease(lease)?;
-        let replicas = match options.replicas {
-            Some((n, timeout)) => Some((n, validate_replicas(n, timeout, lease)?)),
-            None => None,
-        };
-        let (names, token) = Names::for_call(&inner.prefix, key, kind, inner.registry.client_id());
-        let started = Instant::now();
-        let deadline = options
-            .wait
-            .filter(|w| !w.is_zero())
-            .and_then(|w| started.checked_add(w));
-        Ok(LockCall {
-            deadline,
-            unanswered: std::sync::atomic::AtomicBool::new(false),
-            inner,
-            key,
-            names,
-            token,
-            lease,
-            lease_ms,
-            name: options.name.as_ref(),
-            started,
-            renew: options.watchdog.unwrap_or(options.lease.is_none()),
-            replicas,
-            permits,
-            owned: std::sync::Mutex::new(None),
-        })
     }
 
     /// With `min_replicas`: make sure enough replicas have the lock
@@ -1023,4 +986,37 @@ impl<'a> LockCall<'a> {
         state.estimate_expired(won);
         Woken::By(WakeCause::Ttl)
     }
+}
+
+/// Completes when a release's claim on `offer` has news; never without an
+/// offer (a semaphore call).
+async fn granting(offer: Option<&Offer<Notify>>) {
+    match offer {
+        Some(o) => o.waker().notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// When a hold began, as this process dates its lease: one that had `left`
+/// of its `lease` when Redis answered a call sent at `sent` ends no later
+/// than `left` after `sent`, so it began `lease - left` before `sent` (and
+/// at `sent` when `left` is all of it). Dated so, a lease never outlasts
+/// Redis's.
+fn lease_began(sent: Instant, lease: Duration, left: Duration) -> Instant {
+    sent.checked_sub(lease.saturating_sub(left)).unwrap_or(sent)
+}
+
+fn remaining(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+fn expired(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// A release message woke the waiter (or a claim's outcome said to
+/// re-check).
+fn woken_by_message() -> Woken {
+    tracing::trace!(target: "relaylock::hop", hop = "waiter_woken");
+    Woken::By(WakeCause::Message)
 }
