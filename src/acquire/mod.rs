@@ -97,9 +97,8 @@ enum Attempt {
 }
 
 // The command futures of a try, a subscription or a replica WAIT are boxed
-// where they are awaited: a waiter's own state then stays small while it
-// sleeps (1.1 kB instead of 44 kB in a debug build; 5,000 waiters of the
-// storm test peaked at 235 MiB with them inline).
+// where they are awaited: a waiter's own state, which every sleeping waiter
+// carries, then holds none of their space.
 
 /// One lock call: everything fixed for its lifetime.
 struct LockCall<'a> {
@@ -417,14 +416,9 @@ impl<'a> LockCall<'a> {
             fence,
             lease_ms: self.lease_ms,
         };
-        let inner = self.inner;
-        let acknowledged = acknowledged(
-            &inner.replicas,
-            &inner.calls,
-            acquisition,
-            asked,
-            inner.command_timeout,
-        );
+        let (replicas, calls) = (&self.inner.replicas, &self.inner.calls);
+        let timeout = self.inner.command_timeout;
+        let acknowledged = acknowledged(replicas, calls, acquisition, asked, timeout);
         let failure = match acknowledged.await {
             Ok(()) => return Ok(()),
             Err(e) => e,
@@ -723,8 +717,7 @@ impl<'a> LockCall<'a> {
         let baton = OnDrop(Some(|| waiter.pass_on()));
         // Boxed: a try holds fred's command futures (kilobytes in a debug
         // build); a waiter that sleeps, which is most of them, does not
-        // carry that space (the storm test's 5,000 waiters peaked at 235 MiB
-        // with it inline). One allocation per try, next to a round trip.
+        // carry that space. One allocation per try, next to a round trip.
         let attempt = Box::pin(self.attempt(Some(waiter), fresh)).await;
         if attempt.is_ok() {
             baton.disarm();
@@ -752,13 +745,12 @@ impl<'a> LockCall<'a> {
         // readers share, so waiting behind its neighbours would only delay
         // it, and a refused try sets its client's queue entry to the number
         // of readers waiting now, so the write ahead reserves for all of
-        // them at once (found in review: readers that joined silently were
-        // counted only at the next refusal, and got in one per write).
+        // them at once, not one per write.
         if !queued || self.names.kind == Kind::Read {
             // `fresh`: a reader arriving behind local waiters does not take
-            // their client's reservation (found in the bench: arriving
-            // readers took the batch reserved for those that queued before
-            // a writer, and pushed them behind it).
+            // their client's reservation: that batch is for the readers that
+            // queued before a writer, which arriving readers would otherwise
+            // push behind it.
             let fresh = queued;
             if let Attempt::Acquired(fence, sent) = self.try_passing_on(&waiter, fresh).await? {
                 return Ok((fence, sent));
@@ -771,8 +763,7 @@ impl<'a> LockCall<'a> {
         // The rest of the wait has a box of its own, made only when the lock
         // was not taken at once: the call's own box (`LockClient::lock`)
         // then stays under glibc's per-thread cache (1,032 B), so the
-        // uncontended acquisition does not take the arena's lock for it
-        // (docs/benchmarks.md, "Client CPU").
+        // uncontended acquisition does not take the arena's lock for it.
         Box::pin(self.wait_queued(&waiter, queued, deadline, reconnect.as_mut())).await
     }
 
