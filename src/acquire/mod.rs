@@ -785,8 +785,8 @@ impl<'a> LockCall<'a> {
         // is known yet), and then only one of them (the probe claim). When
         // the subscription cannot be confirmed, the key's poller re-checks.
         let subscribed = self.subscribe(waiter, deadline).await;
-        let mut state =
-            WaitState::subscribed(subscribed, || queued && waiter.claim_probe(PROBE_SLICE));
+        let first =
+            Turn::after_subscribing(subscribed, || queued && waiter.claim_probe(PROBE_SLICE));
         // From here on a release of this client may hand the lock to this
         // call's token directly (see `crate::handoff`). Not before: a grant
         // during the subscription would sit unused until it returned (up to
@@ -807,6 +807,9 @@ impl<'a> LockCall<'a> {
         // release message wakes.
         let key_wake = waiter.notified();
         tokio::pin!(key_wake);
+        // Declared last, so dropped first: the polling role and a
+        // subscription attempt go before the key's wake-up and the offer.
+        let mut state = WaitState::new(first);
         loop {
             if let Turn::Try { key_wake } = state.take_turn() {
                 if let Some(taken) = self.try_turn(waiter, offer, key_wake, &mut state).await? {

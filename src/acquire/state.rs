@@ -20,6 +20,21 @@ pub(super) enum Turn {
     Try { key_wake: bool },
 }
 
+impl Turn {
+    /// The first turn after the first subscription's `outcome`: only the
+    /// waiter that confirmed it tries at once (a release published before
+    /// the confirmation reached nobody), or one that wins the `probe`
+    /// claim when it was confirmed already; an unconfirmed key's poller
+    /// re-checks instead.
+    pub(super) fn after_subscribing(outcome: Subscription, probe: impl FnOnce() -> bool) -> Self {
+        match outcome {
+            Subscription::ConfirmedNow => Turn::Try { key_wake: false },
+            Subscription::AlreadyConfirmed if probe() => Turn::Try { key_wake: false },
+            Subscription::AlreadyConfirmed | Subscription::Unconfirmed => Turn::Sleep,
+        }
+    }
+}
+
 /// Whether a release of this client is handing the lock to this call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OfferClaim {
@@ -75,19 +90,11 @@ pub(super) struct WaitState<'a> {
 }
 
 impl<'a> WaitState<'a> {
-    /// The state right after the first subscription's `outcome`: only the
-    /// waiter that confirmed it tries at once (a release published before
-    /// the confirmation reached nobody), or one that wins the `probe`
-    /// claim when it was confirmed already; an unconfirmed key's poller
-    /// re-checks instead.
-    pub(super) fn subscribed(outcome: Subscription, probe: impl FnOnce() -> bool) -> Self {
-        let turn = match outcome {
-            Subscription::ConfirmedNow => Turn::Try { key_wake: false },
-            Subscription::AlreadyConfirmed if probe() => Turn::Try { key_wake: false },
-            Subscription::AlreadyConfirmed | Subscription::Unconfirmed => Turn::Sleep,
-        };
+    /// The state of a waiter that starts with the turn `first` (the key's
+    /// polling is read at its first sleep).
+    pub(super) fn new(first: Turn) -> Self {
         WaitState {
-            turn,
+            turn: first,
             claim: OfferClaim::Open,
             polling: Polling::Confirmed,
         }
