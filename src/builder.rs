@@ -20,7 +20,7 @@ use crate::options::{
     validate_lease, validate_prefix, validate_url_scheme, WaitStrategy, MAX_LEASE,
 };
 use crate::registry::Registry;
-use crate::replica_pool::Replicas;
+use crate::replicas::Replicas;
 use crate::scripts::Scripts;
 use crate::watchdog::{self, Watchdog};
 

@@ -1,6 +1,7 @@
 //! The script calls: acquire, release, and renew (one lock for `extend`, a
 //! batch for the watchdog). The one place that sends relaylock's scripts to
-//! Redis; the acquire loop, the guard and the watchdog call down into it.
+//! Redis and reads their replies; the acquire loop, the guard and the
+//! watchdog call down into it and get typed replies back.
 //!
 //! Every call is bounded by the command timeout (fred's own when the client
 //! has one, else a timer here). A call cut short may still run in Redis: the
@@ -78,12 +79,18 @@ pub(crate) fn sem_acquire_reply(reply: &[i64], default_lease: Duration) -> Resul
 }
 
 /// What a batched semaphore acquire gave each of the batch's tokens, in
-/// order: its fence (`0`: not admitted) and the hold's remaining ms (a
-/// hold the token already had may have started earlier); empty when the
-/// caller was not admitted.
-pub(crate) fn sem_batch_fences(reply: &[i64]) -> Vec<(i64, i64)> {
+/// order: its fence and the hold's remaining lease (a hold the token
+/// already had may have started earlier), `None` when it was not admitted;
+/// empty when the caller was not admitted.
+fn sem_batch_fences(reply: &[i64]) -> Vec<Option<(u64, Duration)>> {
+    let admitted = |fence: i64, remaining: i64| {
+        (fence > 0).then(|| {
+            let remaining = u64::try_from(remaining).unwrap_or(0);
+            (fence as u64, Duration::from_millis(remaining))
+        })
+    };
     match reply {
-        [1, _, _, _, rest @ ..] => rest.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
+        [1, _, _, _, rest @ ..] => rest.chunks_exact(2).map(|p| admitted(p[0], p[1])).collect(),
         _ => Vec::new(),
     }
 }
@@ -91,7 +98,7 @@ pub(crate) fn sem_batch_fences(reply: &[i64]) -> Vec<(i64, i64)> {
 /// Whether an admitted semaphore acquire left part of this client's
 /// reservation reserved (`{1, fence, left}` with `left > 0`): another local
 /// waiter may take it.
-pub(crate) fn sem_reservation_left(reply: &[i64]) -> bool {
+fn sem_reservation_left(reply: &[i64]) -> bool {
     matches!(reply, [1, _, left, ..] if *left > 0)
 }
 
@@ -121,6 +128,86 @@ pub(crate) struct HandOver<'a> {
     /// This client stays queued after giving the lock: other local tasks
     /// still wait.
     pub(crate) keep: bool,
+}
+
+/// What one try (an [`ACQUIRE`](crate::scripts::ACQUIRE) or
+/// [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) call that Redis answered)
+/// found: the acquire loop reads nothing else of the reply.
+#[derive(Debug)]
+pub(crate) enum TryReply {
+    /// Taken, with this fencing token.
+    Acquired {
+        fence: u64,
+        /// The hold's remaining lease when the token already held it (a
+        /// replay, a hand-over found by a re-check, or a hold another
+        /// reader's batch took for it): its lease started before this call.
+        remaining: Option<Duration>,
+        /// A semaphore: part of this client's reservation is left, for
+        /// another local waiter to take.
+        reservation_left: bool,
+        /// A reader's batch: what each of the batch's tokens got, in the
+        /// order sent (see [`sem_batch_fences`]).
+        batch: Vec<Option<(u64, Duration)>>,
+    },
+    /// Held by another owner (or not admitted): re-check after about this
+    /// long.
+    Held(Duration),
+    /// Redis answered something the scripts never return, or the
+    /// semaphore's value is not relaylock's: the call's error. No token of
+    /// a batch was admitted.
+    Unusable(Error),
+}
+
+impl TryReply {
+    /// The acquire script's reply ([`acquire_reply`]).
+    fn of_lock(reply: &[i64], default_lease: Duration) -> Self {
+        match acquire_reply(reply, default_lease) {
+            Ok(AcquireReply::Acquired(fence, remaining)) => TryReply::Acquired {
+                fence,
+                remaining,
+                reservation_left: false,
+                batch: Vec::new(),
+            },
+            Ok(AcquireReply::Held(bound)) => TryReply::Held(bound),
+            Err(e) => TryReply::Unusable(e),
+        }
+    }
+
+    /// The semaphore acquire's reply ([`sem_acquire_reply`]), with its
+    /// batch and what is left of the reservation.
+    fn of_semaphore(reply: &[i64], default_lease: Duration) -> Self {
+        match sem_acquire_reply(reply, default_lease) {
+            Ok(AcquireReply::Acquired(fence, remaining)) => TryReply::Acquired {
+                fence,
+                remaining,
+                reservation_left: sem_reservation_left(reply),
+                batch: sem_batch_fences(reply),
+            },
+            Ok(AcquireReply::Held(bound)) => TryReply::Held(bound),
+            Err(e) => TryReply::Unusable(e),
+        }
+    }
+
+    /// What the batch's tokens got (empty unless acquired).
+    pub(crate) fn batch(&self) -> &[Option<(u64, Duration)>] {
+        match self {
+            TryReply::Acquired { batch, .. } => batch,
+            TryReply::Held(_) | TryReply::Unusable(_) => &[],
+        }
+    }
+}
+
+/// The terms of one try ([`Calls::acquire`], [`Calls::sem_acquire`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TryTerms {
+    /// The lease a hold it takes gets, in ms.
+    pub(crate) lease_ms: u64,
+    /// What is left of the caller's deadline: it bounds the call (fred's
+    /// own timeout: a call that runs out is never written later).
+    pub(crate) within: Option<Duration>,
+    /// The re-check bound of a refusal when Redis reports no expiry (a key
+    /// relaylock did not write, a void marker).
+    pub(crate) default_lease: Duration,
 }
 
 /// What the release script found.
@@ -229,8 +316,8 @@ pub(crate) struct Calls {
     /// a static string, shared by every call, not copied.
     publish: Value,
     /// Whether the lock's scripts may be sent their lean argument lists,
-    /// which stand for `PUBLISH` and the default retention: Redis parses
-    /// every argument of every call.
+    /// which stand for `PUBLISH` and the default retention: each argument
+    /// costs Redis.
     lean_args: bool,
     /// The names [`value_vanished`](Self::value_vanished) told lately.
     vanished: Arc<Vanished>,
@@ -419,42 +506,45 @@ impl Calls {
         Ok(evalsha_within(&self.redis, script, limit, make).await?)
     }
 
-    /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call, its raw reply (check it
-    /// with [`acquire_reply`] once the call's outcome is known). `client` is
-    /// this client's id for a caller that will wait (it queues, and may take
-    /// a reservation), `""` otherwise. `within`: what is left of the
-    /// caller's deadline, which bounds the call (fred's own timeout: a call
-    /// that runs out is never written later).
+    /// One [`ACQUIRE`](crate::scripts::ACQUIRE) call, its reply read
+    /// ([`TryReply`]); an error only when Redis did not answer (then the
+    /// script may or may not have run). `client` is this client's id for a
+    /// caller that will wait (it queues, and may take a reservation), `""`
+    /// otherwise.
     pub(crate) async fn acquire(
         &self,
         names: &Names,
         token: &Str,
-        lease_ms: u64,
+        terms: TryTerms,
         client: &Str,
-        within: Option<Duration>,
-    ) -> Result<Vec<i64>> {
+    ) -> Result<TryReply> {
+        let TryTerms {
+            lease_ms, within, ..
+        } = terms;
         // The lean call: the lock's name alone; the script derives its void
         // marker, void index and queue-times names (each used only on a
         // rare or contended path) from it. Every name and id goes as a
         // shared buffer: no argument is copied.
-        self.script_within(&self.scripts.acquire, within, || {
-            let mut args: Vec<Value> = vec![
-                Value::String(token.clone()),
-                (lease_ms as i64).into(),
-                Value::String(client.clone()),
-            ];
-            // The script's defaults stand for the channel (the lock's
-            // `...:ch`), `PUBLISH` and the default retention.
-            if !self.lean_args {
-                args.extend([
-                    Value::String(names.channel.clone()),
-                    self.publish.clone(),
-                    (self.side_retention_ms as i64).into(),
-                ]);
-            }
-            (vec![&names.lock], args)
-        })
-        .await
+        let reply: Vec<i64> = self
+            .script_within(&self.scripts.acquire, within, || {
+                let mut args: Vec<Value> = vec![
+                    Value::String(token.clone()),
+                    (lease_ms as i64).into(),
+                    Value::String(client.clone()),
+                ];
+                // The script's defaults stand for the channel (the lock's
+                // `...:ch`), `PUBLISH` and the default retention.
+                if !self.lean_args {
+                    args.extend([
+                        Value::String(names.channel.clone()),
+                        self.publish.clone(),
+                        (self.side_retention_ms as i64).into(),
+                    ]);
+                }
+                (vec![&names.lock], args)
+            })
+            .await?;
+        Ok(TryReply::of_lock(&reply, terms.default_lease))
     }
 
     /// One [`RELEASE`](crate::scripts::RELEASE) call for `hold` (whose
@@ -480,7 +570,7 @@ impl Calls {
         // The common release (fence known, no `next`) sends the lock's name
         // alone and no `next` arguments: the script reads the marker names
         // only to void an abandoned token or to check `next`'s marker, and
-        // every argument costs Redis (about 0.1 µs each).
+        // every argument costs Redis.
         let lean = fence.is_some() && next.is_none() && record;
         let (void, voids) = if lean {
             (String::new(), String::new())
@@ -656,49 +746,56 @@ impl Calls {
         .await
     }
 
-    /// One [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) call, its raw reply
-    /// (`{1, fence, left}` or `{0, bound ms}`; `client` as for
-    /// [`acquire`](Self::acquire); `within` bounds it as for `acquire`;
-    /// `more`: other local waiters want permits, so an admitted client
-    /// keeps a place in the queue; `want`: the largest need among them).
+    /// One [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) call for `n` of
+    /// `limit` permits, its reply read ([`TryReply`]; the script's `{1,
+    /// fence, left, ...}` or `{0, bound ms}`), as for
+    /// [`acquire`](Self::acquire) (`client` too). `more`: other local
+    /// waiters want permits, so an admitted client keeps a place in the
+    /// queue; `want`: the largest need among them; `batch`: other local
+    /// readers' tokens (and leases) to take permits for in the same call.
     pub(crate) async fn sem_acquire(
         &self,
         names: &Names,
         token: &str,
         (n, limit): (u32, u32),
-        (lease_ms, within): (u64, Option<Duration>),
+        terms: TryTerms,
         (client, more, want, fresh): (&str, bool, u32, bool),
         batch: &[(&str, u64)],
-    ) -> Result<Vec<i64>> {
+    ) -> Result<TryReply> {
+        let TryTerms {
+            lease_ms, within, ..
+        } = terms;
         let (holds, facts) = names.side();
         let (void, voids) = (names.void(token), names.voids());
         let since = names.queue_times();
         let (channel, wchannel) = names.script_channels();
-        self.script_within(&self.scripts.sem_acquire, within, || {
-            let args: Vec<Value> = vec![
-                token.into(),
-                i64::from(n).into(),
-                i64::from(limit).into(),
-                (lease_ms as i64).into(),
-                client.into(),
-                (self.side_retention_ms as i64).into(),
-                channel.as_str().into(),
-                self.publish.clone(),
-                (HANDOFF_GRACE_MS as i64).into(),
-                if more { "1" } else { "0" }.into(),
-                i64::from(want).into(),
-                wchannel.as_str().into(),
-                if fresh { "1" } else { "0" }.into(),
-            ];
-            let mut args = args;
-            for (token, lease_ms) in batch {
-                args.push((*token).into());
-                args.push((*lease_ms as i64).into());
-            }
-            let keys = vec![&*names.lock, &holds, &facts, &void, &voids, &since];
-            (keys, args)
-        })
-        .await
+        let reply: Vec<i64> = self
+            .script_within(&self.scripts.sem_acquire, within, || {
+                let args: Vec<Value> = vec![
+                    token.into(),
+                    i64::from(n).into(),
+                    i64::from(limit).into(),
+                    (lease_ms as i64).into(),
+                    client.into(),
+                    (self.side_retention_ms as i64).into(),
+                    channel.as_str().into(),
+                    self.publish.clone(),
+                    (HANDOFF_GRACE_MS as i64).into(),
+                    if more { "1" } else { "0" }.into(),
+                    i64::from(want).into(),
+                    wchannel.as_str().into(),
+                    if fresh { "1" } else { "0" }.into(),
+                ];
+                let mut args = args;
+                for (token, lease_ms) in batch {
+                    args.push((*token).into());
+                    args.push((*lease_ms as i64).into());
+                }
+                let keys = vec![&*names.lock, &holds, &facts, &void, &voids, &since];
+                (keys, args)
+            })
+            .await?;
+        Ok(TryReply::of_semaphore(&reply, terms.default_lease))
     }
 
     /// One [`SEM_RELEASE`](crate::scripts::SEM_RELEASE) call for `hold`
@@ -880,9 +977,12 @@ mod tests {
         );
         assert!(
             sem_reservation_left(&reply),
-            "a reservation left beside a batch is seen"
+            "a reservation left is read with a batch too"
         );
-        assert_eq!(sem_batch_fences(&reply), vec![(8, 10_000), (0, 0)]);
+        assert_eq!(
+            sem_batch_fences(&reply),
+            vec![Some((8, Duration::from_secs(10))), None]
+        );
         assert!(!sem_reservation_left(&[1, 7, 0, 10_000, 8, 10_000]));
         assert!(sem_batch_fences(&[0, 50]).is_empty());
         assert_eq!(
@@ -890,6 +990,53 @@ mod tests {
             AcquireReply::Held(Duration::from_millis(50))
         );
         assert!(sem_acquire_reply(&[0, -1], lease).is_err());
+    }
+
+    #[test]
+    fn try_replies_are_typed() {
+        let lease = Duration::from_secs(30);
+        let TryReply::Acquired {
+            fence,
+            remaining,
+            reservation_left,
+            batch,
+        } = TryReply::of_lock(&[1, 7, 0, 1500], lease)
+        else {
+            panic!("taken");
+        };
+        assert_eq!(fence, 7);
+        assert_eq!(remaining, Some(Duration::from_millis(1500)));
+        assert!(!reservation_left && batch.is_empty());
+        assert!(matches!(
+            TryReply::of_lock(&[-253], lease),
+            TryReply::Held(d) if d == Duration::from_millis(250)
+        ));
+        assert!(matches!(
+            TryReply::of_lock(&[1, 0], lease),
+            TryReply::Unusable(Error::UnexpectedReply(_))
+        ));
+
+        let reply = TryReply::of_semaphore(&[1, 7, 1, 10_000, 8, 4_000, 0, 0], lease);
+        assert_eq!(
+            reply.batch(),
+            [Some((8, Duration::from_secs(4))), None].as_slice()
+        );
+        assert!(matches!(
+            reply,
+            TryReply::Acquired {
+                fence: 7,
+                remaining: Some(r),
+                reservation_left: true,
+                ..
+            } if r == Duration::from_secs(10)
+        ));
+        let held = TryReply::of_semaphore(&[0, 50], lease);
+        assert!(held.batch().is_empty());
+        assert!(matches!(held, TryReply::Held(d) if d == Duration::from_millis(50)));
+        // Not relaylock's value: unusable, and no batch token admitted.
+        let foreign = TryReply::of_semaphore(&[0, -1], lease);
+        assert!(foreign.batch().is_empty());
+        assert!(matches!(foreign, TryReply::Unusable(_)));
     }
 
     #[test]

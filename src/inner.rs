@@ -18,7 +18,7 @@ use crate::calls::Calls;
 use crate::error::{Error, Result};
 use crate::options::{validate_key, WaitStrategy};
 use crate::registry::Registry;
-use crate::replica_pool::Replicas;
+use crate::replicas::Replicas;
 use crate::scripts::Names;
 use crate::watchdog::Watchdog;
 

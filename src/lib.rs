@@ -63,7 +63,7 @@ pub mod metrics;
 mod options;
 mod registry;
 mod release;
-mod replica_pool;
+mod replicas;
 mod rwlock;
 mod scripts;
 mod semaphore;

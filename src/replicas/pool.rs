@@ -8,11 +8,11 @@
 //! belong to another replication stream: the count then says nothing of the
 //! lock written before. So a call that writes and then `WAIT`s watches the
 //! connection ([`Checkout::watch`], see `crate::conn_watch`) and trusts the
-//! count only if no new connection was opened in between. (The likely cause of a Sentinel
-//! failover test failure in CI: a `WAIT` sent after the old primary closed
-//! its connections can go to the new primary and confirm a lock that server
-//! never had. A reconnect to the same server would be harmless, but the two
-//! cannot be told apart.)
+//! count only if no new connection was opened in between: a `WAIT` sent
+//! after the old primary closed its connections can go to the new primary
+//! and confirm a lock that server never had. A reconnect to the same server
+//! would be harmless, but the two cannot be told apart, so any new
+//! connection voids the count.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,8 +34,7 @@ pub(crate) struct Replicas {
     connect_timeout: Duration,
     /// The client is gone. Read and written under this lock together with
     /// the pool's state, so a pool opened while the client was dropped is
-    /// quit by one side or the other (found in review: 4 connections left
-    /// open when the last clone was dropped during the pool's connect).
+    /// quit by one side or the other: no connection outlives the client.
     closed: Mutex<bool>,
 }
 
