@@ -210,6 +210,22 @@ pub(crate) struct TryTerms {
     pub(crate) default_lease: Duration,
 }
 
+/// How a semaphore try stands in the queue ([`Calls::sem_acquire`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QueuePlace<'a> {
+    /// This client's id (its role's) for a caller that will wait: it
+    /// queues, and may take a reservation; `""` otherwise.
+    pub(crate) client: &'a str,
+    /// Other local waiters want permits: an admitted client keeps its
+    /// place in the queue.
+    pub(crate) more: bool,
+    /// The largest need among this client's local waiters.
+    pub(crate) want: u32,
+    /// The caller must not take its client's reservation (a reader arriving
+    /// behind its client's waiters, for whom the reservation was made).
+    pub(crate) fresh: bool,
+}
+
 /// What the release script found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
@@ -749,22 +765,27 @@ impl Calls {
     /// One [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) call for `n` of
     /// `limit` permits, its reply read ([`TryReply`]; the script's `{1,
     /// fence, left, ...}` or `{0, bound ms}`), as for
-    /// [`acquire`](Self::acquire) (`client` too). `more`: other local
-    /// waiters want permits, so an admitted client keeps a place in the
-    /// queue; `want`: the largest need among them; `batch`: other local
-    /// readers' tokens (and leases) to take permits for in the same call.
+    /// [`acquire`](Self::acquire); `place`: how the caller stands in the
+    /// queue; `batch`: other local readers' tokens (and leases) to take
+    /// permits for in the same call.
     pub(crate) async fn sem_acquire(
         &self,
         names: &Names,
         token: &str,
         (n, limit): (u32, u32),
         terms: TryTerms,
-        (client, more, want, fresh): (&str, bool, u32, bool),
+        place: QueuePlace<'_>,
         batch: &[(&str, u64)],
     ) -> Result<TryReply> {
         let TryTerms {
             lease_ms, within, ..
         } = terms;
+        let QueuePlace {
+            client,
+            more,
+            want,
+            fresh,
+        } = place;
         let (holds, facts) = names.side();
         let (void, voids) = (names.void(token), names.voids());
         let since = names.queue_times();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use fred::clients::Client;
 
-use crate::acquire::{self, Shape};
+use crate::acquire::{self, Want};
 use crate::builder::LockClientBuilder;
 use crate::error::{Error, Result};
 use crate::guard::{run_holding, LockGuard};
@@ -203,7 +203,7 @@ impl LockClient {
         // Boxed: the wait loop's state machine is large (several kB in a
         // debug build), and a caller's own future stays small with it on the
         // heap. One allocation per call, next to at least one round trip.
-        Box::pin(acquire::lock(&self.inner, key, &options, Shape::Mutex)).await
+        Box::pin(acquire::lock(&self.inner, key, &options, Want::LOCK)).await
     }
 
     /// Run `work` under the lock on `key`: take the lock (with `options`),
@@ -282,7 +282,7 @@ impl LockClient {
         key: &str,
         options: LockOptions,
     ) -> Result<Option<LockGuard>> {
-        Box::pin(acquire::try_lock(&self.inner, key, &options, Shape::Mutex)).await
+        Box::pin(acquire::try_lock(&self.inner, key, &options, Want::LOCK)).await
     }
 
     /// Whether anybody holds the lock on `key` right now (one small script).

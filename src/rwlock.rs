@@ -40,7 +40,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::acquire::{self, Shape};
+use crate::acquire::{self, Want};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -133,7 +133,7 @@ impl RwLock {
     /// reservation a release made for it that it never took is freed when
     /// its client leaves the queue, or lapses after 50 ms.
     pub async fn read_with(&self, options: LockOptions) -> Result<ReadGuard> {
-        let guard = Box::pin(acquire::lock(&self.inner, &self.key, &options, Shape::Read)).await?;
+        let guard = Box::pin(acquire::lock(&self.inner, &self.key, &options, Want::READ)).await?;
         Ok(ReadGuard { guard })
     }
 
@@ -166,7 +166,7 @@ impl RwLock {
             &self.inner,
             &self.key,
             &options,
-            Shape::Read,
+            Want::READ,
         ))
         .await?;
         Ok(guard.map(|guard| ReadGuard { guard }))
@@ -196,13 +196,7 @@ impl RwLock {
     ///
     /// As [`read_with`](Self::read_with).
     pub async fn write_with(&self, options: LockOptions) -> Result<WriteGuard> {
-        let guard = Box::pin(acquire::lock(
-            &self.inner,
-            &self.key,
-            &options,
-            Shape::Write,
-        ))
-        .await?;
+        let guard = Box::pin(acquire::lock(&self.inner, &self.key, &options, Want::WRITE)).await?;
         Ok(WriteGuard { guard })
     }
 
@@ -235,7 +229,7 @@ impl RwLock {
             &self.inner,
             &self.key,
             &options,
-            Shape::Write,
+            Want::WRITE,
         ))
         .await?;
         Ok(guard.map(|guard| WriteGuard { guard }))

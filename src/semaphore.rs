@@ -26,7 +26,7 @@
 //!
 //! The protocol and its safety argument: `docs/design-semaphore-rwlock.md`.
 
-use crate::acquire::{self, Shape};
+use crate::acquire::{self, Want};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -152,8 +152,8 @@ impl Semaphore {
     /// a release of its token in the background, which also voids the token
     /// so a delayed copy of the script can never take permits later.
     pub async fn acquire_with(&self, options: SemaphoreOptions) -> Result<Permit> {
-        let shape = self.shape(&options);
-        let guard = Box::pin(acquire::lock(&self.inner, &self.key, &options.lock, shape)).await?;
+        let want = self.want(&options);
+        let guard = Box::pin(acquire::lock(&self.inner, &self.key, &options.lock, want)).await?;
         Ok(Permit { guard })
     }
 
@@ -183,12 +183,12 @@ impl Semaphore {
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub async fn try_acquire_with(&self, options: SemaphoreOptions) -> Result<Option<Permit>> {
-        let shape = self.shape(&options);
+        let want = self.want(&options);
         let guard = Box::pin(acquire::try_lock(
             &self.inner,
             &self.key,
             &options.lock,
-            shape,
+            want,
         ))
         .await?;
         Ok(guard.map(|guard| Permit { guard }))
@@ -268,11 +268,8 @@ impl Semaphore {
         Ok(self.inner.calls.sem_peek(&names).await?.queued)
     }
 
-    fn shape(&self, options: &SemaphoreOptions) -> Shape {
-        Shape::Semaphore {
-            n: options.permits,
-            limit: self.limit,
-        }
+    fn want(&self, options: &SemaphoreOptions) -> Want {
+        Want::permits(options.permits, self.limit)
     }
 }
 

@@ -31,7 +31,7 @@ use metrics::SharedString;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use crate::calls::{TryReply, TryTerms};
+use crate::calls::{QueuePlace, TryReply, TryTerms};
 use crate::error::{Error, Result};
 use crate::guard::{Acquired, LockGuard};
 use crate::hold_id::HoldId;
@@ -147,28 +147,37 @@ impl Drop for LockCall<'_> {
     }
 }
 
-/// What one call acquires: a lock, or `n` permits of a semaphore whose
-/// limit (as this caller gives it) is `limit`.
+/// What one call acquires: a primitive of `kind`, and for all but a lock
+/// `n` permits under `limit` (a semaphore's limit as this caller gives it;
+/// a read-write lock's read takes 1 of [`RW_WRITE`] permits, a write all).
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Shape {
-    Mutex,
-    Semaphore {
-        n: u32,
-        limit: u32,
-    },
-    /// A read-write lock's read (1 of [`RW_WRITE`] permits) or write (all).
-    Read,
-    Write,
+pub(crate) struct Want {
+    kind: Kind,
+    permits: Option<(u32, u32)>,
 }
 
-impl Shape {
-    /// The primitive, as the spans name it.
-    fn primitive(self) -> &'static str {
-        match self {
-            Shape::Mutex => "mutex",
-            Shape::Semaphore { .. } => "semaphore",
-            Shape::Read => "read",
-            Shape::Write => "write",
+impl Want {
+    /// A lock.
+    pub(crate) const LOCK: Want = Want {
+        kind: Kind::Mutex,
+        permits: None,
+    };
+    /// A read-write lock's read.
+    pub(crate) const READ: Want = Want {
+        kind: Kind::Read,
+        permits: Some((1, RW_WRITE)),
+    };
+    /// A read-write lock's write.
+    pub(crate) const WRITE: Want = Want {
+        kind: Kind::Write,
+        permits: Some((RW_WRITE, RW_WRITE)),
+    };
+
+    /// `n` permits of a semaphore of `limit`.
+    pub(crate) fn permits(n: u32, limit: u32) -> Want {
+        Want {
+            kind: Kind::Semaphore,
+            permits: Some((n, limit)),
         }
     }
 }
@@ -177,7 +186,7 @@ pub(crate) async fn lock(
     inner: &Arc<ClientInner>,
     key: &str,
     options: &LockOptions,
-    shape: Shape,
+    want: Want,
 ) -> Result<LockGuard> {
     // A shutdown ends the wait (dropping it is cancel-safe) and waits for
     // this call to wind down. Taken before the call, so it is let go after
@@ -189,12 +198,12 @@ pub(crate) async fn lock(
     let span = tracing::info_span!(
         "relaylock.lock",
         key,
-        primitive = shape.primitive(),
+        primitive = want.kind.label(),
         name = options.name.as_deref(),
         fence = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
-    let call = LockCall::new(inner, key, options, shape)?;
+    let call = LockCall::new(inner, key, options, want)?;
     let outcome = tracing::Instrument::instrument(
         async {
             tokio::select! {
@@ -232,11 +241,11 @@ pub(crate) async fn try_lock(
     inner: &Arc<ClientInner>,
     key: &str,
     options: &LockOptions,
-    shape: Shape,
+    want: Want,
 ) -> Result<Option<LockGuard>> {
     // As in `lock`.
     let _busy = inner.background.token();
-    let call = LockCall::new(inner, key, options, shape)?;
+    let call = LockCall::new(inner, key, options, want)?;
     let outcome = tokio::select! {
         biased;
         _ = inner.closing.cancelled() => Err(Error::Shutdown),
@@ -253,22 +262,15 @@ impl<'a> LockCall<'a> {
         inner: &'a Arc<ClientInner>,
         key: &'a str,
         options: &'a LockOptions,
-        shape: Shape,
+        want: Want,
     ) -> Result<Self> {
         inner.check_key(key)?;
-        let (kind, permits) = match shape {
-            Shape::Mutex => (Kind::Mutex, None),
-            Shape::Semaphore { n, limit } => {
-                if n == 0 || limit == 0 || n > limit {
-                    return Err(Error::InvalidArgument(format!(
-                        "a semaphore call takes 1..=limit permits and a limit of at least 1 (asked for {n} of {limit})"
-                    )));
-                }
-                (Kind::Semaphore, Some((n, limit)))
-            }
-            Shape::Read => (Kind::Read, Some((1, RW_WRITE))),
-            Shape::Write => (Kind::Write, Some((RW_WRITE, RW_WRITE))),
-        };
+        let Want { kind, permits } = want;
+        if let Some((n, limit)) = permits.filter(|(n, limit)| *n == 0 || *limit == 0 || n > limit) {
+            return Err(Error::InvalidArgument(format!(
+                "a semaphore call takes 1..=limit permits and a limit of at least 1 (asked for {n} of {limit})"
+            )));
+        }
         let lease = options.lease.unwrap_or(inner.default_lease);
         let lease_ms = validate_lease(lease)?;
         let replicas = match options.replicas {
@@ -554,12 +556,12 @@ impl<'a> LockCall<'a> {
             default_lease: self.inner.default_lease,
         };
         let calls = &self.inner.calls;
-        let Some(shape) = self.permits else {
+        let Some(asked) = self.permits else {
             return calls.acquire(&self.names, &self.token, terms, client).await;
         };
         // The client's queue entry asks for the largest need among its
         // waiters now, so a reservation fits whichever is woken.
-        let want = queue.and_then(Waiter::max_need).map_or(shape.0, |(n, _)| n);
+        let want = queue.and_then(Waiter::max_need).map_or(asked.0, |(n, _)| n);
         // A reader takes permits for the other local readers that offer in
         // the same call: one call per local batch.
         if queue.is_some() && !fresh && self.names.kind == Kind::Read {
@@ -577,9 +579,14 @@ impl<'a> LockCall<'a> {
             .sem_acquire(
                 &self.names,
                 &self.token,
-                shape,
+                asked,
                 terms,
-                (client, more, want, fresh),
+                QueuePlace {
+                    client,
+                    more,
+                    want,
+                    fresh,
+                },
                 &tokens,
             )
             .await

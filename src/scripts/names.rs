@@ -29,6 +29,16 @@ impl Kind {
         self != Kind::Mutex
     }
 
+    /// The primitive's name in spans: `mutex`, `semaphore`, `read`, `write`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Semaphore => "semaphore",
+            Kind::Read => "read",
+            Kind::Write => "write",
+        }
+    }
+
     /// What follows `<prefix>:3:{<key>}` in the value's name.
     fn suffix(self) -> &'static str {
         match self {
