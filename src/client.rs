@@ -492,3 +492,42 @@ impl LockClientBuilder {
         Ok(LockClient { inner })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A client that holds one lock at a time (the map is empty whenever
+    /// the task plans) does not wake the task for each lock: a lock with
+    /// the default lease is due no earlier than the task's longest sleep.
+    /// A shorter lease does wake it, and is renewed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_lock_at_a_time_does_not_wake_the_task_each_time() {
+        let server = relaylock_testkit::RedisServer::start();
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let dog = Arc::clone(&client.inner.watchdog);
+        // The first lock wakes it (it planned for an empty map at start).
+        client.lock("w").await.unwrap().release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let before = dog.plans();
+        for i in 0..200 {
+            let guard = client.lock(&format!("w{i}")).await.unwrap();
+            tokio::task::yield_now().await;
+            guard.release().await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        let woken = dog.plans() - before;
+        assert!(woken <= 5, "200 locks woke the watchdog {woken} times");
+        // A lease shorter than the task's sleep wakes it, and is renewed.
+        let options = LockOptions::default()
+            .lease(Duration::from_millis(300))
+            .watchdog(true);
+        let guard = client.lock_with("short", options).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(guard.is_held(), "the short lease was not renewed");
+        guard.release().await.unwrap();
+    }
+}
