@@ -22,6 +22,7 @@ mod bare;
 mod bench;
 mod plot;
 mod redis_server;
+mod row;
 mod run;
 mod stats;
 mod status;

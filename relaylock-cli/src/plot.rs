@@ -9,7 +9,7 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::bench::Row;
+use crate::row::{p99_capped, Row};
 
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -165,7 +165,7 @@ impl RunLength {
                 .iter()
                 .map(|r| r.duration_s * 1e3)
                 .fold(f64::MIN, f64::max),
-            caps: rows.iter().any(crate::bench::p99_capped),
+            caps: rows.iter().any(p99_capped),
         }
     }
 }

@@ -1,0 +1,64 @@
+//! [`Row`]: one run's results, as the report prints them and the JSON lines
+//! save them; what the runner writes and the table and the plots read.
+
+use serde::Serialize;
+
+/// A figure that could not be computed (no acquisition, no RTT probe with
+/// `--no-rtt`) is NaN, which JSON writes as `null`: read it back as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    use serde::Deserialize;
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// One line of the report.
+#[derive(Serialize, serde::Deserialize, Debug, Clone)]
+pub struct Row {
+    pub strategy: String,
+    pub workers: usize,
+    pub processes: usize,
+    pub keys: usize,
+    pub hold_ms: f64,
+    pub duration_s: f64,
+    pub acquisitions: u64,
+    pub acq_per_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub wait_p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub wait_p99_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub wait_max_ms: f64,
+    pub handoff_p50_ms: Option<f64>,
+    pub handoff_p99_ms: Option<f64>,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub hold_p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub redis_requests_per_acq: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub redis_cmds_per_acq: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub redis_cpu_us_per_acq: f64,
+    /// The worker processes' own CPU time (user + system, every thread) per
+    /// acquisition, from `go` to `stop`. `None` when a saved result lacks it.
+    #[serde(default)]
+    pub client_cpu_us_per_acq: Option<f64>,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub attempts_per_acq: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub jain_fairness: f64,
+    pub violations: u64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub rtt_p50_ms: f64,
+    pub handoff_p50_rtts: Option<f64>,
+    pub peak_rss_mib: f64,
+    pub errors: u64,
+    pub lost: u64,
+    pub first_error: Option<String>,
+    pub redis_benchmark_evalsha_per_s: Option<f64>,
+    pub pairs_vs_half_evalsha: Option<f64>,
+}
+
+/// Whether a row's p99 wait is capped by the run: within a tenth of its
+/// length, where no longer wait could be seen.
+pub fn p99_capped(r: &Row) -> bool {
+    r.wait_p99_ms >= 0.9 * r.duration_s * 1e3
+}
