@@ -11,6 +11,7 @@ use fred::prelude::*;
 use fred::types::{CustomCommand, InfoKind};
 
 pub mod cluster;
+pub mod faults;
 pub mod ledger;
 pub mod prometheus;
 pub mod proxy;
