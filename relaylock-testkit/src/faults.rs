@@ -250,4 +250,3 @@ pub async fn proxied(prefix: &str) -> Proxied {
         direct,
     }
 }
-

@@ -20,6 +20,7 @@ pub mod proxy;
 #[path = "../../relaylock-cli/src/redis_server.rs"]
 mod redis_server;
 pub mod sentinel;
+pub mod stress;
 pub mod tls;
 pub mod warnings;
 pub use redis_server::{free_port, RedisServer};
