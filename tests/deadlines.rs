@@ -7,7 +7,7 @@ use relaylock_testkit as support;
 
 use std::time::{Duration, Instant};
 
-use relaylock::{Error, LockOptions};
+use relaylock::{Error, LockClient, LockOptions};
 use support::RedisServer;
 
 /// Redis stopped (killed): a 2 s wait ends at 2 s, not at the 5 s command
@@ -198,4 +198,69 @@ async fn a_forged_unlock_notice_changes_nothing() {
     assert!(lost.is_err(), "a forged notice made the hold lost");
     assert!(guard.is_held());
     guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn unreachable_server_fails_within_the_connect_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let start = Instant::now();
+    let r = LockClient::builder()
+        .url(format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await;
+    let took = start.elapsed();
+    assert!(r.is_err(), "connected to a closed port");
+    assert!(!matches!(r, Err(Error::InvalidArgument(_))));
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+/// With a fred client that has no command timeout of its own, relaylock's
+/// calls are still bounded: a frozen Redis (SIGSTOP) gives an error, not a hang.
+#[tokio::test]
+async fn frozen_redis_gives_an_error_not_a_hang() {
+    let server = RedisServer::start();
+    let lock = support::client_on_untimed_fred(&server.url(), Duration::from_millis(500)).await;
+    let pid = server.pid().unwrap().to_string();
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    let start = Instant::now();
+    let r = lock.lock("k").await;
+    let took = start.elapsed();
+    let cont = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap();
+    assert!(cont.success());
+    assert!(matches!(r, Err(Error::Redis(_))), "{r:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // And it recovers once Redis runs again.
+    let g = lock
+        .lock_with("k", LockOptions::default().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    g.release().await.unwrap();
+}
+
+/// `is_locked` is bounded by the command timeout too, with a fred client
+/// that has no timeout of its own.
+#[tokio::test]
+async fn is_locked_on_a_frozen_server_fails_within_the_command_timeout() {
+    let server = RedisServer::start();
+    let lock = support::client_on_untimed_fred(&server.url(), Duration::from_millis(500)).await;
+    server.pause();
+    let start = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(4), lock.is_locked("k")).await;
+    let took = start.elapsed();
+    server.resume();
+    let r = r.unwrap_or_else(|_| panic!("is_locked still pending after {took:?}"));
+    assert!(matches!(r, Err(Error::Redis(_))), "{r:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
 }

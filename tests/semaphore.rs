@@ -462,55 +462,6 @@ async fn renewal_extend_and_loss() {
     assert!(matches!(q.release().await, Err(Error::LockLost { .. })));
 }
 
-/// Bad input is a typed error before anything is sent.
-#[tokio::test]
-async fn bad_input_is_a_typed_error() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let invalid = |r: Result<_, Error>| matches!(r, Err(Error::InvalidArgument(_)));
-    assert!(invalid(c.semaphore("zero", 0).map(drop)));
-    let sem = c.semaphore("s", 2).unwrap();
-    assert!(invalid(
-        sem.acquire_with(SemaphoreOptions::default().permits(0))
-            .await
-            .map(drop)
-    ));
-    assert!(invalid(
-        sem.try_acquire_with(SemaphoreOptions::default().permits(3))
-            .await
-            .map(drop)
-    ));
-    assert!(invalid(
-        c.semaphore("", 2).unwrap().available().await.map(drop)
-    ));
-    assert!(invalid(
-        sem.acquire_with(SemaphoreOptions::default().lease(Duration::ZERO))
-            .await
-            .map(drop)
-    ));
-    // A name that holds something else is reported, not misread.
-    let admin = server.admin().await;
-    let _: () = admin
-        .set(
-            c.semaphore("foreign", 2).unwrap().redis_key(),
-            "not ours",
-            None,
-            None,
-            false,
-        )
-        .await
-        .unwrap();
-    let foreign = c.semaphore("foreign", 2).unwrap();
-    assert!(matches!(
-        foreign.try_acquire().await,
-        Err(Error::UnexpectedReply(_))
-    ));
-    assert!(matches!(
-        foreign.available().await,
-        Err(Error::UnexpectedReply(_))
-    ));
-}
-
 /// Takes one permit of `sem` within `wait` and keeps it (the holds of these
 /// scenarios have long leases); returns how long it took.
 async fn take_within(sem: relaylock::Semaphore, n: u32, wait: Duration) -> Result<Duration, Error> {
