@@ -20,6 +20,10 @@ async fn client(server: &RedisServer) -> LockClient {
     support::client(&server.url()).await
 }
 
+/// Out-of-bounds keys, leases, extends, URLs, prefixes, default leases and
+/// poll intervals are `InvalidArgument` errors; keys at the length bound or
+/// with braces, spaces or unicode, and a wait too long to be a deadline
+/// (no deadline), work.
 #[tokio::test]
 async fn bad_arguments_are_typed_errors() {
     let server = RedisServer::start();
@@ -158,6 +162,8 @@ async fn refused_past_bound<T: Copy + std::fmt::Debug>(
         .unwrap()
 }
 
+/// An unsubscribe linger over an hour is refused at `build()`, naming the
+/// setting; at the bound, a hand-over to a waiter of the same client works.
 #[tokio::test]
 async fn an_unbounded_linger_is_refused_at_build() {
     let server = RedisServer::start();
@@ -181,6 +187,8 @@ async fn an_unbounded_linger_is_refused_at_build() {
         .unwrap();
 }
 
+/// A message buffer of 0 or over 2^20 messages is refused at `build()`,
+/// naming the setting; at the bound, the client takes a lock.
 #[tokio::test]
 async fn an_oversized_message_buffer_is_refused_at_build() {
     let server = RedisServer::start();
@@ -203,7 +211,7 @@ thread_local! {
     /// One server and one client for every case of a test. Thread-local,
     /// not a static: proptest runs a test's cases on its thread, and the
     /// world (its redis-server with it) is dropped when that thread ends. A
-    /// static is never dropped and left its redis-server running.
+    /// static is never dropped, and would leave its redis-server running.
     static WORLD: World = {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -295,8 +303,8 @@ proptest! {
 
     /// lock_with with any wait limit (zero, huge, `Duration::MAX`) on a free
     /// key acquires at once, or, given less time than a round trip, ends at
-    /// its deadline with `Timeout` (the wait is a deadline: issue 36; zero
-    /// is one try and waits for its reply); with_lock runs and releases.
+    /// its deadline with `Timeout` (the wait is a deadline; zero is one try
+    /// and waits for its reply); with_lock runs and releases.
     #[test]
     fn waits(key in keys(), wait in durations()) {
         with_world(|w| w.runtime.block_on(async {
@@ -406,6 +414,8 @@ proptest! {
         relaylock::__fuzz::inputs(&data);
     }
 
+    /// The same on structured input: durations, a key, a URL, a prefix and
+    /// a message, joined as the fuzz target reads them.
     #[test]
     fn fuzz_entry_point_on_structured_input(
         ms in any::<u64>(),
@@ -436,10 +446,10 @@ fn fuzz_seeds_replay() {
 }
 
 /// A server that refuses the connection is a typed error naming it and
-/// saying why in words (issue 36: it was fred's `Debug` text, `IO Error:
-/// Os { code: 111, kind: ConnectionRefused, ... }`), the cause said once:
-/// in the message, not again as its source (a chain-printing reporter
-/// printed it twice).
+/// saying why in words (not fred's `Debug` text, `IO Error: Os { code: 111,
+/// kind: ConnectionRefused, ... }`), the cause said once: in the message,
+/// not again as its source (a chain-printing reporter would print it
+/// twice).
 #[test]
 fn a_refused_connection_is_a_connect_error_naming_the_server() {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -648,6 +658,9 @@ mod settings {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
 
+        /// Any settings, permits and limit: a client that survives
+        /// [`exercise`], or `InvalidArgument` exactly when a setting is out
+        /// of bounds; within 30 s.
         #[test]
         fn every_setting_at_its_extremes(
             s in settings(),

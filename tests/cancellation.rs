@@ -203,8 +203,8 @@ async fn abandoned_acquisition_can_never_succeed_later() {
 
     // The value the orphan release marked expires with its holder's lease,
     // and another owner takes and releases the lock meanwhile: the marker
-    // still holds (found in review: the `void` field was lost with the
-    // value).
+    // still holds (the `void` field lives past the value it was written
+    // in).
     let key = "p:2:{e}";
     assert!(acquire(key, "h", 200).await[0] > 0);
     assert_eq!(release(key, "late", String::new()).await, 0);

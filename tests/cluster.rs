@@ -748,7 +748,7 @@ async fn min_replicas_waits_on_the_owning_shard() {
     assert!(refused > 0 && acknowledged > 0);
 }
 
-/// Issue 35: every primary of a cluster is read. One of three may evict:
+/// Every primary of a cluster is checked for eviction. One of three may evict:
 /// `build()` with `Refuse` names that one, and `eviction::read_all` reads
 /// all three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -788,7 +788,7 @@ async fn every_primary_is_checked_for_eviction() {
     assert_eq!(evicts[0].server, format!("127.0.0.1:{}", evicting.port));
 }
 
-/// Issue 35, item 2 in a cluster: the lock's value vanishes (a `DEL`, as an
+/// A vanished value in a cluster: the lock's value vanishes (a `DEL`, as an
 /// eviction would), and the holder's release tells the other client's
 /// waiter through sharded pub/sub (`PUBSUB SHARDCHANNELS` on the key's
 /// node, `SPUBLISH`): it takes the lock at once, not when the lease it saw

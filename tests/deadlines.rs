@@ -1,7 +1,9 @@
-//! A wait is a deadline, whatever Redis does (issue 36): `wait(d)` ends the
-//! call at `d` with `Timeout`, or `Unavailable` naming the server when it
-//! could not be reached, leaving nothing behind; the connect timeout is a
-//! deadline for `build()`, and its error names the server.
+//! A wait is a deadline, whatever Redis does: `wait(d)` ends the call at
+//! `d` with `Timeout`, or `Unavailable` naming the server when it could not
+//! be reached, leaving nothing behind. Every call is bounded by the command
+//! timeout, also on a fred client without a timeout of its own (a frozen
+//! server gives an error, not a hang); the connect timeout is a deadline
+//! for `build()`, and its error names the server.
 
 use relaylock_testkit as support;
 
@@ -11,8 +13,8 @@ use relaylock::{Error, LockClient, LockOptions};
 use support::RedisServer;
 
 /// Redis stopped (killed): a 2 s wait ends at 2 s, not at the 5 s command
-/// timeout, with `Unavailable` naming the server and the key. Before, it
-/// was `Err(Redis("Request timed out."))` after 5.002 s.
+/// timeout, with `Unavailable` naming the server and the key (not fred's
+/// `Request timed out.` at the command timeout).
 #[tokio::test]
 async fn a_wait_ends_at_its_deadline_when_redis_is_down() {
     let mut server = RedisServer::start();
@@ -97,7 +99,7 @@ async fn a_wait_ends_at_its_deadline_when_redis_is_silent() {
 }
 
 /// A listener that accepts and never answers: `build()` gives up at the
-/// connect timeout (was 6.01 s for 5 s: a second spent closing), and the
+/// connect timeout (closing the connection adds nothing to it), and the
 /// error names the server.
 #[tokio::test]
 async fn the_connect_timeout_is_a_deadline_and_names_the_server() {
@@ -133,13 +135,11 @@ async fn the_connect_timeout_is_a_deadline_and_names_the_server() {
 
 /// A try cut off by the deadline while Redis is down is never written
 /// later: Redis comes back (restarted on its port) after the background
-/// release of that try ran out of time, and the key stays free. A review
-/// found by reading fred that a try whose future is merely dropped stays
-/// in fred's queue and could run on the reconnect, with nobody left to
-/// release it; the tries are therefore bounded by fred's own per-command
-/// timeout at the deadline. With fred 10.1 this scenario did not replay
-/// the dropped try either (checked by hand with the timeout removed), so
-/// this test guards the outcome, whatever fred does with dropped commands.
+/// release of that try ran out of time, and the key stays free. A try whose
+/// future is merely dropped stays in fred's queue and could run on the
+/// reconnect, with nobody left to release it; so the tries are bounded by
+/// fred's own per-command timeout at the deadline. The test checks the
+/// outcome, whatever fred does with dropped commands.
 #[tokio::test]
 async fn a_try_cut_off_by_the_deadline_never_runs_later() {
     let mut server = RedisServer::start();
@@ -200,6 +200,8 @@ async fn a_forged_unlock_notice_changes_nothing() {
     guard.release().await.unwrap();
 }
 
+/// A closed port: `build()` fails within the connect timeout, with a
+/// connection error (not `InvalidArgument`).
 #[tokio::test]
 async fn unreachable_server_fails_within_the_connect_timeout() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -247,16 +247,19 @@ async fn frozen(how: Freeze) {
     }
 }
 
+/// `CLIENT PAUSE` shorter and longer than the lease ([`frozen`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_pause_shorter_and_longer_than_the_lease() {
     frozen(Freeze::ClientPause).await;
 }
 
+/// `DEBUG SLEEP` shorter and longer than the lease ([`frozen`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_sleep_shorter_and_longer_than_the_lease() {
     frozen(Freeze::DebugSleep).await;
 }
 
+/// SIGSTOP shorter and longer than the lease ([`frozen`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_shorter_and_longer_than_the_lease() {
     frozen(Freeze::Sigstop).await;
@@ -545,8 +548,7 @@ async fn a_blackholed_subscriber_only_delays_waiters() {
     assert!(d.acquired.load(Ordering::SeqCst) > 0);
     // 1.5 command timeouts to detect, one to fail re-subscribing, one for a
     // waiter whose own first attempt to subscribe hit the silent
-    // connection, then polling; 1 s of slack for a loaded machine (CI ran
-    // this at 4.09 s once).
+    // connection, then polling; 1 s of slack for a loaded machine.
     let command_timeout = Duration::from_secs(1);
     assert!(
         Duration::from_micros(d.max_wait_us.load(Ordering::SeqCst))

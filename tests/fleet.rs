@@ -66,8 +66,8 @@ async fn publishes_per_hand_over(server: &RedisServer, clients: usize) -> f64 {
 
 /// Each hand-over between clients publishes at most 3 messages (the
 /// reservation to its client and to the stand-by, the take to the
-/// stand-by), each to one subscriber, with 2 clients waiting as with 12.
-/// Protocol 2 published 2 messages to every waiting client.
+/// stand-by), each to one subscriber, with 2 clients waiting as with 12:
+/// not a message to every waiting client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_costs_the_same_messages_whatever_the_number_of_clients() {
     for clients in [2, 12] {
@@ -169,8 +169,8 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let v: String = admin.get(name).await.unwrap();
     assert_eq!(v, format!("~s:7:{SIDE_RETENTION_MS}|w|7|"));
     // ... with no local waiter left (`free` 1): it is nobody's, lapses at
-    // once, and `w`, first in line, is told to try now (issue 35: the same
-    // rule as the semaphore's).
+    // once, and `w`, first in line, is told to try now (the same rule as
+    // the semaphore's).
     set(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
     assert_eq!(leave_with("s", "1").await, 1);
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
@@ -235,10 +235,9 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
 
 /// A client with one task waiting for a key takes the lock handed over to it
 /// and sends no `LEAVE` after: the take already took it out of the queue
-/// (`Presence::unqueue_if_alone`). Before, every such acquisition cost a
-/// second script call that found nothing to do (0.38 per acquisition at 256
-/// keys, 4 processes × 64: docs/results/fleet/commandstats256.txt). And no
-/// ghost is left: the queue is empty after.
+/// (`Presence::unqueue_if_alone`), so such an acquisition costs no second
+/// script call that would find nothing to do. And no ghost is left: the
+/// queue is empty after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_waiter_that_takes_the_lock_sends_no_leave() {
     let server = RedisServer::start();

@@ -26,6 +26,9 @@ async fn client(server: &RedisServer, lease: Duration) -> LockClient {
     support::counters::watched_client(&server.url(), lease).await
 }
 
+/// The watchdog keeps a lock across four leases: Redis holds its token and
+/// a live TTL throughout, about one renewal per third of a lease, no error
+/// and no loss.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_keeps_a_lock_alive_across_several_leases() {
     let server = RedisServer::start();
@@ -59,6 +62,9 @@ async fn renewal_keeps_a_lock_alive_across_several_leases() {
     assert_eq!(lost("alive"), 0);
 }
 
+/// An explicit lease is fixed: `lost()` fires before it runs out, the key
+/// expires, and the loss is counted once; with `watchdog(true)` the same
+/// lease is renewed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_explicit_lease_is_fixed_unless_watchdog_is_asked_for() {
     let server = RedisServer::start();
@@ -328,6 +334,9 @@ impl Drop for Dropped {
     }
 }
 
+/// `with_lock` runs its closure under the lock and releases it; when the
+/// lock is deleted behind it, the closure's future is dropped and the call
+/// fails with `LockLost` within 2 s (the closure would run 60 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lock_runs_releases_and_abandons_work_when_the_lock_is_lost() {
     let server = RedisServer::start();
@@ -388,7 +397,7 @@ async fn with_lock_runs_releases_and_abandons_work_when_the_lock_is_lost() {
 }
 
 /// `extend` to a shorter lease: the watchdog plans with the new lease at once
-/// (it used to sleep until the old lease's due time while the key expired),
+/// (not at the old lease's due time, by which the key would have expired),
 /// and a fixed lease somebody listens to fires at the new end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_to_a_shorter_lease_replans_the_watchdog() {
@@ -430,9 +439,9 @@ async fn extend_to_a_shorter_lease_replans_the_watchdog() {
 
 /// A lock registered while the watchdog task is planning must still be
 /// renewed. Here the task has just fired a fixed lease's signal and nothing
-/// else is due for an hour: a registration that compared against the stale
-/// plan did not wake it, and the new lock expired unrenewed (1 in ~20 runs
-/// before the fix; each run here repeats the scenario 3 times).
+/// else is due for an hour: a registration compared against that stale
+/// plan would not wake it, and the new lock would expire unrenewed. The
+/// race is narrow, so each run repeats the scenario 3 times.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_registered_while_the_watchdog_plans_is_renewed() {
     let server = RedisServer::start();
@@ -488,6 +497,9 @@ async fn waiter_takes_over_an_expired_lease() {
     g.release().await.unwrap();
 }
 
+/// A lock whose lease ran out and that another client took: `extend` and
+/// `release` report `LockLost` and leave the new owner's value and lease as
+/// they were; the new owner's fence is higher.
 #[tokio::test]
 async fn expired_lock_reports_lost_and_never_touches_the_new_owner() {
     let server = RedisServer::start();
@@ -524,6 +536,8 @@ async fn expired_lock_reports_lost_and_never_touches_the_new_owner() {
     new.release().await.unwrap();
 }
 
+/// `extend` sets a new lease: a 300 ms lease extended to 5 s is still held
+/// 500 ms later.
 #[tokio::test]
 async fn extend_keeps_the_lock_past_its_first_lease() {
     let server = RedisServer::start();
@@ -596,8 +610,8 @@ async fn a_cancelled_shortening_extend_never_overstates_the_lease() {
 
 /// Two overlapping `extend`s of one guard while the script cache is empty:
 /// the older, shorter one is re-sent after its reload and runs LAST in
-/// Redis. The lease record must not keep the newer, longer lease (found in
-/// review: another client took the lock while `is_held()` was true).
+/// Redis. The lease record must not keep the newer, longer lease: another
+/// client never takes the lock while `is_held()` is true.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_extends_never_overstate_the_lease() {
     let server = RedisServer::start();
@@ -658,13 +672,12 @@ async fn overlapping_extends_never_overstate_the_lease() {
     );
 }
 
-/// A shortening `extend` stuck on a connection that fred then replaces
-/// (found in review): its command reaches Redis seconds later, after the
-/// renewals sent on the new connection, and sets the shorter lease then.
-/// The guard must never report the lock held while Redis no longer has it:
-/// after an extend that got no clean reply, no confirmation counts more than
-/// that extend's lease. Before the fix the record said 12 s from the last
-/// renewal while Redis held 2.5 s from the late extend.
+/// A shortening `extend` stuck on a connection that fred then replaces: its
+/// command reaches Redis seconds later, after the renewals sent on the new
+/// connection, and sets the shorter lease then. The guard must never report
+/// the lock held while Redis no longer has it: after an extend that got no
+/// clean reply, no confirmation counts more than that extend's lease (here
+/// 2.5 s, against the 12 s a later renewal asked for).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_copy_of_a_shortening_extend_never_leaves_the_guard_overconfident() {
     let server = RedisServer::start();

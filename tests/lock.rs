@@ -99,6 +99,9 @@ async fn contend(url: &str) {
     }
 }
 
+/// `try_lock` never waits (`None` while the lock is held); a wait ends with
+/// `Timeout` at its deadline, neither early nor long after; `wait(0)` is one
+/// try; after the release the lock is free.
 #[tokio::test]
 async fn try_lock_and_timeout() {
     let server = RedisServer::start();

@@ -48,6 +48,9 @@ fn get(m: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
     m.get(&(name.to_owned(), l)).copied().unwrap_or(0.0)
 }
 
+/// Acquisitions, timeouts, hand-overs, losses, semaphore and read-write
+/// holds record the documented counters, gauges and histograms, with the
+/// documented labels, and no series carries the raw key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_recorded() {
     let recorder = DebuggingRecorder::new();

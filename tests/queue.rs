@@ -65,9 +65,9 @@ async fn one_retry_per_release() {
     // acquisitions. Releases hand the lock to the next local waiter directly
     // (no acquire call for it), so acquire calls are mostly the first tries.
     assert!(scripts >= acquisitions);
-    // The issue sets 1.5; the design gives at most 1.00 (one try per release
+    // The bound is 1.5; the design gives at most 1.00 (one try per release
     // plus the confirmer's and one probe's; fewer with direct hand-overs),
-    // so guard against regressions well below 1.5.
+    // so the check is well below 1.5.
     assert!(
         per_acq <= 1.25,
         "{per_acq:.3} acquire calls per acquisition"

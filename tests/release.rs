@@ -16,6 +16,8 @@ async fn client(server: &RedisServer) -> LockClient {
     support::client(&server.url()).await
 }
 
+/// A dropped guard is released in the background: the next caller gets the
+/// lock within 2 s, not after the lease.
 #[tokio::test]
 async fn dropped_guard_is_released_in_the_background() {
     let server = RedisServer::start();

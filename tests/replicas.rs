@@ -316,8 +316,8 @@ async fn the_replica_check_write_matches_the_head_and_never_shortens() {
 /// sent there counts that replica although it never saw the lock: the call
 /// must fail with `NotReplicated` (0 acknowledged; or with fred's error when
 /// it could not route the `WAIT` while reconnecting) and release the lock on
-/// the first primary. (Without the connection watch it returned a guard in
-/// 9 of 10 runs.)
+/// the first primary: the connection watch sees that the `WAIT` ran on
+/// another connection than the renewal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_replicas_does_not_count_a_wait_on_another_server() {
     // Replicas online at once, not after the default 5 s diskless delay.
@@ -382,8 +382,7 @@ async fn client_connections(admin: &Client) -> usize {
 
 /// The last clone of a client is dropped while the pool of connections for
 /// `min_replicas` is still connecting (slowed by the proxy): the pool, once
-/// open, must be closed, not left connected and reconnecting forever (found
-/// in review: 4 connections stayed open).
+/// open, must be closed, not left connected and reconnecting forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_dropped_while_its_replica_pool_opens_leaves_no_connection() {
     let server = RedisServer::start();

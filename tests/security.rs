@@ -60,6 +60,10 @@ const ACL: &[&str] = &[
     "+hmget",
 ];
 
+/// Two clients of a user with exactly the documented ACL: the eviction
+/// check, contention woken by release messages, renewals, `with_lock`, a
+/// semaphore with its reservation messages, and a vanished value's wake-up
+/// all work; a key outside the prefix is denied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_acl_user_works_end_to_end() {
     let server = RedisServer::start();

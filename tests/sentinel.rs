@@ -290,7 +290,7 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
         lock_client(&url, prefix).await,
         lock_client(&url, prefix).await,
     ];
-    // The replica about to be promoted may evict (issue 35). No client is
+    // The replica about to be promoted may evict. No client is
     // built after the promotion: only the running clients, following the
     // primary there, can say so.
     let replica_admin = setup.initial_replica.admin().await;

@@ -21,8 +21,8 @@ extern "C" {
 
 /// The global allocator, counting the bytes allocated and not yet freed:
 /// what the storm leaves allocated, exactly, whatever the allocator keeps
-/// cached or fragmented (RSS after a trim still varied by 1-5 MiB from run
-/// to run on the same code, and failed a 4 MiB bound in CI).
+/// cached or fragmented (RSS after a trim varies by 1-5 MiB from run to run
+/// on the same code: too much for a tight bound).
 struct Counting;
 
 static LIVE: AtomicI64 = AtomicI64::new(0);

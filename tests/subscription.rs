@@ -335,10 +335,10 @@ async fn waiters_poll_when_subscribing_is_denied() {
 
 /// The same denied user after its subscriber connection was killed: the
 /// reconnect resubscribes every channel its waiters want, the denied one
-/// too, and must not count that one confirmed (found in review: a plain
-/// PING behind all the SUBSCRIBEs got PONG after the refusal had been
-/// dropped, so the waiter slept until the holder's lease instead of
-/// polling).
+/// too, and must not count that one confirmed (a plain PING behind all the
+/// SUBSCRIBEs gets PONG after the refusal has been dropped; a waiter that
+/// took that for a confirmation would sleep until the holder's lease
+/// instead of polling).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_channel_stays_unconfirmed_after_a_subscriber_reconnect() {
     denied_waiter_rounds(
@@ -405,9 +405,8 @@ async fn denied_waiter_rounds(
 /// Keys whose channel the ACL denies, first waited for at the same moment:
 /// the SUBSCRIBEs and their PINGs interleave on the subscriber connection,
 /// and no denied channel may count as subscribed, or its waiter sleeps on
-/// the holder's lease instead of polling (found as a rare stranding in
-/// `a_degraded_keys_polling_role_survives_a_waiter_timing_out`; here about
-/// half the keys were stranded).
+/// the holder's lease instead of polling: every waiter takes its key once
+/// it is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_denied_channel_counts_as_subscribed_when_keys_subscribe_at_once() {
     let server = RedisServer::start();
@@ -449,8 +448,7 @@ async fn no_denied_channel_counts_as_subscribed_when_keys_subscribe_at_once() {
 /// A degraded key (the ACL forbids its channel): the waiter holding the
 /// polling role leaves, and the waiter it hands the role to times out in
 /// the same tick. The role must not be lost with it: a waiter without a
-/// deadline takes the lock once it is free (found in review: 7 of 8 rounds
-/// stranded it).
+/// deadline takes the lock once it is free, in every round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degraded_keys_polling_role_survives_a_waiter_timing_out() {
     let server = RedisServer::start();

@@ -33,6 +33,10 @@ const LOCK_WAIT: Duration = Duration::from_secs(30);
 const WORK: Duration = Duration::from_millis(2);
 const HTTP_TIMEOUT: Duration = Duration::from_secs(45);
 
+/// Two instances, as two processes, serve a few hundred concurrent updates
+/// of one order: none is lost, the fences the store accepted strictly
+/// increase, and each instance's `/metrics` counts the acquisitions it
+/// served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_serve_concurrent_updates_of_one_order() {
     if let Ok(url) = std::env::var(CHILD_ENV) {

@@ -102,11 +102,11 @@ const IDLE_PCT: u64 = 10;
 /// reservation lapses. What a correct library may legitimately add: the
 /// hand-over grace (50 ms) before a no-show reservation lapses, the probe
 /// slice (50 ms), a reconnect (the first attempt 1 ms after the drop, plus
-/// up to 10 ms of jitter) plus the resubscription round trips, and the scheduling of 3 x 25 tasks
-/// and up to six redis-servers on 2 shared cores (single stalls of 100-150 ms were
-/// seen). The worst seen against the fixed library was 65 ms. 500 ms covers
-/// that and still catches a waiter asleep on an earlier holder's
-/// `LONG_LEASE`.
+/// up to 10 ms of jitter) plus the resubscription round trips, and the
+/// scheduling of 3 x 25 tasks and up to six redis-servers on 2 shared cores
+/// (single stalls of 100-150 ms happen). Correct runs stay within 65 ms.
+/// 500 ms covers that and still catches a waiter asleep on an earlier
+/// holder's `LONG_LEASE`.
 const SLACK: Duration = Duration::from_millis(500);
 
 /// How long a token may stay in the lock key after its guard was dropped,
