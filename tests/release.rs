@@ -9,7 +9,9 @@ use relaylock_testkit as support;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use relaylock::{Error, LockClient, LockOptions, SemaphoreOptions};
+use relaylock::{
+    Error, LockClient, LockGuard, LockOptions, Permit, ReadGuard, SemaphoreOptions, WriteGuard,
+};
 use support::{eventually, poll_once_and_drop, until_free, Admin, RedisServer};
 
 async fn client(server: &RedisServer) -> LockClient {
@@ -180,147 +182,21 @@ async fn a_hot_keys_ring_holds_30_releases() {
 async fn the_release_ring_keeps_the_newest_fences_that_fit() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let prepended = |fence: &str, ring: &str| {
-        let (r1, older) = ring.split_once(' ').unwrap_or((ring, ""));
-        let (f, r1): (u64, Option<u64>) = (fence.parse().unwrap(), r1.parse().ok());
-        match r1 {
-            Some(r1) if f > r1 && older.is_empty() => format!("{fence} {}", f - r1),
-            Some(r1) if f > r1 => format!("{fence} {} {older}", f - r1),
-            _ => fence.to_string(),
-        }
-    };
-    let expected = |fence: &str, ring: &str, cap: usize| {
-        let ring = prepended(fence, ring);
-        if ring.len() <= cap {
-            return ring;
-        }
-        let head = &ring[..(cap + 1).min(ring.len())];
-        match head.rfind(' ') {
-            Some(i) => head[..i].to_string(),
-            None => fence.to_string(),
-        }
-    };
     // A small deterministic generator: the cases are the same on every run.
-    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = move |n: u64| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) % n
-    };
-    let digits = |len: u64, first: u64| {
-        // At most 8.99e15: Lua's doubles are exact below 2^53 (9.007e15),
-        // and fences (µs since the epoch) are about 1.8e15.
-        let mut s = (first % 8 + 1).to_string();
-        for i in 1..len {
-            s.push(char::from(b'0' + ((first + i * 7) % 10) as u8));
-        }
-        s
-    };
+    let mut rng = support::Lcg(0x9e37_79b9_7f4a_7c15);
     let key = "p:3:{ring}";
-    let keys = vec![
-        key.to_string(),
-        format!("{key}:void:tok"),
-        format!("{key}:void"),
-    ];
-    let caps = [
-        1,
-        5,
-        16,
-        17,
-        18,
-        33,
-        34,
-        35,
-        100,
-        relaylock::__scripts::LOCK_RING_CHARS,
-    ];
     for case in 0..600 {
-        let entries = next(45);
-        // Mostly 16-digit fences (server microseconds), some of any length
-        // (the differences of a real ring are shorter).
-        let len = |next: &mut dyn FnMut(u64) -> u64| {
-            if next(4) == 0 {
-                1 + next(16)
-            } else {
-                16
-            }
-        };
-        let ring: Vec<String> = (0..entries)
-            .map(|_| {
-                let l = len(&mut next);
-                digits(l, next(1_000))
-            })
-            .collect();
-        let ring = ring.join(" ");
-        // Mostly newer than the ring's newest fence, by up to 16 digits;
-        // else any (older: the ring starts over).
-        let newest: Option<u64> = ring.split(' ').next().and_then(|r| r.parse().ok());
-        let fence = match newest {
-            Some(r1) if next(4) != 0 => {
-                let d: u64 = digits(1 + next(15), next(1_000)).parse().unwrap();
-                (r1 + d).min(8_999_999_999_999_999).max(r1 + 1).to_string()
-            }
-            _ => {
-                let l = len(&mut next);
-                digits(l, next(1_000))
-            }
-        };
-        // The limit: a fixed one, one either side of the prepended ring's
-        // length or exactly it, or any.
-        let full = prepended(&fence, &ring).len();
-        let cap = match case % 5 {
-            0 => caps[case / 5 % caps.len()],
-            1 => full.saturating_sub(1).max(1),
-            2 => full,
-            3 => full + 1,
-            _ => 1 + next(600) as usize,
-        };
-        // Each way a release writes the ring: a tombstone, a reservation
-        // for a queued client (whose id here holds a space, so that a cut
-        // that looked outside the ring would show), the lock given to a
-        // local waiter; with and without a `void` field.
-        let way = case / 3 % 3;
-        let void = if case % 2 == 0 { "" } else { "99999999999999" };
-        let queue = if way == 1 { "a b,cc" } else { "" };
-        let _: () = admin
-            .set(
-                key,
-                format!("tok:{fence}|{queue}|{ring}|{void}"),
-                None,
-                None,
-                false,
-            )
-            .await
-            .unwrap();
-        let mut args: Vec<String> = vec![
-            "tok".into(),
-            fence.clone(),
-            format!("{key}:ch"),
-            relaylock::__scripts::SIDE_RETENTION_MS.to_string(),
-            cap.to_string(),
-            "me".into(),
-            relaylock::__scripts::HANDOFF_GRACE_MS.to_string(),
-            "PUBLISH".into(),
-            "0".into(),
-        ];
-        if way == 2 {
-            args.extend(["nx".into(), "30000".into(), "0".into()]);
-        }
-        // A release that knows its fence and names no `next` may send the
-        // lock's name alone (relaylock does); half the cases do.
-        let keys = if way != 2 && case / 2 % 2 == 0 {
-            vec![key.to_string()]
-        } else {
-            let mut keys = keys.clone();
-            keys.push(format!("{key}:void:nx"));
-            keys
-        };
-        let reply: Vec<i64> = admin
-            .eval(relaylock::__scripts::RELEASE, keys, args)
-            .await
-            .unwrap();
-        let ring = expected(&fence, &ring, cap);
+        let c = RingCase::draw(case, &mut rng);
+        let reply = release_ring_case(&admin, key, case, &c).await;
+        let RingCase {
+            fence,
+            ring,
+            cap,
+            way,
+            void,
+            ..
+        } = c;
+        let ring = ring_expected(&fence, &ring, cap);
         let want = match way {
             0 => format!("-{fence}||{ring}|{void}"),
             1 => format!(
@@ -339,6 +215,190 @@ async fn the_release_ring_keeps_the_newest_fences_that_fit() {
     }
 }
 
+/// The ring a release writes, by the rule written plainly: `fence`, then
+/// `fence - r1` in place of the ring's newest fence `r1`, then the rest; or
+/// `fence` alone when it is not newer than `r1`.
+fn ring_prepended(fence: &str, ring: &str) -> String {
+    let (r1, older) = ring.split_once(' ').unwrap_or((ring, ""));
+    let (f, r1): (u64, Option<u64>) = (fence.parse().unwrap(), r1.parse().ok());
+    match r1 {
+        Some(r1) if f > r1 && older.is_empty() => format!("{fence} {}", f - r1),
+        Some(r1) if f > r1 => format!("{fence} {} {older}", f - r1),
+        _ => fence.to_string(),
+    }
+}
+
+/// [`ring_prepended`] cut to the newest fences that fit in `cap`
+/// characters: what comes before the last space in its first `cap + 1`.
+fn ring_expected(fence: &str, ring: &str, cap: usize) -> String {
+    let ring = ring_prepended(fence, ring);
+    if ring.len() <= cap {
+        return ring;
+    }
+    let head = &ring[..(cap + 1).min(ring.len())];
+    match head.rfind(' ') {
+        Some(i) => head[..i].to_string(),
+        None => fence.to_string(),
+    }
+}
+
+/// A number of `len` digits drawn from `first`.
+fn ring_digits(len: u64, first: u64) -> String {
+    // At most 8.99e15: Lua's doubles are exact below 2^53 (9.007e15),
+    // and fences (µs since the epoch) are about 1.8e15.
+    let mut s = (first % 8 + 1).to_string();
+    for i in 1..len {
+        s.push(char::from(b'0' + ((first + i * 7) % 10) as u8));
+    }
+    s
+}
+
+/// The length of a fence in a ring: mostly 16 digits (server
+/// microseconds), some of any length (the differences of a real ring are
+/// shorter).
+fn ring_fence_len(rng: &mut support::Lcg) -> u64 {
+    if rng.below(4) == 0 {
+        1 + rng.below(16)
+    } else {
+        16
+    }
+}
+
+/// One case of [`the_release_ring_keeps_the_newest_fences_that_fit`]: the
+/// ring of the lock's value, the fence its release frees, the ring's limit,
+/// and the way the release writes the value.
+struct RingCase {
+    fence: String,
+    ring: String,
+    cap: usize,
+    /// A tombstone (0), a reservation for a queued client (1), the lock
+    /// given to a local waiter (2).
+    way: usize,
+    /// The value's `void` field.
+    void: &'static str,
+    /// The value's queue.
+    queue: &'static str,
+}
+
+impl RingCase {
+    /// Case number `case`, drawn from `rng`.
+    fn draw(case: usize, rng: &mut support::Lcg) -> RingCase {
+        let caps = [
+            1,
+            5,
+            16,
+            17,
+            18,
+            33,
+            34,
+            35,
+            100,
+            relaylock::__scripts::LOCK_RING_CHARS,
+        ];
+        let entries = rng.below(45);
+        let ring: Vec<String> = (0..entries)
+            .map(|_| {
+                let l = ring_fence_len(rng);
+                ring_digits(l, rng.below(1_000))
+            })
+            .collect();
+        let ring = ring.join(" ");
+        // Mostly newer than the ring's newest fence, by up to 16 digits;
+        // else any (older: the ring starts over).
+        let newest: Option<u64> = ring.split(' ').next().and_then(|r| r.parse().ok());
+        let fence = match newest {
+            Some(r1) if rng.below(4) != 0 => {
+                let d: u64 = ring_digits(1 + rng.below(15), rng.below(1_000))
+                    .parse()
+                    .unwrap();
+                (r1 + d).min(8_999_999_999_999_999).max(r1 + 1).to_string()
+            }
+            _ => {
+                let l = ring_fence_len(rng);
+                ring_digits(l, rng.below(1_000))
+            }
+        };
+        // The limit: a fixed one, one either side of the prepended ring's
+        // length or exactly it, or any.
+        let full = ring_prepended(&fence, &ring).len();
+        let cap = match case % 5 {
+            0 => caps[case / 5 % caps.len()],
+            1 => full.saturating_sub(1).max(1),
+            2 => full,
+            3 => full + 1,
+            _ => 1 + rng.below(600) as usize,
+        };
+        // Each way a release writes the ring: a tombstone, a reservation
+        // for a queued client (whose id here holds a space, so that a cut
+        // that looked outside the ring would show), the lock given to a
+        // local waiter; with and without a `void` field.
+        let way = case / 3 % 3;
+        let void = if case % 2 == 0 { "" } else { "99999999999999" };
+        let queue = if way == 1 { "a b,cc" } else { "" };
+        RingCase {
+            fence,
+            ring,
+            cap,
+            way,
+            void,
+            queue,
+        }
+    }
+}
+
+/// Writes the value of case `c` (number `case`) to the lock `key` and
+/// releases it with RELEASE; returns the reply.
+async fn release_ring_case(admin: &Client, key: &str, case: usize, c: &RingCase) -> Vec<i64> {
+    let RingCase {
+        fence,
+        ring,
+        cap,
+        way,
+        void,
+        queue,
+    } = c;
+    let _: () = admin
+        .set(
+            key,
+            format!("tok:{fence}|{queue}|{ring}|{void}"),
+            None,
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let mut args: Vec<String> = vec![
+        "tok".into(),
+        fence.clone(),
+        format!("{key}:ch"),
+        relaylock::__scripts::SIDE_RETENTION_MS.to_string(),
+        cap.to_string(),
+        "me".into(),
+        relaylock::__scripts::HANDOFF_GRACE_MS.to_string(),
+        "PUBLISH".into(),
+        "0".into(),
+    ];
+    if *way == 2 {
+        args.extend(["nx".into(), "30000".into(), "0".into()]);
+    }
+    // A release that knows its fence and names no `next` may send the
+    // lock's name alone (relaylock does); half the cases do.
+    let keys = if *way != 2 && case / 2 % 2 == 0 {
+        vec![key.to_string()]
+    } else {
+        vec![
+            key.to_string(),
+            format!("{key}:void:tok"),
+            format!("{key}:void"),
+            format!("{key}:void:nx"),
+        ]
+    };
+    admin
+        .eval(relaylock::__scripts::RELEASE, keys, args)
+        .await
+        .unwrap()
+}
+
 /// `shutdown()` releases every hold (live guards, dropped guards, permits,
 /// reads, writes), takes the client out of every queue, and refuses every
 /// later call on every clone; it is idempotent.
@@ -349,23 +409,13 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
     let client = support::client(&server.url()).await;
     let other = support::client(&server.url()).await;
 
-    let live = client.lock("live").await.unwrap();
-    let fixed = client
-        .lock_with(
-            "fixed",
-            LockOptions::default().lease(Duration::from_secs(60)),
-        )
-        .await
-        .unwrap();
-    drop(client.lock("dropped").await.unwrap());
-    let permits = client
-        .semaphore("sem", 3)
-        .unwrap()
-        .acquire_with(SemaphoreOptions::default().permits(2))
-        .await
-        .unwrap();
-    let read = client.rw_lock("rw-r").read().await.unwrap();
-    let write = client.rw_lock("rw-w").write().await.unwrap();
+    let Holds {
+        live,
+        fixed,
+        permits,
+        read,
+        write,
+    } = take_every_hold(&client).await;
     // A waiter of this client, queued behind another client's hold.
     let blocker = other.lock("queued").await.unwrap();
     let waiter = {
@@ -395,6 +445,80 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
 
+    assert_every_hold_free(&other).await;
+    // The waiter got the typed error and the client left the queue.
+    let waited = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(waited, Err(Error::Shutdown)), "{waited:?}");
+    let ended = tokio::time::timeout(Duration::from_secs(2), section)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(ended, Err(Error::Shutdown)), "{ended:?}");
+    assert!(!other.is_locked("section").await.unwrap());
+    let name = client.redis_key("queued");
+    assert!(!support::is_queued(&admin, &name, client.client_id()).await);
+    blocker.release().await.unwrap();
+
+    // The guards learn it; every later call fails with a typed error.
+    assert!(lost.is_cancelled() && !live.is_held());
+    assert!(matches!(live.release().await, Err(Error::Shutdown)));
+    assert!(matches!(
+        fixed.extend(Duration::from_secs(1)).await,
+        Err(Error::Shutdown)
+    ));
+    drop((fixed, permits, read, write));
+    let again = client.clone();
+    assert_every_call_refused(&again).await;
+    // Idempotent.
+    client.shutdown().await.unwrap();
+    again.shutdown().await.unwrap();
+    assert!(other.try_lock("x").await.unwrap().is_some());
+}
+
+/// A hold of every kind, taken by one client: a live guard, a fixed lease,
+/// two of a semaphore's three permits, a read and a write (and a guard
+/// dropped at once, on "dropped").
+struct Holds {
+    live: LockGuard,
+    fixed: LockGuard,
+    permits: Permit,
+    read: ReadGuard,
+    write: WriteGuard,
+}
+
+/// Takes [`Holds`] with `client`.
+async fn take_every_hold(client: &LockClient) -> Holds {
+    let live = client.lock("live").await.unwrap();
+    let fixed = client
+        .lock_with(
+            "fixed",
+            LockOptions::default().lease(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    drop(client.lock("dropped").await.unwrap());
+    let permits = client
+        .semaphore("sem", 3)
+        .unwrap()
+        .acquire_with(SemaphoreOptions::default().permits(2))
+        .await
+        .unwrap();
+    let read = client.rw_lock("rw-r").read().await.unwrap();
+    let write = client.rw_lock("rw-w").write().await.unwrap();
+    Holds {
+        live,
+        fixed,
+        permits,
+        read,
+        write,
+    }
+}
+
+/// Every hold of [`take_every_hold`] is free for `other`.
+async fn assert_every_hold_free(other: &LockClient) {
     // Everything is free at once.
     for key in ["live", "fixed", "dropped"] {
         assert!(!other.is_locked(key).await.unwrap(), "{key} still held");
@@ -426,31 +550,10 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
         .release()
         .await
         .unwrap();
-    // The waiter got the typed error and the client left the queue.
-    let waited = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(matches!(waited, Err(Error::Shutdown)), "{waited:?}");
-    let ended = tokio::time::timeout(Duration::from_secs(2), section)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(matches!(ended, Err(Error::Shutdown)), "{ended:?}");
-    assert!(!other.is_locked("section").await.unwrap());
-    let name = client.redis_key("queued");
-    assert!(!support::is_queued(&admin, &name, client.client_id()).await);
-    blocker.release().await.unwrap();
+}
 
-    // The guards learn it; every later call fails with a typed error.
-    assert!(lost.is_cancelled() && !live.is_held());
-    assert!(matches!(live.release().await, Err(Error::Shutdown)));
-    assert!(matches!(
-        fixed.extend(Duration::from_secs(1)).await,
-        Err(Error::Shutdown)
-    ));
-    drop((fixed, permits, read, write));
-    let again = client.clone();
+/// Every call of a client that was shut down fails with `Shutdown`.
+async fn assert_every_call_refused(again: &LockClient) {
     assert!(matches!(again.lock("x").await, Err(Error::Shutdown)));
     assert!(matches!(again.try_lock("x").await, Err(Error::Shutdown)));
     assert!(matches!(again.is_locked("x").await, Err(Error::Shutdown)));
@@ -462,10 +565,6 @@ async fn shutdown_releases_everything_and_refuses_later_calls() {
         again.rw_lock("r").read().await,
         Err(Error::Shutdown)
     ));
-    // Idempotent.
-    client.shutdown().await.unwrap();
-    again.shutdown().await.unwrap();
-    assert!(other.try_lock("x").await.unwrap().is_some());
 }
 
 /// The child process of `a_process_that_shuts_down_leaves_its_keys_free`:
