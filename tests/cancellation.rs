@@ -125,56 +125,14 @@ async fn cancelled_woken_waiter_passes_the_wakeup_on() {
 /// hands (the value carries the `void` field through every transition).
 #[tokio::test]
 async fn abandoned_acquisition_can_never_succeed_later() {
-    use relaylock::__scripts::{
-        ACQUIRE, HANDOFF_GRACE_MS, LOCK_RING_CHARS, RELEASE, SIDE_RETENTION_MS,
-    };
+    use relaylock::__scripts::SIDE_RETENTION_MS;
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let keys = |key: &str, token: &str| {
-        vec![
-            key.to_string(),
-            format!("{key}:void:{token}"),
-            format!("{key}:void"),
-        ]
-    };
-    // ACQUIRE of `token` with a lease in ms (its reply: the fence when
-    // taken, `-1` when refused for the token's void marker); RELEASE with a
-    // fence ("" when abandoned).
     let acquire = |key: &'static str, token: &'static str, lease: u64| {
-        let (admin, keys) = (admin.clone(), keys(key, token));
-        async move {
-            let args = vec![
-                token.to_string(),
-                lease.to_string(),
-                String::new(),
-                format!("{key}:ch"),
-                "PUBLISH".into(),
-            ];
-            admin
-                .eval::<Vec<i64>, _, _, _>(ACQUIRE, keys, args)
-                .await
-                .unwrap()
-        }
+        acquire_as(admin.clone(), key, token, lease)
     };
     let release = |key: &'static str, token: &'static str, fence: String| {
-        let (admin, keys) = (admin.clone(), keys(key, token));
-        async move {
-            let args: Vec<String> = vec![
-                token.into(),
-                fence,
-                format!("{key}:ch"),
-                SIDE_RETENTION_MS.to_string(),
-                LOCK_RING_CHARS.to_string(),
-                "me".into(),
-                HANDOFF_GRACE_MS.to_string(),
-                "PUBLISH".into(),
-                "0".into(),
-            ];
-            admin
-                .eval::<i64, _, _, _>(RELEASE, keys, args)
-                .await
-                .unwrap()
-        }
+        release_as(admin.clone(), key, token, fence)
     };
 
     // The orphan release arrives first and finds nothing.
@@ -233,6 +191,51 @@ async fn abandoned_acquisition_can_never_succeed_later() {
         vec![-1],
         "a second copy retook the lock"
     );
+}
+
+/// The names ACQUIRE and RELEASE of `token` take for the lock `key`.
+fn token_keys(key: &str, token: &str) -> Vec<String> {
+    vec![
+        key.to_string(),
+        format!("{key}:void:{token}"),
+        format!("{key}:void"),
+    ]
+}
+
+/// ACQUIRE of `token` with a lease in ms; its reply: the fence when taken,
+/// `-1` when refused for the token's void marker.
+async fn acquire_as(admin: Client, key: &str, token: &str, lease: u64) -> Vec<i64> {
+    let args = vec![
+        token.to_string(),
+        lease.to_string(),
+        String::new(),
+        format!("{key}:ch"),
+        "PUBLISH".into(),
+    ];
+    admin
+        .eval::<Vec<i64>, _, _, _>(relaylock::__scripts::ACQUIRE, token_keys(key, token), args)
+        .await
+        .unwrap()
+}
+
+/// RELEASE of `token` with a fence ("" when abandoned).
+async fn release_as(admin: Client, key: &str, token: &str, fence: String) -> i64 {
+    use relaylock::__scripts::{HANDOFF_GRACE_MS, LOCK_RING_CHARS, SIDE_RETENTION_MS};
+    let args: Vec<String> = vec![
+        token.into(),
+        fence,
+        format!("{key}:ch"),
+        SIDE_RETENTION_MS.to_string(),
+        LOCK_RING_CHARS.to_string(),
+        "me".into(),
+        HANDOFF_GRACE_MS.to_string(),
+        "PUBLISH".into(),
+        "0".into(),
+    ];
+    admin
+        .eval::<i64, _, _, _>(relaylock::__scripts::RELEASE, token_keys(key, token), args)
+        .await
+        .unwrap()
 }
 
 /// Lock calls and releases cancelled at random points, on one key.
