@@ -104,16 +104,25 @@ async fn min_replicas_waits_for_a_real_replica() {
     // the releases of unreplicated and abandoned acquisitions record nothing.
     assert_eq!(counter(names::RELEASED_TOTAL, &[("name", "replicas")]), 1);
 
-    // A call dropped while it waits for replicas leaves no lock behind
-    // (its lease is 30 s; the key must go long before that).
+    assert_a_call_dropped_during_wait_leaves_no_lock(&lock, &admin, one(2000)).await;
+    assert_bad_replica_settings_are_typed_errors(&lock).await;
+}
+
+/// A call (with `opts`, a 30 s lease) dropped while it waits for replicas
+/// leaves no lock behind: the key goes long before the lease would end.
+async fn assert_a_call_dropped_during_wait_leaves_no_lock(
+    lock: &LockClient,
+    admin: &Client,
+    opts: LockOptions,
+) {
     let abandoned = {
         let lock = lock.clone();
-        tokio::spawn(async move { lock.lock_with("abandoned", one(2000)).await })
+        tokio::spawn(async move { lock.lock_with("abandoned", opts).await })
     };
     let key = lock.redis_key("abandoned");
     assert!(
         eventually(Duration::from_secs(2), || async {
-            support::taken(&admin, &key).await
+            support::taken(admin, &key).await
         })
         .await,
         "the acquisition never happened"
@@ -122,13 +131,15 @@ async fn min_replicas_waits_for_a_real_replica() {
     assert!(abandoned.await.unwrap_err().is_cancelled());
     assert!(
         eventually(Duration::from_secs(2), || async {
-            !support::taken(&admin, &key).await
+            !support::taken(admin, &key).await
         })
         .await,
         "a call dropped during WAIT left its lock held"
     );
+}
 
-    // Bad settings are typed errors, before anything is sent.
+/// Bad `min_replicas` settings are typed errors, before anything is sent.
+async fn assert_bad_replica_settings_are_typed_errors(lock: &LockClient) {
     for bad in [
         LockOptions::default().min_replicas(0, Duration::from_secs(1)),
         LockOptions::default().min_replicas(1, Duration::ZERO),
