@@ -7,7 +7,7 @@ use relaylock_testkit as support;
 
 use std::time::Duration;
 
-use fred::clients::SubscriberClient;
+use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface, PubsubInterface};
 use fred::types::config::Config;
 use relaylock::__scripts::{HANDOFF_GRACE_MS, LEAVE, SIDE_RETENTION_MS};
@@ -117,40 +117,11 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let channel = format!("{name}:ch");
     let (sub, mut w) = listen(&server, &format!("{channel}:w")).await;
     let leave_with = |client: &'static str, free: &'static str| {
-        let (admin, channel) = (admin.clone(), channel.clone());
-        async move {
-            admin
-                .eval::<i64, _, _, _>(
-                    LEAVE,
-                    vec![name.to_owned()],
-                    vec![
-                        client.to_owned(),
-                        channel,
-                        "PUBLISH".to_owned(),
-                        free.to_owned(),
-                    ],
-                )
-                .await
-                .unwrap()
-        }
+        leave_as(admin.clone(), name, channel.clone(), client, free)
     };
     let leave = |client: &'static str| leave_with(client, "0");
     let live = (SIDE_RETENTION_MS + 10 * HANDOFF_GRACE_MS) as i64;
-    let set = |value: String| {
-        let admin = admin.clone();
-        async move {
-            let _: () = admin
-                .set(
-                    name,
-                    value,
-                    Some(fred::types::Expiration::PX(live)),
-                    None,
-                    false,
-                )
-                .await
-                .unwrap();
-        }
-    };
+    let set = |value: String| set_for(admin.clone(), name, value, live);
 
     // The stand-by `s` leaves: `w`, next in line, is told to watch.
     set(format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|")).await;
@@ -185,16 +156,14 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
         format!("~x:7:{SIDE_RETENTION_MS}|w|7|")
     );
     // Nor a lapsed one of its own (it already stands for a free lock).
-    let _: () = admin
-        .set(
-            name,
-            format!("~s:7:{SIDE_RETENTION_MS}|w|7|"),
-            Some(fred::types::Expiration::PX(SIDE_RETENTION_MS as i64 - 1)),
-            None,
-            false,
-        )
-        .await
-        .unwrap();
+    let lapsed = SIDE_RETENTION_MS as i64 - 1;
+    set_for(
+        admin.clone(),
+        name,
+        format!("~s:7:{SIDE_RETENTION_MS}|w|7|"),
+        lapsed,
+    )
+    .await;
     assert_eq!(leave_with("s", "1").await, 0);
     assert_eq!(next_message(&mut w).await, None);
 
@@ -204,16 +173,13 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     assert_eq!(next_message(&mut w).await, None);
     // The first client leaves a lapsed reservation (the grace has passed):
     // the lock is free, `w` is told to try.
-    let _: () = admin
-        .set(
-            name,
-            format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|"),
-            Some(fred::types::Expiration::PX(SIDE_RETENTION_MS as i64 - 1)),
-            None,
-            false,
-        )
-        .await
-        .unwrap();
+    set_for(
+        admin.clone(),
+        name,
+        format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|"),
+        lapsed,
+    )
+    .await;
     assert_eq!(leave("s").await, 1);
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
     // ... or a tombstone.
@@ -231,6 +197,38 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     assert_eq!(leave("nobody").await, 0);
     assert_eq!(next_message(&mut w).await, None);
     sub.quit().await.unwrap();
+}
+
+/// `LEAVE` of `client` from the lock `name`, whose channel is `channel`;
+/// `free` "1" when no local waiter of it came back.
+async fn leave_as(admin: Client, name: &str, channel: String, client: &str, free: &str) -> i64 {
+    admin
+        .eval::<i64, _, _, _>(
+            LEAVE,
+            vec![name.to_owned()],
+            vec![
+                client.to_owned(),
+                channel,
+                "PUBLISH".to_owned(),
+                free.to_owned(),
+            ],
+        )
+        .await
+        .unwrap()
+}
+
+/// Writes the lock value `value` to `name`, for `ms` milliseconds.
+async fn set_for(admin: Client, name: &str, value: String, ms: i64) {
+    let _: () = admin
+        .set(
+            name,
+            value,
+            Some(fred::types::Expiration::PX(ms)),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
 }
 
 /// A client with one task waiting for a key takes the lock handed over to it
