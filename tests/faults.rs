@@ -43,21 +43,7 @@ const CHILD_ENV: &str = "RELAYLOCK_FAULT_CHILD";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_is_replaced_within_the_lease() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
-        // Child: take the lock, write to the ledger, say so, hang.
-        let mut parts = spec.split(' ');
-        let (url, prefix, ledger_url) = (
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-        );
-        let lock = lock_client(url, prefix).await;
-        let g = lock.lock("k").await.unwrap();
-        Ledger::connect(ledger_url)
-            .await
-            .write("k", g.fencing_token(), g.token(), true)
-            .await;
-        println!("HELD {}", g.token());
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        hold_as_child(&spec).await;
         return;
     }
     const RUNS: usize = 5;
@@ -132,6 +118,26 @@ async fn a_killed_holder_process_is_replaced_within_the_lease() {
     assert_safe("killed", ledger.totals(&["k"]).await);
     drop(lock);
     assert_clean(&admin, prefix).await;
+}
+
+/// The child role of [`a_killed_holder_process_is_replaced_within_the_lease`]
+/// (`spec`: the server's URL, the prefix and the ledger's URL): take the
+/// lock, write to the ledger, say so, hang.
+async fn hold_as_child(spec: &str) {
+    let mut parts = spec.split(' ');
+    let (url, prefix, ledger_url) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let lock = lock_client(url, prefix).await;
+    let g = lock.lock("k").await.unwrap();
+    Ledger::connect(ledger_url)
+        .await
+        .write("k", g.fencing_token(), g.token(), true)
+        .await;
+    println!("HELD {}", g.token());
+    tokio::time::sleep(Duration::from_secs(60)).await;
 }
 
 /// `CLIENT KILL TYPE pubsub` and `TYPE normal`, alternately every 200 ms,
@@ -314,21 +320,7 @@ async fn restart_without_persistence() {
             .expect("a holder never learned its lock was lost");
         noticed = noticed.max(restarted.elapsed());
     }
-    // The old holders now write the end of their critical sections: every
-    // key has a newer holder by now, so the resource rejects them.
-    let mut rejected = 0;
-    for (k, g) in keys.iter().zip(&holders) {
-        assert!(
-            eventually(Duration::from_secs(3), || async {
-                ledger.totals(std::slice::from_ref(k)).await.accepted > 1
-            })
-            .await
-        );
-        if !ledger.write(k, g.fencing_token(), g.token(), false).await {
-            rejected += 1;
-        }
-        ledger.leave(k, g.token()).await;
-    }
+    let rejected = overtaken_writes_rejected(&ledger, &keys, &holders).await;
     let stats = waiting.await.unwrap();
     let admin = server.admin().await;
     let after: Vec<u64> = {
@@ -356,6 +348,30 @@ async fn restart_without_persistence() {
     }
     drop(lock);
     assert_clean(&admin, prefix).await;
+}
+
+/// The old `holders` of `keys` write the end of their critical sections
+/// once each key has a newer holder (a second write accepted): the
+/// resource rejects them. Returns how many writes it rejected.
+async fn overtaken_writes_rejected(
+    ledger: &Ledger,
+    keys: &[String],
+    holders: &[relaylock::LockGuard],
+) -> usize {
+    let mut rejected = 0;
+    for (k, g) in keys.iter().zip(holders) {
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                ledger.totals(std::slice::from_ref(k)).await.accepted > 1
+            })
+            .await
+        );
+        if !ledger.write(k, g.fencing_token(), g.token(), false).await {
+            rejected += 1;
+        }
+        ledger.leave(k, g.token()).await;
+    }
+    rejected
 }
 
 /// One client behind a proxy that delays every chunk by 20 ms, one direct:

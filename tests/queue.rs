@@ -616,28 +616,7 @@ async fn a_failed_first_try_leaves_no_sleeper_on_a_stale_estimate() {
     let _: i64 = admin.del(lock.redis_key("k")).await.unwrap();
     // Another application's script keeps Redis busy for 600 ms; commands
     // that arrive meanwhile are answered BUSY once it ran 200 ms.
-    let _: () = admin
-        .custom(
-            CustomCommand::new_static("CONFIG", None, false),
-            vec!["SET", "busy-reply-threshold", "200"],
-        )
-        .await
-        .unwrap();
-    let busy = {
-        let admin = admin.clone();
-        tokio::spawn(async move {
-            let _: Value = admin
-                .eval(
-                    "local s = redis.call('TIME') local t0 = s[1] * 1000000 + s[2] \
-                     while true do local t = redis.call('TIME') \
-                     if t[1] * 1000000 + t[2] - t0 > 600000 then break end end return 1",
-                    Vec::<String>::new(),
-                    Vec::<String>::new(),
-                )
-                .await
-                .unwrap();
-        })
-    };
+    let busy = spawn_busy_script(&admin).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     // The first task's try waits in Redis's input until the BUSY reply; the
     // second task arrives meanwhile, queues behind it and skips its try.
@@ -673,4 +652,30 @@ async fn a_failed_first_try_leaves_no_sleeper_on_a_stale_estimate() {
     let g = fresh.unwrap_or_else(|e| panic!("fresh lock() of a free key: {e} after {took:?}"));
     assert!(took < Duration::from_secs(1), "took {took:?}");
     g.release().await.unwrap();
+}
+
+/// Another application's script on `admin`'s server, spawned: it keeps
+/// Redis busy for 600 ms, and commands that arrive meanwhile are answered
+/// BUSY once it ran 200 ms.
+async fn spawn_busy_script(admin: &Client) -> tokio::task::JoinHandle<()> {
+    let _: () = admin
+        .custom(
+            CustomCommand::new_static("CONFIG", None, false),
+            vec!["SET", "busy-reply-threshold", "200"],
+        )
+        .await
+        .unwrap();
+    let admin = admin.clone();
+    tokio::spawn(async move {
+        let _: Value = admin
+            .eval(
+                "local s = redis.call('TIME') local t0 = s[1] * 1000000 + s[2] \
+                 while true do local t = redis.call('TIME') \
+                 if t[1] * 1000000 + t[2] - t0 > 600000 then break end end return 1",
+                Vec::<String>::new(),
+                Vec::<String>::new(),
+            )
+            .await
+            .unwrap();
+    })
 }

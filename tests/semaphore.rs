@@ -74,17 +74,7 @@ async fn never_more_than_the_limit_inside() {
     for t in tasks {
         let fences = match tokio::time::timeout(Duration::from_secs(60), t).await {
             Ok(f) => f.unwrap(),
-            Err(_) => {
-                // What Redis holds, to diagnose a stall.
-                let name = clients[0].semaphore("pool", LIMIT).unwrap().redis_key();
-                let v: Option<String> = admin.get(&name).await.unwrap();
-                let h: Vec<(String, f64)> = admin
-                    .zrange(format!("{name}:h"), 0, -1, None, false, None, true)
-                    .await
-                    .unwrap();
-                let ids: Vec<&str> = clients.iter().map(|c| c.client_id()).collect();
-                panic!("a task is stuck: value {v:?}, holds {h:?}, clients {ids:?}");
-            }
+            Err(_) => stuck(&admin, &clients, "pool", LIMIT).await,
         };
         all.extend(fences);
     }
@@ -115,6 +105,19 @@ async fn never_more_than_the_limit_inside() {
         .await,
         "permits stayed taken or a client stayed queued"
     );
+}
+
+/// Panics for a task that is stuck on the semaphore `key` of `clients`,
+/// with what Redis holds, to diagnose the stall.
+async fn stuck(admin: &Client, clients: &[LockClient], key: &str, limit: u32) -> ! {
+    let name = clients[0].semaphore(key, limit).unwrap().redis_key();
+    let v: Option<String> = admin.get(&name).await.unwrap();
+    let h: Vec<(String, f64)> = admin
+        .zrange(format!("{name}:h"), 0, -1, None, false, None, true)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = clients.iter().map(|c| c.client_id()).collect();
+    panic!("a task is stuck: value {v:?}, holds {h:?}, clients {ids:?}");
 }
 
 /// Fair across clients: a waiter that needs 3 of 4 permits, alone in its

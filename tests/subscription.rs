@@ -230,11 +230,15 @@ async fn no_subscription_outlives_its_waiters() {
         support::numsub(&admin, &format!("{}:ch", lock.redis_key("a"))).await,
         0
     );
-    // What stays behind is the two locks' tombstones (free, nobody queued),
-    // each with a TTL, and their queue-times records (scripts::QUEUE_TIMES),
-    // which expire within the same retention (beside the client's own
-    // record, `relaylock:3:client:<id>`, for operators).
-    let mut left = support::keys(&admin, "relaylock:3:{*").await;
+    assert_only_tombstones_and_queue_times_left(&admin, &lock).await;
+}
+
+/// What stays behind is the two locks' tombstones (free, nobody queued),
+/// each with a TTL, and their queue-times records (scripts::QUEUE_TIMES),
+/// which expire within the same retention (beside the client's own
+/// record, `relaylock:3:client:<id>`, for operators).
+async fn assert_only_tombstones_and_queue_times_left(admin: &Client, lock: &LockClient) {
+    let mut left = support::keys(admin, "relaylock:3:{*").await;
     left.sort();
     let times = |k: &str| format!("{}{}", lock.redis_key(k), relaylock::__scripts::QUEUE_TIMES);
     assert_eq!(
@@ -255,7 +259,7 @@ async fn no_subscription_outlives_its_waiters() {
     }
     left.retain(|k| !k.ends_with(relaylock::__scripts::QUEUE_TIMES));
     for name in &left {
-        let value = support::lock_value(&admin, name).await.unwrap();
+        let value = support::lock_value(admin, name).await.unwrap();
         assert!(value.is_free() && value.queue.is_empty(), "{value:?}");
         let ttl: i64 = admin.pttl(name).await.unwrap();
         assert!(
