@@ -122,6 +122,9 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let leave = |client: &'static str| leave_with(client, "0");
     let live = (SIDE_RETENTION_MS + 10 * HANDOFF_GRACE_MS) as i64;
     let set = |value: String| set_for(admin.clone(), name, value, live);
+    // Written with less than the retention left: a lapsed reservation.
+    let set_lapsed =
+        |value: String| set_for(admin.clone(), name, value, SIDE_RETENTION_MS as i64 - 1);
 
     // The stand-by `s` leaves: `w`, next in line, is told to watch.
     set(format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|")).await;
@@ -156,14 +159,7 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
         format!("~x:7:{SIDE_RETENTION_MS}|w|7|")
     );
     // Nor a lapsed one of its own (it already stands for a free lock).
-    let lapsed = SIDE_RETENTION_MS as i64 - 1;
-    set_for(
-        admin.clone(),
-        name,
-        format!("~s:7:{SIDE_RETENTION_MS}|w|7|"),
-        lapsed,
-    )
-    .await;
+    set_lapsed(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
     assert_eq!(leave_with("s", "1").await, 0);
     assert_eq!(next_message(&mut w).await, None);
 
@@ -173,13 +169,7 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     assert_eq!(next_message(&mut w).await, None);
     // The first client leaves a lapsed reservation (the grace has passed):
     // the lock is free, `w` is told to try.
-    set_for(
-        admin.clone(),
-        name,
-        format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|"),
-        lapsed,
-    )
-    .await;
+    set_lapsed(format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|")).await;
     assert_eq!(leave("s").await, 1);
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
     // ... or a tombstone.
