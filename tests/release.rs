@@ -333,7 +333,11 @@ impl RingCase {
         // that looked outside the ring would show), the lock given to a
         // local waiter; with and without a `void` field.
         let way = case / 3 % 3;
-        let void = if case % 2 == 0 { "" } else { "99999999999999" };
+        let void = if case.is_multiple_of(2) {
+            ""
+        } else {
+            "99999999999999"
+        };
         let queue = if way == 1 { "a b,cc" } else { "" };
         RingCase {
             fence,
@@ -383,7 +387,7 @@ async fn release_ring_case(admin: &Client, key: &str, case: usize, c: &RingCase)
     }
     // A release that knows its fence and names no `next` may send the
     // lock's name alone (relaylock does); half the cases do.
-    let keys = if *way != 2 && case / 2 % 2 == 0 {
+    let keys = if *way != 2 && (case / 2).is_multiple_of(2) {
         vec![key.to_string()]
     } else {
         vec![
