@@ -9,6 +9,7 @@ use relaylock::{Error, LockClient, LockClientBuilder, LockGuard, LockOptions};
 fn send_sync<T: Send + Sync>() {}
 fn send<T: Send>(_: &T) {}
 
+/// The client, guards, builder, options and errors are `Send + Sync`.
 #[test]
 fn public_types_are_send_and_sync() {
     send_sync::<LockClient>();

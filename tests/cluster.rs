@@ -61,20 +61,7 @@ async fn mutual_exclusion_across_shards() {
     let cluster = RedisCluster::start(3, 0);
     let a = lock_client(&cluster, Duration::from_secs(5)).await;
     // The second client from a fred configuration instead of a URL.
-    let nodes: Vec<(&str, u16)> = cluster
-        .nodes
-        .iter()
-        .map(|n| ("127.0.0.1", n.port))
-        .collect();
-    let b = LockClient::builder()
-        .fred_config(fred::types::config::Config {
-            server: fred::types::config::ServerConfig::new_clustered(nodes),
-            ..Default::default()
-        })
-        .default_lease(Duration::from_secs(5))
-        .build()
-        .await
-        .expect("connect with a fred config");
+    let b = client_from_fred_config(&cluster).await;
     let data = data_client(&cluster).await;
     let keys: Vec<String> = (0..24).map(|i| format!("acct:{i}")).collect();
     let admin = cluster.nodes[0].admin().await;
@@ -138,6 +125,25 @@ async fn mutual_exclusion_across_shards() {
             "{k}: fences not increasing"
         );
     }
+}
+
+/// A client of `cluster` built from a fred configuration (its nodes), with
+/// a 5 s lease.
+async fn client_from_fred_config(cluster: &RedisCluster) -> LockClient {
+    let nodes: Vec<(&str, u16)> = cluster
+        .nodes
+        .iter()
+        .map(|n| ("127.0.0.1", n.port))
+        .collect();
+    LockClient::builder()
+        .fred_config(fred::types::config::Config {
+            server: fred::types::config::ServerConfig::new_clustered(nodes),
+            ..Default::default()
+        })
+        .default_lease(Duration::from_secs(5))
+        .build()
+        .await
+        .expect("connect with a fred config")
 }
 
 /// A release publishes with SPUBLISH on the lock's own shard only: the
@@ -530,6 +536,41 @@ async fn semaphores_across_shards() {
     }
     assert!(lock.is_held());
     // Contention across the two clients on keys of different shards.
+    let over = contend_for_permits(&a, &b).await;
+    assert_eq!(over.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // A waiter in the other client is woken by the release message.
+    let full = a.semaphore("s:0", 2).unwrap().acquire().await.unwrap();
+    let waiter = {
+        let sem = b.semaphore("s:0", 2).unwrap();
+        tokio::spawn(async move {
+            let p = sem.acquire().await.unwrap();
+            let at = Instant::now();
+            p.release().await.unwrap();
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    full.release().await.unwrap();
+    let took = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is stuck")
+        .unwrap()
+        - released;
+    println!(
+        "cluster semaphore: the other client's waiter got the permit {took:?} after the release"
+    );
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    for p in held {
+        p.release().await.unwrap();
+    }
+    lock.release().await.unwrap();
+}
+
+/// 24 tasks of clients `a` and `b` take one of the 2 permits of 6
+/// semaphores (keys of different shards) 10 times each; returns how many
+/// entries found 2 already inside (over the limit).
+async fn contend_for_permits(a: &LockClient, b: &LockClient) -> Arc<std::sync::atomic::AtomicU64> {
     let inside: Arc<Vec<std::sync::atomic::AtomicU32>> = Arc::new(
         (0..6)
             .map(|_| std::sync::atomic::AtomicU32::new(0))
@@ -567,34 +608,7 @@ async fn semaphores_across_shards() {
             .expect("a semaphore waiter is stuck")
             .unwrap();
     }
-    assert_eq!(over.load(std::sync::atomic::Ordering::SeqCst), 0);
-    // A waiter in the other client is woken by the release message.
-    let full = a.semaphore("s:0", 2).unwrap().acquire().await.unwrap();
-    let waiter = {
-        let sem = b.semaphore("s:0", 2).unwrap();
-        tokio::spawn(async move {
-            let p = sem.acquire().await.unwrap();
-            let at = Instant::now();
-            p.release().await.unwrap();
-            at
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let released = Instant::now();
-    full.release().await.unwrap();
-    let took = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter is stuck")
-        .unwrap()
-        - released;
-    println!(
-        "cluster semaphore: the other client's waiter got the permit {took:?} after the release"
-    );
-    assert!(took < Duration::from_millis(500), "{took:?}");
-    for p in held {
-        p.release().await.unwrap();
-    }
-    lock.release().await.unwrap();
+    over
 }
 
 /// Read-write locks on keys spread across the shards, in two clients with
@@ -748,7 +762,7 @@ async fn min_replicas_waits_on_the_owning_shard() {
     assert!(refused > 0 && acknowledged > 0);
 }
 
-/// Issue 35: every primary of a cluster is read. One of three may evict:
+/// Every primary of a cluster is checked for eviction. One of three may evict:
 /// `build()` with `Refuse` names that one, and `eviction::read_all` reads
 /// all three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -788,7 +802,7 @@ async fn every_primary_is_checked_for_eviction() {
     assert_eq!(evicts[0].server, format!("127.0.0.1:{}", evicting.port));
 }
 
-/// Issue 35, item 2 in a cluster: the lock's value vanishes (a `DEL`, as an
+/// A vanished value in a cluster: the lock's value vanishes (a `DEL`, as an
 /// eviction would), and the holder's release tells the other client's
 /// waiter through sharded pub/sub (`PUBSUB SHARDCHANNELS` on the key's
 /// node, `SPUBLISH`): it takes the lock at once, not when the lease it saw

@@ -1,18 +1,20 @@
-//! A wait is a deadline, whatever Redis does (issue 36): `wait(d)` ends the
-//! call at `d` with `Timeout`, or `Unavailable` naming the server when it
-//! could not be reached, leaving nothing behind; the connect timeout is a
-//! deadline for `build()`, and its error names the server.
+//! A wait is a deadline, whatever Redis does: `wait(d)` ends the call at
+//! `d` with `Timeout`, or `Unavailable` naming the server when it could not
+//! be reached, leaving nothing behind. Every call is bounded by the command
+//! timeout, also on a fred client without a timeout of its own (a frozen
+//! server gives an error, not a hang); the connect timeout is a deadline
+//! for `build()`, and its error names the server.
 
 use relaylock_testkit as support;
 
 use std::time::{Duration, Instant};
 
-use relaylock::{Error, LockOptions};
+use relaylock::{Error, LockClient, LockOptions};
 use support::RedisServer;
 
 /// Redis stopped (killed): a 2 s wait ends at 2 s, not at the 5 s command
-/// timeout, with `Unavailable` naming the server and the key. Before, it
-/// was `Err(Redis("Request timed out."))` after 5.002 s.
+/// timeout, with `Unavailable` naming the server and the key (not fred's
+/// `Request timed out.` at the command timeout).
 #[tokio::test]
 async fn a_wait_ends_at_its_deadline_when_redis_is_down() {
     let mut server = RedisServer::start();
@@ -97,7 +99,7 @@ async fn a_wait_ends_at_its_deadline_when_redis_is_silent() {
 }
 
 /// A listener that accepts and never answers: `build()` gives up at the
-/// connect timeout (was 6.01 s for 5 s: a second spent closing), and the
+/// connect timeout (closing the connection adds nothing to it), and the
 /// error names the server.
 #[tokio::test]
 async fn the_connect_timeout_is_a_deadline_and_names_the_server() {
@@ -133,13 +135,11 @@ async fn the_connect_timeout_is_a_deadline_and_names_the_server() {
 
 /// A try cut off by the deadline while Redis is down is never written
 /// later: Redis comes back (restarted on its port) after the background
-/// release of that try ran out of time, and the key stays free. A review
-/// found by reading fred that a try whose future is merely dropped stays
-/// in fred's queue and could run on the reconnect, with nobody left to
-/// release it; the tries are therefore bounded by fred's own per-command
-/// timeout at the deadline. With fred 10.1 this scenario did not replay
-/// the dropped try either (checked by hand with the timeout removed), so
-/// this test guards the outcome, whatever fred does with dropped commands.
+/// release of that try ran out of time, and the key stays free. A try whose
+/// future is merely dropped stays in fred's queue and could run on the
+/// reconnect, with nobody left to release it; so the tries are bounded by
+/// fred's own per-command timeout at the deadline. The test checks the
+/// outcome, whatever fred does with dropped commands.
 #[tokio::test]
 async fn a_try_cut_off_by_the_deadline_never_runs_later() {
     let mut server = RedisServer::start();
@@ -198,4 +198,71 @@ async fn a_forged_unlock_notice_changes_nothing() {
     assert!(lost.is_err(), "a forged notice made the hold lost");
     assert!(guard.is_held());
     guard.release().await.unwrap();
+}
+
+/// A closed port: `build()` fails within the connect timeout, with a
+/// connection error (not `InvalidArgument`).
+#[tokio::test]
+async fn unreachable_server_fails_within_the_connect_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let start = Instant::now();
+    let r = LockClient::builder()
+        .url(format!("redis://127.0.0.1:{port}"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await;
+    let took = start.elapsed();
+    assert!(r.is_err(), "connected to a closed port");
+    assert!(!matches!(r, Err(Error::InvalidArgument(_))));
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+/// With a fred client that has no command timeout of its own, relaylock's
+/// calls are still bounded: a frozen Redis (SIGSTOP) gives an error, not a hang.
+#[tokio::test]
+async fn frozen_redis_gives_an_error_not_a_hang() {
+    let server = RedisServer::start();
+    let lock = support::client_on_untimed_fred(&server.url(), Duration::from_millis(500)).await;
+    let pid = server.pid().unwrap().to_string();
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    let start = Instant::now();
+    let r = lock.lock("k").await;
+    let took = start.elapsed();
+    let cont = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap();
+    assert!(cont.success());
+    assert!(matches!(r, Err(Error::Redis(_))), "{r:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // And it recovers once Redis runs again.
+    let g = lock
+        .lock_with("k", LockOptions::default().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    g.release().await.unwrap();
+}
+
+/// `is_locked` is bounded by the command timeout too, with a fred client
+/// that has no timeout of its own.
+#[tokio::test]
+async fn is_locked_on_a_frozen_server_fails_within_the_command_timeout() {
+    let server = RedisServer::start();
+    let lock = support::client_on_untimed_fred(&server.url(), Duration::from_millis(500)).await;
+    server.pause();
+    let start = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(4), lock.is_locked("k")).await;
+    let took = start.elapsed();
+    server.resume();
+    let r = r.unwrap_or_else(|_| panic!("is_locked still pending after {took:?}"));
+    assert!(matches!(r, Err(Error::Redis(_))), "{r:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
 }

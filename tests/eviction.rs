@@ -25,6 +25,9 @@ fn warned_about(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// A server with a memory limit and an evicting policy: `build()` warns once
+/// per server, naming the policy and `noeviction`, or, under `Refuse`,
+/// fails with `EvictingServer` naming the server, policy and limit.
 #[tokio::test]
 async fn an_evicting_policy_is_warned_about_once_or_refused() {
     warnings::install();
@@ -56,6 +59,8 @@ async fn an_evicting_policy_is_warned_about_once_or_refused() {
     }
 }
 
+/// A limit with `noeviction`, or an evicting policy without a limit: the
+/// server never deletes a key, so `build()` neither warns nor refuses.
 #[tokio::test]
 async fn a_server_that_never_evicts_is_not_warned_about() {
     warnings::install();
@@ -159,7 +164,7 @@ async fn a_server_connected_to_anew_is_read_again() {
     assert!(warned_about(&server)[0].contains("allkeys-lfu"));
 }
 
-/// Item 2 of issue 35: the value vanishes under a holder (`FLUSHALL`, as an
+/// The value vanishes under a holder (`FLUSHALL`, as an
 /// eviction would). The holder's release finds it gone and tells every
 /// client, so another client's queued waiter takes the lock in a few
 /// milliseconds instead of sleeping until the lease it last saw ends.

@@ -15,226 +15,26 @@
 //!   errors, as a caller would), within a bound: no stuck waiter;
 //! * no key and no subscribed channel left under the scenario's prefix.
 //!
-//! Each test prints what it measured (`--nocapture`); docs/reliability.md
-//! quotes those lines.
+//! The harness (workers, critical sections, the closing checks) is the test
+//! kit's [`relaylock_testkit::faults`]. Each test prints what it measured
+//! (`--nocapture`); docs/reliability.md quotes those lines.
 
 use relaylock_testkit as support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use fred::types::CustomCommand;
-use relaylock::{Error, LockClient, LockGuard, LockOptions};
-use support::ledger::{Ledger, Totals};
+use relaylock::{Error, LockClient, LockOptions};
+use support::faults::{
+    assert_clean, assert_safe, contend, critical, key_set, lock_client, proxied, repeatedly,
+    Proxied, Stats, LEASE,
+};
+use support::ledger::Ledger;
 use support::proxy::{Mode, Proxy};
-use support::{channels, eventually, keys, Admin, RedisServer};
-
-/// The lease and bookkeeping retention `support::fault_preset` sets.
-const LEASE: Duration = Duration::from_secs(1);
-const RETENTION: Duration = Duration::from_secs(1);
-
-/// A client as the scenarios use it (`support::fault_preset`): a 1 s lease
-/// renewed by the watchdog, bookkeeping kept 1 s, 1 s command timeout.
-async fn lock_client(url: &str, prefix: &str) -> LockClient {
-    support::fault_preset(url)
-        .prefix(prefix)
-        .build()
-        .await
-        .expect("connect")
-}
-
-/// Inside a critical section. Leaving takes the writer out of the ledger:
-/// awaited at the end of the section, and in the background when the
-/// section's future is dropped because the lock was lost.
-struct Inside {
-    ledger: Arc<Ledger>,
-    key: String,
-    writer: String,
-}
-
-impl Inside {
-    async fn leave(mut self) {
-        let (key, writer) = (
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.writer),
-        );
-        self.ledger.leave(&key, &writer).await;
-    }
-}
-
-impl Drop for Inside {
-    fn drop(&mut self) {
-        if self.writer.is_empty() {
-            return;
-        }
-        let (ledger, key, writer) = (
-            Arc::clone(&self.ledger),
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.writer),
-        );
-        tokio::spawn(async move { ledger.leave(&key, &writer).await });
-    }
-}
-
-/// One critical section: enter and write the fencing token, hold, write
-/// again (a second write that a stale holder would get rejected), leave.
-async fn critical(ledger: &Arc<Ledger>, key: &str, g: &LockGuard, hold: Duration) {
-    let inside = Inside {
-        ledger: Arc::clone(ledger),
-        key: key.to_owned(),
-        writer: g.token().to_owned(),
-    };
-    ledger.write(key, g.fencing_token(), g.token(), true).await;
-    tokio::time::sleep(hold).await;
-    ledger.write(key, g.fencing_token(), g.token(), false).await;
-    inside.leave().await;
-}
-
-#[derive(Default)]
-struct Stats {
-    acquired: AtomicU64,
-    lost: AtomicU64,
-    errors: AtomicU64,
-    max_wait_us: AtomicU64,
-}
-
-impl Stats {
-    fn line(&self) -> String {
-        format!(
-            "acquired {}, lost while held {}, errors retried {}, longest wait {:?}",
-            self.acquired.load(Ordering::SeqCst),
-            self.lost.load(Ordering::SeqCst),
-            self.errors.load(Ordering::SeqCst),
-            Duration::from_micros(self.max_wait_us.load(Ordering::SeqCst))
-        )
-    }
-}
-
-/// Lock, run a critical section, repeat until `until`; a call that fails is
-/// retried (a waiter without a deadline must eventually acquire).
-async fn worker(
-    lock: LockClient,
-    ledger: Arc<Ledger>,
-    keys: Arc<Vec<String>>,
-    first: usize,
-    until: Instant,
-    hold: Duration,
-    stats: Arc<Stats>,
-) {
-    let mut i = first;
-    while Instant::now() < until {
-        let key = &keys[i % keys.len()];
-        i += 1;
-        let started = Instant::now();
-        loop {
-            let outcome = lock
-                .with_lock(key, LockOptions::default(), async |g| {
-                    let waited = started.elapsed().as_micros() as u64;
-                    stats.max_wait_us.fetch_max(waited, Ordering::SeqCst);
-                    critical(&ledger, key, g, hold).await
-                })
-                .await;
-            match outcome {
-                Ok(()) => {
-                    stats.acquired.fetch_add(1, Ordering::SeqCst);
-                    break;
-                }
-                Err(Error::LockLost { .. }) => {
-                    stats.lost.fetch_add(1, Ordering::SeqCst);
-                    break;
-                }
-                Err(_) => {
-                    stats.errors.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
-    }
-}
-
-/// `tasks` workers over `keys` until `run` has passed; returns once all
-/// finished (panics if one is stuck past `run + bound`).
-async fn contend(
-    lock: &LockClient,
-    ledger: &Arc<Ledger>,
-    keys: &Arc<Vec<String>>,
-    tasks: usize,
-    run: Duration,
-    hold: Duration,
-    bound: Duration,
-) -> Arc<Stats> {
-    let stats = Arc::new(Stats::default());
-    let until = Instant::now() + run;
-    let handles: Vec<_> = (0..tasks)
-        .map(|i| {
-            tokio::spawn(worker(
-                lock.clone(),
-                Arc::clone(ledger),
-                Arc::clone(keys),
-                i,
-                until,
-                hold,
-                Arc::clone(&stats),
-            ))
-        })
-        .collect();
-    let all = futures::future::join_all(handles);
-    let done = tokio::time::timeout(run + bound, all).await;
-    assert!(done.is_ok(), "a worker is stuck: {}", stats.line());
-    stats
-}
-
-/// Injects a fault for 3 s: every `period`, `fault(n)` for n = 0, 1, ...
-/// (each after a sleep of `period`). Returns how many it injected.
-async fn repeatedly(period: Duration, mut fault: impl AsyncFnMut(usize)) -> usize {
-    let until = Instant::now() + Duration::from_secs(3);
-    let mut n = 0;
-    while Instant::now() < until {
-        tokio::time::sleep(period).await;
-        fault(n).await;
-        n += 1;
-    }
-    n
-}
-
-fn key_set(n: usize) -> Arc<Vec<String>> {
-    Arc::new((0..n).map(|i| format!("k{i}")).collect())
-}
-
-/// Nothing left under `prefix`: no key (after the bookkeeping's retention)
-/// and no subscribed channel, but the records of clients that did not shut
-/// down (a killed process's name outlives its holds by design, for
-/// operators), each with its TTL.
-async fn assert_clean(admin: &Client, prefix: &str) {
-    let pattern = format!("{prefix}:*");
-    let locks = format!("{prefix}:3:{{*");
-    let clean = eventually(LEASE + RETENTION + Duration::from_secs(3), || async {
-        keys(admin, &locks).await.is_empty() && channels(admin, &locks).await.is_empty()
-    })
-    .await;
-    assert!(
-        clean,
-        "left behind under {prefix}: keys {:?}, channels {:?}",
-        keys(admin, &pattern).await,
-        channels(admin, &pattern).await
-    );
-    for k in keys(admin, &pattern).await {
-        assert!(k.starts_with(&format!("{prefix}:3:client:")), "{k}");
-        let pttl: i64 = admin.pttl(&k).await.unwrap();
-        assert!(
-            pttl > 0 && pttl <= 25 * 3600 * 1000,
-            "{k}: a client record without its TTL ({pttl})"
-        );
-    }
-}
-
-fn assert_safe(name: &str, t: Totals) {
-    assert!(t.accepted > 0, "{name}: nothing was written");
-    assert_eq!(t.overlaps, 0, "{name}: two holders overlapped: {t:?}");
-    assert_eq!(t.stale, 0, "{name}: a stale holder wrote: {t:?}");
-}
+use support::{eventually, Admin, RedisServer};
 
 const CHILD_ENV: &str = "RELAYLOCK_FAULT_CHILD";
 
@@ -243,21 +43,7 @@ const CHILD_ENV: &str = "RELAYLOCK_FAULT_CHILD";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_is_replaced_within_the_lease() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
-        // Child: take the lock, write to the ledger, say so, hang.
-        let mut parts = spec.split(' ');
-        let (url, prefix, ledger_url) = (
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-            parts.next().unwrap(),
-        );
-        let lock = lock_client(url, prefix).await;
-        let g = lock.lock("k").await.unwrap();
-        Ledger::connect(ledger_url)
-            .await
-            .write("k", g.fencing_token(), g.token(), true)
-            .await;
-        println!("HELD {}", g.token());
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        hold_as_child(&spec).await;
         return;
     }
     const RUNS: usize = 5;
@@ -332,6 +118,26 @@ async fn a_killed_holder_process_is_replaced_within_the_lease() {
     assert_safe("killed", ledger.totals(&["k"]).await);
     drop(lock);
     assert_clean(&admin, prefix).await;
+}
+
+/// The child role of [`a_killed_holder_process_is_replaced_within_the_lease`]
+/// (`spec`: the server's URL, the prefix and the ledger's URL): take the
+/// lock, write to the ledger, say so, hang.
+async fn hold_as_child(spec: &str) {
+    let mut parts = spec.split(' ');
+    let (url, prefix, ledger_url) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let lock = lock_client(url, prefix).await;
+    let g = lock.lock("k").await.unwrap();
+    Ledger::connect(ledger_url)
+        .await
+        .write("k", g.fencing_token(), g.token(), true)
+        .await;
+    println!("HELD {}", g.token());
+    tokio::time::sleep(Duration::from_secs(60)).await;
 }
 
 /// `CLIENT KILL TYPE pubsub` and `TYPE normal`, alternately every 200 ms,
@@ -447,16 +253,19 @@ async fn frozen(how: Freeze) {
     }
 }
 
+/// `CLIENT PAUSE` shorter and longer than the lease ([`frozen`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_pause_shorter_and_longer_than_the_lease() {
     frozen(Freeze::ClientPause).await;
 }
 
+/// `DEBUG SLEEP` shorter and longer than the lease ([`frozen`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_sleep_shorter_and_longer_than_the_lease() {
     frozen(Freeze::DebugSleep).await;
 }
 
+/// SIGSTOP shorter and longer than the lease ([`frozen`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_shorter_and_longer_than_the_lease() {
     frozen(Freeze::Sigstop).await;
@@ -511,21 +320,7 @@ async fn restart_without_persistence() {
             .expect("a holder never learned its lock was lost");
         noticed = noticed.max(restarted.elapsed());
     }
-    // The old holders now write the end of their critical sections: every
-    // key has a newer holder by now, so the resource rejects them.
-    let mut rejected = 0;
-    for (k, g) in keys.iter().zip(&holders) {
-        assert!(
-            eventually(Duration::from_secs(3), || async {
-                ledger.totals(std::slice::from_ref(k)).await.accepted > 1
-            })
-            .await
-        );
-        if !ledger.write(k, g.fencing_token(), g.token(), false).await {
-            rejected += 1;
-        }
-        ledger.leave(k, g.token()).await;
-    }
+    let rejected = overtaken_writes_rejected(&ledger, &keys, &holders).await;
     let stats = waiting.await.unwrap();
     let admin = server.admin().await;
     let after: Vec<u64> = {
@@ -555,35 +350,28 @@ async fn restart_without_persistence() {
     assert_clean(&admin, prefix).await;
 }
 
-/// A server with its admin connection, the ledger, a proxy in front of the
-/// server, and two clients of `prefix`: one through the proxy, one direct.
-/// (Bind `_server` when destructuring: a field left to `..` is dropped at
-/// once, and the server with it.)
-#[allow(dead_code)]
-struct Proxied {
-    _server: RedisServer,
-    admin: Client,
-    ledger: Arc<Ledger>,
-    proxy: Proxy,
-    through: LockClient,
-    direct: LockClient,
-}
-
-async fn proxied(prefix: &str) -> Proxied {
-    let server = RedisServer::start();
-    let admin = server.admin().await;
-    let ledger = Ledger::start().await;
-    let proxy = Proxy::start(server.port).await;
-    let through = lock_client(&proxy.url(), prefix).await;
-    let direct = lock_client(&server.url(), prefix).await;
-    Proxied {
-        _server: server,
-        admin,
-        ledger,
-        proxy,
-        through,
-        direct,
+/// The old `holders` of `keys` write the end of their critical sections
+/// once each key has a newer holder (a second write accepted): the
+/// resource rejects them. Returns how many writes it rejected.
+async fn overtaken_writes_rejected(
+    ledger: &Ledger,
+    keys: &[String],
+    holders: &[relaylock::LockGuard],
+) -> usize {
+    let mut rejected = 0;
+    for (k, g) in keys.iter().zip(holders) {
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                ledger.totals(std::slice::from_ref(k)).await.accepted > 1
+            })
+            .await
+        );
+        if !ledger.write(k, g.fencing_token(), g.token(), false).await {
+            rejected += 1;
+        }
+        ledger.leave(k, g.token()).await;
     }
+    rejected
 }
 
 /// One client behind a proxy that delays every chunk by 20 ms, one direct:
@@ -776,8 +564,7 @@ async fn a_blackholed_subscriber_only_delays_waiters() {
     assert!(d.acquired.load(Ordering::SeqCst) > 0);
     // 1.5 command timeouts to detect, one to fail re-subscribing, one for a
     // waiter whose own first attempt to subscribe hit the silent
-    // connection, then polling; 1 s of slack for a loaded machine (CI ran
-    // this at 4.09 s once).
+    // connection, then polling; 1 s of slack for a loaded machine.
     let command_timeout = Duration::from_secs(1);
     assert!(
         Duration::from_micros(d.max_wait_us.load(Ordering::SeqCst))

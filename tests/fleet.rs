@@ -7,7 +7,7 @@ use relaylock_testkit as support;
 
 use std::time::Duration;
 
-use fred::clients::SubscriberClient;
+use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface, PubsubInterface};
 use fred::types::config::Config;
 use relaylock::__scripts::{HANDOFF_GRACE_MS, LEAVE, SIDE_RETENTION_MS};
@@ -66,8 +66,8 @@ async fn publishes_per_hand_over(server: &RedisServer, clients: usize) -> f64 {
 
 /// Each hand-over between clients publishes at most 3 messages (the
 /// reservation to its client and to the stand-by, the take to the
-/// stand-by), each to one subscriber, with 2 clients waiting as with 12.
-/// Protocol 2 published 2 messages to every waiting client.
+/// stand-by), each to one subscriber, with 2 clients waiting as with 12:
+/// not a message to every waiting client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_costs_the_same_messages_whatever_the_number_of_clients() {
     for clients in [2, 12] {
@@ -117,40 +117,14 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let channel = format!("{name}:ch");
     let (sub, mut w) = listen(&server, &format!("{channel}:w")).await;
     let leave_with = |client: &'static str, free: &'static str| {
-        let (admin, channel) = (admin.clone(), channel.clone());
-        async move {
-            admin
-                .eval::<i64, _, _, _>(
-                    LEAVE,
-                    vec![name.to_owned()],
-                    vec![
-                        client.to_owned(),
-                        channel,
-                        "PUBLISH".to_owned(),
-                        free.to_owned(),
-                    ],
-                )
-                .await
-                .unwrap()
-        }
+        leave_as(admin.clone(), name, channel.clone(), client, free)
     };
     let leave = |client: &'static str| leave_with(client, "0");
     let live = (SIDE_RETENTION_MS + 10 * HANDOFF_GRACE_MS) as i64;
-    let set = |value: String| {
-        let admin = admin.clone();
-        async move {
-            let _: () = admin
-                .set(
-                    name,
-                    value,
-                    Some(fred::types::Expiration::PX(live)),
-                    None,
-                    false,
-                )
-                .await
-                .unwrap();
-        }
-    };
+    let set = |value: String| set_for(admin.clone(), name, value, live);
+    // Written with less than the retention left: a lapsed reservation.
+    let set_lapsed =
+        |value: String| set_for(admin.clone(), name, value, SIDE_RETENTION_MS as i64 - 1);
 
     // The stand-by `s` leaves: `w`, next in line, is told to watch.
     set(format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|")).await;
@@ -169,8 +143,8 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let v: String = admin.get(name).await.unwrap();
     assert_eq!(v, format!("~s:7:{SIDE_RETENTION_MS}|w|7|"));
     // ... with no local waiter left (`free` 1): it is nobody's, lapses at
-    // once, and `w`, first in line, is told to try now (issue 35: the same
-    // rule as the semaphore's).
+    // once, and `w`, first in line, is told to try now (the same rule as
+    // the semaphore's).
     set(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
     assert_eq!(leave_with("s", "1").await, 1);
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
@@ -185,16 +159,7 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
         format!("~x:7:{SIDE_RETENTION_MS}|w|7|")
     );
     // Nor a lapsed one of its own (it already stands for a free lock).
-    let _: () = admin
-        .set(
-            name,
-            format!("~s:7:{SIDE_RETENTION_MS}|w|7|"),
-            Some(fred::types::Expiration::PX(SIDE_RETENTION_MS as i64 - 1)),
-            None,
-            false,
-        )
-        .await
-        .unwrap();
+    set_lapsed(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
     assert_eq!(leave_with("s", "1").await, 0);
     assert_eq!(next_message(&mut w).await, None);
 
@@ -204,16 +169,7 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     assert_eq!(next_message(&mut w).await, None);
     // The first client leaves a lapsed reservation (the grace has passed):
     // the lock is free, `w` is told to try.
-    let _: () = admin
-        .set(
-            name,
-            format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|"),
-            Some(fred::types::Expiration::PX(SIDE_RETENTION_MS as i64 - 1)),
-            None,
-            false,
-        )
-        .await
-        .unwrap();
+    set_lapsed(format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|")).await;
     assert_eq!(leave("s").await, 1);
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
     // ... or a tombstone.
@@ -233,12 +189,43 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     sub.quit().await.unwrap();
 }
 
+/// `LEAVE` of `client` from the lock `name`, whose channel is `channel`;
+/// `free` "1" when no local waiter of it came back.
+async fn leave_as(admin: Client, name: &str, channel: String, client: &str, free: &str) -> i64 {
+    admin
+        .eval::<i64, _, _, _>(
+            LEAVE,
+            vec![name.to_owned()],
+            vec![
+                client.to_owned(),
+                channel,
+                "PUBLISH".to_owned(),
+                free.to_owned(),
+            ],
+        )
+        .await
+        .unwrap()
+}
+
+/// Writes the lock value `value` to `name`, for `ms` milliseconds.
+async fn set_for(admin: Client, name: &str, value: String, ms: i64) {
+    let _: () = admin
+        .set(
+            name,
+            value,
+            Some(fred::types::Expiration::PX(ms)),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+}
+
 /// A client with one task waiting for a key takes the lock handed over to it
 /// and sends no `LEAVE` after: the take already took it out of the queue
-/// (`Presence::unqueue_if_alone`). Before, every such acquisition cost a
-/// second script call that found nothing to do (0.38 per acquisition at 256
-/// keys, 4 processes × 64: docs/results/fleet/commandstats256.txt). And no
-/// ghost is left: the queue is empty after.
+/// (`Presence::unqueue_if_alone`), so such an acquisition costs no second
+/// script call that would find nothing to do. And no ghost is left: the
+/// queue is empty after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_waiter_that_takes_the_lock_sends_no_leave() {
     let server = RedisServer::start();

@@ -172,9 +172,9 @@ async fn a_dropped_release_still_hands_the_lock_to_the_local_waiter() {
 /// A release while the local waiter is still confirming its subscription
 /// (its SUBSCRIBE and PING delayed on the network) does not hand it the
 /// lock: the grant would sit unused until the subscription returned, and
-/// `lock()` would then return a lease that had already run out (found in
-/// review). The release wakes the waiter instead, and it takes the lock
-/// itself, with a live lease, once it is subscribed.
+/// `lock()` would then return a lease that had already run out. The
+/// release wakes the waiter instead, and it takes the lock itself, with a
+/// live lease, once it is subscribed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_still_subscribing_gets_a_live_lease() {
     use support::proxy::{Mode, Proxy};
@@ -266,7 +266,7 @@ async fn a_hand_over_whose_reply_is_lost_still_reaches_the_waiter() {
 /// (its connection dropped before the reply) while the waiter gives up:
 /// whichever copy ran first gave the lock to the waiter, and the other
 /// answers "already released". The lock must not stay with the waiter that
-/// left (found in review: it stayed for the waiter's whole lease).
+/// left for that waiter's whole lease: it is free within seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replayed_hand_over_to_a_waiter_that_left_leaves_the_lock_free() {
     use support::proxy::Proxy;

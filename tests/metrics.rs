@@ -48,6 +48,9 @@ fn get(m: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
     m.get(&(name.to_owned(), l)).copied().unwrap_or(0.0)
 }
 
+/// Acquisitions, timeouts, hand-overs, losses, semaphore and read-write
+/// holds record the documented counters, gauges and histograms, with the
+/// documented labels, and no series carries the raw key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_recorded() {
     let recorder = DebuggingRecorder::new();
@@ -56,6 +59,19 @@ async fn metrics_are_recorded() {
 
     let server = RedisServer::start();
     let lock = LockClient::connect(&server.url()).await.unwrap();
+    let mid = take_orders(&lock, &snapshotter).await;
+    lose_a_lock_and_take_the_other_primitives(&lock).await;
+
+    let m = read(&snapshotter);
+    assert_the_other_primitives_counted(&m);
+    assert_the_orders_counted(&m, &mid);
+    assert_no_raw_key(&m);
+}
+
+/// On the lock "a", named "orders": an acquisition and a release, a
+/// timeout after a wait, and a waiter of the same client handed the lock by
+/// the release. Returns the values read while that waiter waited.
+async fn take_orders(lock: &LockClient, snapshotter: &Snapshotter) -> Values {
     let named = |o: LockOptions| o.name("orders");
 
     // An acquisition and a release.
@@ -83,7 +99,7 @@ async fn metrics_are_recorded() {
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mid = read(&snapshotter);
+    let mid = read(snapshotter);
     assert_eq!(
         get(&mid, names::WAITERS, &[("name", "orders")]),
         1.0,
@@ -92,6 +108,12 @@ async fn metrics_are_recorded() {
     g.release().await.unwrap();
     let g2 = waiter.await.unwrap().unwrap();
     g2.release().await.unwrap();
+    mid
+}
+
+/// A lost lock (unnamed), a semaphore's permit ("payments"), a read and a
+/// write ("doc").
+async fn lose_a_lock_and_take_the_other_primitives(lock: &LockClient) {
     // A lost lock: the lease runs out before the release. No name label here.
     let lost = lock
         .lock_with("b", LockOptions::default().lease(Duration::from_millis(50)))
@@ -119,29 +141,36 @@ async fn metrics_are_recorded() {
         .await
         .unwrap();
     w.release().await.unwrap();
+}
 
-    let m = read(&snapshotter);
+/// The semaphore's and the read-write lock's series carry their primitive.
+fn assert_the_other_primitives_counted(m: &Values) {
     for primitive in ["read", "write"] {
         let labels = [("name", "doc"), ("primitive", primitive)];
-        assert_eq!(get(&m, names::ACQUIRED_TOTAL, &labels), 1.0, "{primitive}");
-        assert_eq!(get(&m, names::RELEASED_TOTAL, &labels), 1.0, "{primitive}");
+        assert_eq!(get(m, names::ACQUIRED_TOTAL, &labels), 1.0, "{primitive}");
+        assert_eq!(get(m, names::RELEASED_TOTAL, &labels), 1.0, "{primitive}");
     }
     let payments = [("name", "payments"), ("primitive", "semaphore")];
-    assert_eq!(get(&m, names::ACQUIRED_TOTAL, &payments), 1.0);
-    assert_eq!(get(&m, names::RELEASED_TOTAL, &payments), 1.0);
-    assert_eq!(get(&m, names::ACQUIRE_ATTEMPTS_TOTAL, &payments), 1.0);
-    assert_eq!(get(&m, names::HELD_SECONDS, &payments), 1.0);
+    assert_eq!(get(m, names::ACQUIRED_TOTAL, &payments), 1.0);
+    assert_eq!(get(m, names::RELEASED_TOTAL, &payments), 1.0);
+    assert_eq!(get(m, names::ACQUIRE_ATTEMPTS_TOTAL, &payments), 1.0);
+    assert_eq!(get(m, names::HELD_SECONDS, &payments), 1.0);
+}
+
+/// What [`take_orders`] and the lost lock recorded; `mid` is what was read
+/// while the waiter waited.
+fn assert_the_orders_counted(m: &Values, mid: &Values) {
     let orders = [("name", "orders")];
-    assert_eq!(get(&m, names::ACQUIRED_TOTAL, &orders), 2.0);
-    assert_eq!(get(&m, names::ACQUIRED_TOTAL, &[]), 1.0);
-    assert_eq!(get(&m, names::TIMEOUTS_TOTAL, &orders), 1.0);
-    assert_eq!(get(&m, names::RELEASED_TOTAL, &orders), 2.0);
-    assert_eq!(get(&m, names::LOST_TOTAL, &[]), 1.0);
+    assert_eq!(get(m, names::ACQUIRED_TOTAL, &orders), 2.0);
+    assert_eq!(get(m, names::ACQUIRED_TOTAL, &[]), 1.0);
+    assert_eq!(get(m, names::TIMEOUTS_TOTAL, &orders), 1.0);
+    assert_eq!(get(m, names::RELEASED_TOTAL, &orders), 2.0);
+    assert_eq!(get(m, names::LOST_TOTAL, &[]), 1.0);
     // The waiter was woken once, holding the lock: the release of its own
     // client gave it the lock directly (no message, no retry).
     assert_eq!(
         get(
-            &m,
+            m,
             names::WAKEUPS_TOTAL,
             &[("name", "orders"), ("cause", "handover")]
         ),
@@ -149,21 +178,21 @@ async fn metrics_are_recorded() {
     );
     assert_eq!(
         get(
-            &m,
+            m,
             names::WAKEUPS_TOTAL,
             &[("name", "orders"), ("cause", "message")]
         ),
         0.0
     );
-    assert_eq!(get(&m, names::WAITERS, &orders), 0.0, "gauge back to zero");
+    assert_eq!(get(m, names::WAITERS, &orders), 0.0, "gauge back to zero");
     // attempts: first lock 1, timed-out call 1, the waiter's first try 1 (+ 1 if a
     // probe or the clean-up above nudged it).
-    let attempts = get(&m, names::ACQUIRE_ATTEMPTS_TOTAL, &orders);
+    let attempts = get(m, names::ACQUIRE_ATTEMPTS_TOTAL, &orders);
     assert!((3.0..=5.0).contains(&attempts), "attempts {attempts}");
     // The debugging recorder drains histogram samples at each snapshot: add
     // what the mid-test snapshot took.
     let samples =
-        |name: &str, labels: &[(&str, &str)]| get(&mid, name, labels) + get(&m, name, labels);
+        |name: &str, labels: &[(&str, &str)]| get(mid, name, labels) + get(m, name, labels);
     assert_eq!(
         samples(
             names::ACQUIRE_WAIT_SECONDS,
@@ -180,7 +209,10 @@ async fn metrics_are_recorded() {
     );
     assert_eq!(samples(names::HELD_SECONDS, &orders), 2.0);
     assert_eq!(samples(names::HELD_SECONDS, &[]), 1.0);
-    // Nothing carries the raw key.
+}
+
+/// Every metric is a documented one, and nothing carries the raw key.
+fn assert_no_raw_key(m: &Values) {
     for (name, labels) in m.keys() {
         assert!(
             names::ALL.contains(&name.as_str()),

@@ -1,4 +1,4 @@
-//! What the people who run relaylock see (issue 36): who holds a lock and
+//! What the people who run relaylock see: who holds a lock and
 //! who waits, by name and since when, also after the holder's process is
 //! gone; and a warning when a client goes away with holds it never
 //! released.
@@ -93,9 +93,8 @@ async fn a_dead_holder_is_still_named() {
 
 /// A guard dropped right before the runtime ends (a `main` that returns
 /// without `shutdown()`): its background release never runs, and the
-/// client says so, naming the key it leaves held until its lease ends
-/// (before: nothing at any level, and the key stayed held for its 30 s
-/// lease).
+/// client says so at WARN, naming the key it leaves held until its lease
+/// ends.
 #[test]
 fn a_runtime_that_ends_before_a_release_warns() {
     warnings::install();

@@ -299,9 +299,10 @@ async fn a_killed_readers_hold_ends_with_its_lease() {
     assert!(took <= lease + Duration::from_secs(1), "{took:?}");
 }
 
-/// Found in review: readers of one client that queued before a writer all
-/// get in before it when the write ahead of them ends (with a queue entry
-/// asking for one permit, one reader per client got in per write).
+/// Readers of one client that queued before a writer all get in before it
+/// when the write ahead of them ends (the client's queue entry asks for
+/// every one of them, not for one permit, which would let one reader per
+/// client in per write).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_queued_before_a_writer_all_go_first() {
     let server = RedisServer::start();
@@ -349,7 +350,7 @@ async fn readers_queued_before_a_writer_all_go_first() {
     );
 }
 
-/// Found in review: a readers' reservation that is never taken (its client
+/// A readers' reservation that is never taken (its client
 /// queued and went away) must not strand the writer queued behind it: the
 /// other role hears the reservation too and re-checks after the grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -60,6 +60,10 @@ const ACL: &[&str] = &[
     "+hmget",
 ];
 
+/// Two clients of a user with exactly the documented ACL: the eviction
+/// check, contention woken by release messages, renewals, `with_lock`, a
+/// semaphore with its reservation messages, and a vanished value's wake-up
+/// all work; a key outside the prefix is denied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_acl_user_works_end_to_end() {
     let server = RedisServer::start();
@@ -103,25 +107,7 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
     assert!(v > 0);
     assert!(!a.is_locked("k").await.unwrap());
 
-    // A semaphore across the two clients: admission, the reservation
-    // message to the waiting client, renewal, the read-only peek.
-    let p = a.semaphore("s", 1).unwrap().acquire().await.unwrap();
-    let waiter = {
-        let sem = b.semaphore("s", 1).unwrap();
-        tokio::spawn(async move {
-            let p = sem.acquire().await.unwrap();
-            let at = Instant::now();
-            p.release().await.unwrap();
-            at
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert!(p.is_held());
-    assert_eq!(a.semaphore("s", 1).unwrap().available().await.unwrap(), 0);
-    let released = Instant::now();
-    p.release().await.unwrap();
-    let woke = waiter.await.unwrap() - released;
-    assert!(woke < Duration::from_millis(300), "woken after {woke:?}");
+    semaphore_across(&a, &b).await;
 
     // A value that vanishes under its holder (DEL, as an eviction would):
     // the holder's release lists the waiting clients (PUBSUB CHANNELS) and
@@ -148,6 +134,28 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
     plain.init().await.unwrap();
     let denied: Result<Option<String>, _> = plain.get("other:key").await;
     assert!(denied.is_err(), "{denied:?}");
+}
+
+/// A semaphore across the two clients: admission, the reservation
+/// message to the waiting client, renewal, the read-only peek.
+async fn semaphore_across(a: &LockClient, b: &LockClient) {
+    let p = a.semaphore("s", 1).unwrap().acquire().await.unwrap();
+    let waiter = {
+        let sem = b.semaphore("s", 1).unwrap();
+        tokio::spawn(async move {
+            let p = sem.acquire().await.unwrap();
+            let at = Instant::now();
+            p.release().await.unwrap();
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(p.is_held());
+    assert_eq!(a.semaphore("s", 1).unwrap().available().await.unwrap(), 0);
+    let released = Instant::now();
+    p.release().await.unwrap();
+    let woke = waiter.await.unwrap() - released;
+    assert!(woke < Duration::from_millis(300), "woken after {woke:?}");
 }
 
 /// A wrong password is a clear error, quickly, not a hang.

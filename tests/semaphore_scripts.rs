@@ -1,8 +1,9 @@
-//! The semaphore's scripts (issue 13), called directly against a real
-//! redis-server: admission by the caller's limit, FIFO across clients,
-//! expiry by the server's clock, replays, fences, at most one reservation
-//! per freed permit, and abandoned acquisitions. The client API is built on
-//! them next (docs/design-semaphore-rwlock.md).
+//! The semaphore's scripts, called directly against a real redis-server:
+//! admission by the caller's limit, FIFO across clients, expiry by the
+//! server's clock, replays, fences, at most one reservation per freed
+//! permit, and abandoned acquisitions. The read-write lock's scripts are
+//! the same (docs/design-semaphore-rwlock.md); tests/semaphore.rs and
+//! tests/rwlock.rs test the client API built on them.
 
 use relaylock_testkit as support;
 
@@ -114,6 +115,11 @@ async fn sem() -> (RedisServer, Sem) {
     (server, Sem { admin })
 }
 
+/// Permits are admitted up to the limit in queue order (a caller that needs
+/// few never overtakes a queued one that needs many); a release reserves
+/// the freed permits for the queued clients in order; a caller that will
+/// not wait is not queued; a reservation nobody takes lapses after the
+/// grace.
 #[tokio::test]
 async fn permits_are_admitted_up_to_the_limit_in_queue_order() {
     let (_server, s) = sem().await;
@@ -158,6 +164,8 @@ async fn permits_are_admitted_up_to_the_limit_in_queue_order() {
     assert_eq!(s.acquire("tg", 1, 4, 10_000, "").await[0], 1);
 }
 
+/// A release that frees k permits reserves for at most k clients; its
+/// replay is recognised and frees nothing twice.
 #[tokio::test]
 async fn a_release_that_frees_k_permits_reserves_for_at_most_k_clients() {
     let (_server, s) = sem().await;
@@ -175,6 +183,9 @@ async fn a_release_that_frees_k_permits_reserves_for_at_most_k_clients() {
     assert_eq!(s.state().await.0, 2);
 }
 
+/// A crashed holder's permits come back when its lease ends by the server
+/// clock (a refused try is told the soonest expiry); its late release is a
+/// loss, not a second free.
 #[tokio::test]
 async fn expired_holds_come_back_by_the_server_clock() {
     let (_server, s) = sem().await;
@@ -199,6 +210,9 @@ async fn expired_holds_come_back_by_the_server_clock() {
     assert_eq!(s.state().await.0, 1);
 }
 
+/// A replayed acquisition returns the same fence and takes nothing twice;
+/// each caller is admitted by its own limit; more permits than the limit is
+/// an error, not a wait.
 #[tokio::test]
 async fn replays_and_disagreeing_limits() {
     let (_server, s) = sem().await;
@@ -223,6 +237,9 @@ async fn replays_and_disagreeing_limits() {
     assert!(bad.is_err());
 }
 
+/// An abandoned acquisition's release voids its token: a late copy of it
+/// never takes a permit, whether it was abandoned before reaching Redis or
+/// after taking permits.
 #[tokio::test]
 async fn an_abandoned_acquisition_never_takes_a_permit_later() {
     let (_server, s) = sem().await;
@@ -238,8 +255,8 @@ async fn an_abandoned_acquisition_never_takes_a_permit_later() {
     assert_eq!(s.acquire("late", 2, 4, 10_000, "a").await, vec![0, -2]);
 }
 
-/// Found in review: a queue head whose client is gone (its waiter gave up,
-/// or its process died) must not stall the semaphore.
+/// A queue head whose client is gone (its waiter gave up, or its process
+/// died) does not stall the semaphore.
 #[tokio::test]
 async fn a_queue_head_that_is_gone_does_not_stall_the_semaphore() {
     let (_server, s) = sem().await;
@@ -272,8 +289,8 @@ async fn a_queue_head_that_is_gone_does_not_stall_the_semaphore() {
     assert_eq!(s.acquire("alive", 1, 1, 10_000, "alive").await[0], 1);
 }
 
-/// Found in review: a refused replay of an abandoned acquisition must still
-/// save the cut of expired holds, or their permits leak for good.
+/// A refused replay of an abandoned acquisition still saves the cut of
+/// expired holds, or their permits would leak for good.
 #[tokio::test]
 async fn a_refused_abandoned_token_still_saves_the_cut() {
     let (_server, s) = sem().await;
@@ -285,7 +302,7 @@ async fn a_refused_abandoned_token_still_saves_the_cut() {
     assert_eq!(s.acquire("next", 2, 2, 10_000, "").await[0], 1);
 }
 
-/// Found in review: a release with requeue by a client already queued keeps
+/// A release with requeue by a client already queued keeps
 /// one entry for it, at the back; and a reservation smaller than a waiter's
 /// need is not a way around the queue.
 #[tokio::test]
@@ -314,7 +331,7 @@ async fn requeues_keep_one_entry_and_small_reservations_do_not_overtake() {
     assert_eq!(s.release("h1", Some(h1[1]), "p").await, vec![1, 1, 0]);
     assert_eq!(s.reservation("x").await.as_deref(), Some("1"));
     assert_eq!(s.acquire("big", 3, 4, 10_000, "x").await[0], 0);
-    // The reservation x could not use passed on at once (issue 35): y
+    // The reservation x could not use passed on at once: y
     // (3 of the 1 free) still does not fit, and x queues behind it.
     assert_eq!(s.reservation("x").await, None);
     assert_eq!(s.state().await, (3, "y:3:4,x:3:4".into()));
@@ -492,7 +509,7 @@ async fn a_release_serves_its_own_client_in_turn_without_a_message() {
     assert_eq!(s.state().await, (1, "p:1:1".into()));
 }
 
-/// Found in review: a refused try's bound leaves out other clients'
+/// A refused try's bound leaves out other clients'
 /// reservations (their messages arm grace timers), or every waiting client
 /// would re-check every 50 ms while any reservation is live.
 #[tokio::test]
@@ -516,7 +533,7 @@ async fn a_refusal_is_bounded_by_the_holds_not_by_others_reservations() {
     assert_eq!(s.reservation("r").await.as_deref(), Some("1"));
     let own = s.acquire("r3", 2, 2, 10_000, "r").await;
     // r needs 2 of which 1 is reserved: that reservation is no use to it
-    // and passes on (issue 35); nobody else waits, so the 1 is free again,
+    // and passes on; nobody else waits, so the 1 is free again,
     // and r's bound is the hold's (x) again.
     assert_eq!(own[0], 0, "r needs 2 and x holds 1");
     assert_eq!(s.reservation("r").await, None);
@@ -590,7 +607,7 @@ async fn a_batch_takes_permits_for_other_tokens_in_one_call() {
     assert_eq!((r[0], r[4]), (1, 0), "a voided token took a permit: {r:?}");
 }
 
-/// Issue 35, item 3: a client's reservation that the waiter it woke cannot
+/// A client's reservation that the waiter it woke cannot
 /// use (it needs more) passes on at once, in queue order, instead of
 /// blocking the clients behind until its grace lapses.
 #[tokio::test]
@@ -624,7 +641,7 @@ async fn a_reservation_too_small_for_its_waiter_passes_on_at_once() {
     assert_eq!(s.state().await, (3, "a:3:3".into()));
 }
 
-/// Issue 35, item 4: `SEM_LEAVE` follows the lock's `LEAVE` rule. A live
+/// `SEM_LEAVE` follows the lock's `LEAVE` rule. A live
 /// reservation of the leaving client is freed at once (and walked on to
 /// the clients behind) only when the client says no local waiter of it
 /// came back (`free` 1): a waiter that came meanwhile may have made it,

@@ -25,7 +25,7 @@
 
 use relaylock_testkit as support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use fred::types::CustomCommand;
 use relaylock::{Error, LockClient, LockGuard, LockOptions};
-use support::ledger::Ledger;
+use support::ledger::{Ledger, Totals};
 use support::sentinel::Sentinels;
 use support::{command_calls, delta, eventually, numsub, spawn_waiter, Admin};
 
@@ -290,65 +290,31 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
         lock_client(&url, prefix).await,
         lock_client(&url, prefix).await,
     ];
-    // The replica about to be promoted may evict (issue 35). No client is
+    // The replica about to be promoted may evict. No client is
     // built after the promotion: only the running clients, following the
     // primary there, can say so.
-    let replica_admin = setup.initial_replica.admin().await;
-    for (name, value) in [("maxmemory", "200mb"), ("maxmemory-policy", "volatile-lru")] {
-        let _: () = replica_admin
-            .custom(
-                CustomCommand::new_static("CONFIG", None, false),
-                vec!["SET", name, value],
-            )
-            .await
-            .unwrap();
-    }
+    may_evict(&setup.initial_replica).await;
     let channel = format!("{}:ch", clients[0].redis_key(KEY));
     let options = LockOptions::default().min_replicas(1, REPLICA_WAIT);
 
     let stop = Arc::new(AtomicBool::new(false));
     let record = Arc::new(Record::default());
-    let mut workers = Vec::new();
-    for (c, lock) in clients.iter().enumerate() {
-        for _ in 0..TASKS {
-            workers.push(tokio::spawn(worker(
-                lock.clone(),
-                c,
-                options.clone(),
-                Arc::clone(&ledger),
-                Arc::clone(&stop),
-                Arc::clone(&record),
-            )));
-        }
-    }
+    let workers = spawn_workers(&clients, &options, &ledger, &stop, &record);
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    {
-        // The clients found the initial primary through the sentinels.
-        let old = setup.initial_primary.admin().await;
-        let calls = command_calls(&old).await;
-        assert!(calls.get("evalsha").copied().unwrap_or(0) > 0, "{calls:?}");
-        assert!(calls.get("wait").copied().unwrap_or(0) > 0, "{calls:?}");
-        let _ = old.quit().await;
-    }
-    let sent = setup.failover().await;
-    let promoted = setup.wait_promoted(Duration::from_secs(20)).await;
-    let new = setup.initial_replica.admin().await;
-    let new_before = command_calls(&new).await;
-    let (demoted_not_before, demoted) = setup.wait_demoted_between(Duration::from_secs(30)).await;
-    let old = setup.initial_primary.admin().await;
-    let old_before = command_calls(&old).await;
+    assert_the_clients_found_the_initial_primary(&setup).await;
+    let f = fail_over(&setup).await;
 
     // Both clients' subscribers listen on the new primary again.
     let resubscribed = eventually(LEASE + SLACK, || async {
-        numsub(&new, &channel).await == CLIENTS as i64
+        numsub(&f.new, &channel).await == CLIENTS as i64
     })
     .await;
     let resubscribed_at = Instant::now();
     assert!(
         resubscribed,
         "PUBSUB NUMSUB {channel} on the new primary: {}",
-        numsub(&new, &channel).await
+        numsub(&f.new, &channel).await
     );
     let synced = setup.wait_synced(old_port, Duration::from_secs(10)).await;
 
@@ -363,9 +329,116 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
         "a worker is stuck"
     );
 
-    // A waiter of one client, blocked by a holder of the other (a fixed
-    // 10 s lease, no watchdog), is woken by the release message on the new
-    // primary, not by the lease running out.
+    let woke = probe_wake_up(&clients, &f.new).await;
+    let o = Observed {
+        new_after: command_calls(&f.new).await,
+        old_after: command_calls(&f.old).await,
+        t: ledger.totals(&[KEY]).await,
+        tokens: ledger.tokens(KEY).await,
+        acquisitions: record.acquisitions.lock().unwrap().clone(),
+        errors: record.errors.lock().unwrap().clone(),
+        lost: *record.lost.lock().unwrap(),
+        woke,
+        synced,
+        resubscribed_at,
+        stopped,
+    };
+    let c = Counts::of(&o.acquisitions, &f);
+    print_failover(&f, &o, &c);
+    assert_safe_and_refused_on_the_old_primary(&f, &o, &record);
+    assert_every_client_moved_to_the_new_primary(&f, &o, &c, old_port, new_port);
+}
+
+/// Sets a memory limit and an evicting policy on `server`.
+async fn may_evict(server: &support::RedisServer) {
+    let replica_admin = server.admin().await;
+    for (name, value) in [("maxmemory", "200mb"), ("maxmemory-policy", "volatile-lru")] {
+        let _: () = replica_admin
+            .custom(
+                CustomCommand::new_static("CONFIG", None, false),
+                vec!["SET", name, value],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// [`TASKS`] workers per client, each taking the lock with `options` until
+/// `stop`.
+fn spawn_workers(
+    clients: &[LockClient],
+    options: &LockOptions,
+    ledger: &Arc<Ledger>,
+    stop: &Arc<AtomicBool>,
+    record: &Arc<Record>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut workers = Vec::new();
+    for (c, lock) in clients.iter().enumerate() {
+        for _ in 0..TASKS {
+            workers.push(tokio::spawn(worker(
+                lock.clone(),
+                c,
+                options.clone(),
+                Arc::clone(ledger),
+                Arc::clone(stop),
+                Arc::clone(record),
+            )));
+        }
+    }
+    workers
+}
+
+/// The clients found the initial primary through the sentinels: it ran
+/// their scripts and their `WAIT`s.
+async fn assert_the_clients_found_the_initial_primary(setup: &Sentinels) {
+    let old = setup.initial_primary.admin().await;
+    let calls = command_calls(&old).await;
+    assert!(calls.get("evalsha").copied().unwrap_or(0) > 0, "{calls:?}");
+    assert!(calls.get("wait").copied().unwrap_or(0) > 0, "{calls:?}");
+    let _ = old.quit().await;
+}
+
+/// A `SENTINEL FAILOVER` as it happened: when it was sent, when the replica
+/// was promoted, when the old primary was demoted (after the last check
+/// that saw it undemoted, and by the first that saw it demoted), with an
+/// admin connection to each server and its command counts from then on.
+struct Failover {
+    sent: Instant,
+    promoted: Instant,
+    demoted_not_before: Instant,
+    demoted: Instant,
+    new: Client,
+    new_before: HashMap<String, u64>,
+    old: Client,
+    old_before: HashMap<String, u64>,
+}
+
+/// Fails the primary over to its replica and waits until it is promoted,
+/// and the old primary demoted.
+async fn fail_over(setup: &Sentinels) -> Failover {
+    let sent = setup.failover().await;
+    let promoted = setup.wait_promoted(Duration::from_secs(20)).await;
+    let new = setup.initial_replica.admin().await;
+    let new_before = command_calls(&new).await;
+    let (demoted_not_before, demoted) = setup.wait_demoted_between(Duration::from_secs(30)).await;
+    let old = setup.initial_primary.admin().await;
+    let old_before = command_calls(&old).await;
+    Failover {
+        sent,
+        promoted,
+        demoted_not_before,
+        demoted,
+        new,
+        new_before,
+        old,
+        old_before,
+    }
+}
+
+/// A waiter of one client, blocked by a holder of the other (a fixed 10 s
+/// lease, no watchdog), is woken by the release message on the new
+/// primary, not by the lease running out: how long after the release.
+async fn probe_wake_up(clients: &[LockClient], new: &Client) -> Duration {
     let holder = clients[0]
         .lock_with(
             "probe",
@@ -377,7 +450,7 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
     let probe_channel = format!("{}:ch", clients[1].redis_key("probe"));
     assert!(
         eventually(Duration::from_secs(5), || async {
-            numsub(&new, &probe_channel).await >= 1
+            numsub(new, &probe_channel).await >= 1
         })
         .await,
         "the waiter never subscribed on the new primary"
@@ -385,60 +458,111 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let released = Instant::now();
     holder.release().await.unwrap();
-    let woke = tokio::time::timeout(Duration::from_secs(15), waiter)
+    tokio::time::timeout(Duration::from_secs(15), waiter)
         .await
         .expect("the probe waiter is stuck")
         .unwrap()
-        - released;
+        - released
+}
 
-    let new_after = command_calls(&new).await;
-    let old_after = command_calls(&old).await;
-    let t = ledger.totals(&[KEY]).await;
-    let tokens = ledger.tokens(KEY).await;
-    let acquisitions = record.acquisitions.lock().unwrap().clone();
-    let errors = record.errors.lock().unwrap().clone();
-    let lost = *record.lost.lock().unwrap();
+/// What the run recorded, after the workers stopped.
+struct Observed {
+    new_after: HashMap<String, u64>,
+    old_after: HashMap<String, u64>,
+    t: Totals,
+    tokens: Vec<u64>,
+    acquisitions: Vec<Acquisition>,
+    errors: BTreeMap<String, u64>,
+    lost: u64,
+    /// How long after its release the probe's waiter woke.
+    woke: Duration,
+    synced: Instant,
+    resubscribed_at: Instant,
+    stopped: Instant,
+}
 
-    let before = acquisitions.iter().filter(|a| a.acquired < sent).count();
-    let promoting = acquisitions
-        .iter()
-        .filter(|a| a.acquired >= sent && a.acquired < promoted)
-        .count();
-    let during = acquisitions
-        .iter()
-        .filter(|a| a.acquired >= promoted && a.acquired < demoted)
-        .count();
-    let after = acquisitions
-        .iter()
-        .filter(|a| a.acquired >= demoted)
-        .count();
-    // How long each wait lasted past the completed failover (or past its
-    // own start, for waits that began later).
-    let past =
-        |a: &Acquisition, from: Instant| a.acquired.saturating_duration_since(a.started.max(from));
-    let worst_after_demotion = acquisitions
-        .iter()
-        .map(|a| past(a, demoted))
-        .max()
-        .unwrap_or_default();
-    let worst_after_promotion = acquisitions
-        .iter()
-        .map(|a| past(a, promoted))
-        .max()
-        .unwrap_or_default();
-    let first_after = acquisitions
-        .iter()
-        .filter(|a| a.acquired >= demoted)
-        .map(|a| a.acquired - demoted)
-        .min();
-    let per_client: Vec<usize> = (0..CLIENTS)
-        .map(|c| {
-            acquisitions
-                .iter()
-                .filter(|a| a.client == c && a.acquired >= demoted)
-                .count()
-        })
-        .collect();
+/// The acquisitions by phase of the failover, and how long waits lasted
+/// past it.
+struct Counts {
+    before: usize,
+    promoting: usize,
+    during: usize,
+    after: usize,
+    worst_after_demotion: Duration,
+    worst_after_promotion: Duration,
+    first_after: Option<Duration>,
+    per_client: Vec<usize>,
+}
+
+impl Counts {
+    fn of(acquisitions: &[Acquisition], f: &Failover) -> Counts {
+        let (sent, promoted, demoted) = (f.sent, f.promoted, f.demoted);
+        let before = acquisitions.iter().filter(|a| a.acquired < sent).count();
+        let promoting = acquisitions
+            .iter()
+            .filter(|a| a.acquired >= sent && a.acquired < promoted)
+            .count();
+        let during = acquisitions
+            .iter()
+            .filter(|a| a.acquired >= promoted && a.acquired < demoted)
+            .count();
+        let after = acquisitions
+            .iter()
+            .filter(|a| a.acquired >= demoted)
+            .count();
+        // How long each wait lasted past the completed failover (or past its
+        // own start, for waits that began later).
+        let past = |a: &Acquisition, from: Instant| {
+            a.acquired.saturating_duration_since(a.started.max(from))
+        };
+        let worst_after_demotion = acquisitions
+            .iter()
+            .map(|a| past(a, demoted))
+            .max()
+            .unwrap_or_default();
+        let worst_after_promotion = acquisitions
+            .iter()
+            .map(|a| past(a, promoted))
+            .max()
+            .unwrap_or_default();
+        let first_after = acquisitions
+            .iter()
+            .filter(|a| a.acquired >= demoted)
+            .map(|a| a.acquired - demoted)
+            .min();
+        let per_client: Vec<usize> = (0..CLIENTS)
+            .map(|c| {
+                acquisitions
+                    .iter()
+                    .filter(|a| a.client == c && a.acquired >= demoted)
+                    .count()
+            })
+            .collect();
+        Counts {
+            before,
+            promoting,
+            during,
+            after,
+            worst_after_demotion,
+            worst_after_promotion,
+            first_after,
+            per_client,
+        }
+    }
+}
+
+/// What the failover test measured.
+fn print_failover(f: &Failover, o: &Observed, c: &Counts) {
+    let (sent, promoted, demoted) = (f.sent, f.promoted, f.demoted);
+    let Counts {
+        before,
+        promoting,
+        during,
+        after,
+        per_client,
+        ..
+    } = c;
+    let (errors, lost, t) = (&o.errors, o.lost, &o.t);
     println!(
         "sentinel failover: promoted {} after SENTINEL FAILOVER, old primary demoted {} after that, resynced {} after demotion; \
          acquisitions {before} before SENTINEL FAILOVER, {promoting} until the promotion, {during} between the promotion and the demotion, {after} after the demotion ({per_client:?} per client; first {:?} after the demotion); \
@@ -448,19 +572,25 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
          workers stopped {} after the demotion",
         ms(promoted - sent),
         ms(demoted - promoted),
-        ms(synced.saturating_duration_since(demoted)),
-        first_after.map(ms),
-        ms(worst_after_promotion),
-        ms(worst_after_demotion),
+        ms(o.synced.saturating_duration_since(demoted)),
+        c.first_after.map(ms),
+        ms(c.worst_after_promotion),
+        ms(c.worst_after_demotion),
         ms(LEASE + SLACK),
-        ms(resubscribed_at - demoted),
-        ms(woke),
-        delta(&new_before, &new_after, "evalsha"),
-        delta(&new_before, &new_after, "wait"),
-        delta(&old_before, &old_after, "evalsha"),
-        ms(stopped - demoted),
+        ms(o.resubscribed_at - demoted),
+        ms(o.woke),
+        delta(&f.new_before, &o.new_after, "evalsha"),
+        delta(&f.new_before, &o.new_after, "wait"),
+        delta(&f.old_before, &o.old_after, "evalsha"),
+        ms(o.stopped - demoted),
     );
+}
 
+/// (a) Safety: no overlap, no stale token, accepted tokens increase; and no
+/// acquisition on the old primary once it lost its replica.
+fn assert_safe_and_refused_on_the_old_primary(f: &Failover, o: &Observed, record: &Record) {
+    let (sent, promoted, demoted) = (f.sent, f.promoted, f.demoted);
+    let (t, tokens, acquisitions, errors) = (&o.t, &o.tokens, &o.acquisitions, &o.errors);
     if t.overlaps > 0 || t.stale > 0 {
         let sections = record.sections.lock().unwrap().clone();
         let events = record.events.lock().unwrap().clone();
@@ -495,7 +625,7 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
     let in_window: Vec<String> = acquisitions
         .iter()
         .filter(|a| {
-            a.acquired >= promoted + Duration::from_secs(1) && a.acquired < demoted_not_before
+            a.acquired >= promoted + Duration::from_secs(1) && a.acquired < f.demoted_not_before
         })
         .map(|a| {
             format!(
@@ -524,6 +654,21 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
         errors.keys().any(|k| k.starts_with("NotReplicated")),
         "{errors:?}"
     );
+}
+
+/// (b) to (e): the locks, the waits, the release messages and the eviction
+/// check all follow the new primary.
+fn assert_every_client_moved_to_the_new_primary(
+    f: &Failover,
+    o: &Observed,
+    c: &Counts,
+    old_port: u16,
+    new_port: u16,
+) {
+    let (before, per_client, worst_after_demotion, woke) =
+        (c.before, &c.per_client, c.worst_after_demotion, o.woke);
+    let (new_before, new_after, old_before, old_after) =
+        (&f.new_before, &o.new_after, &f.old_before, &o.old_after);
     // (b) Locks were taken before the failover and, after it, on the new
     // primary only: the old one is its replica and got no relaylock call.
     assert!(before > 0, "no acquisition before the failover");
@@ -531,9 +676,9 @@ async fn a_failover_keeps_replicated_locks_safe_and_moves_every_client() {
         per_client.iter().all(|n| *n > 0),
         "a client acquired nothing after the failover: {per_client:?}"
     );
-    assert!(delta(&new_before, &new_after, "evalsha") > 0);
-    assert!(delta(&new_before, &new_after, "wait") > 0);
-    assert_eq!(delta(&old_before, &old_after, "evalsha"), 0);
+    assert!(delta(new_before, new_after, "evalsha") > 0);
+    assert!(delta(new_before, new_after, "wait") > 0);
+    assert_eq!(delta(old_before, old_after, "evalsha"), 0);
     let r = support::sentinel::role(old_port);
     assert_eq!(
         (r.first().map(String::as_str), r.get(2)),
@@ -597,13 +742,7 @@ async fn without_min_replicas_a_failover_can_lose_a_lock() {
 
     // With min_replicas: the old primary has no replica left, so the
     // acquisition is refused (and released).
-    match old_client.lock_with(KEY, replicated).await {
-        Err(Error::NotReplicated {
-            acked: 0,
-            required: 1,
-        }) => {}
-        other => panic!("expected NotReplicated {{ acked: 0, required: 1 }}, got {other:?}"),
-    }
+    assert_not_replicated(&old_client, replicated).await;
     // Without: taken on the old primary, and nowhere else.
     let old_guard = old_client.lock(KEY).await.unwrap();
     let taken_on_old = Instant::now();
@@ -623,19 +762,7 @@ async fn without_min_replicas_a_failover_can_lose_a_lock() {
         old_guard.fencing_token(),
         new_guard.fencing_token()
     );
-    // The resource sees the overlap; fencing rejects the older holder once
-    // the newer one wrote.
-    assert!(
-        ledger
-            .write(KEY, new_guard.fencing_token(), new_guard.token(), true)
-            .await
-    );
-    let old_accepted = ledger
-        .write(KEY, old_guard.fencing_token(), old_guard.token(), true)
-        .await;
-    let t = ledger.totals(&[KEY]).await;
-    assert!(!old_accepted, "the fenced resource accepted the old holder");
-    assert_eq!((t.overlaps, t.stale), (1, 1), "{t:?}");
+    let t = assert_fencing_rejects_the_old_holder(&ledger, &old_guard, &new_guard).await;
 
     // The old holder learns of the loss after the demotion.
     let demoted = setup.wait_demoted(Duration::from_secs(30)).await;
@@ -661,4 +788,38 @@ async fn without_min_replicas_a_failover_can_lose_a_lock() {
         Err(Error::LockLost { .. })
     ));
     new_guard.release().await.unwrap();
+}
+
+/// An acquisition of `client` with `replicated` (`min_replicas(1, ..)`) fails
+/// with `NotReplicated`, nothing acknowledged.
+async fn assert_not_replicated(client: &LockClient, replicated: LockOptions) {
+    match client.lock_with(KEY, replicated).await {
+        Err(Error::NotReplicated {
+            acked: 0,
+            required: 1,
+        }) => {}
+        other => panic!("expected NotReplicated {{ acked: 0, required: 1 }}, got {other:?}"),
+    }
+}
+
+/// Two holders at once, the old one's token lower: the resource sees the
+/// overlap; fencing rejects the older holder once the newer one wrote.
+/// Returns what the ledger counted.
+async fn assert_fencing_rejects_the_old_holder(
+    ledger: &Ledger,
+    old_guard: &LockGuard,
+    new_guard: &LockGuard,
+) -> Totals {
+    assert!(
+        ledger
+            .write(KEY, new_guard.fencing_token(), new_guard.token(), true)
+            .await
+    );
+    let old_accepted = ledger
+        .write(KEY, old_guard.fencing_token(), old_guard.token(), true)
+        .await;
+    let t = ledger.totals(&[KEY]).await;
+    assert!(!old_accepted, "the fenced resource accepted the old holder");
+    assert_eq!((t.overlaps, t.stale), (1, 1), "{t:?}");
+    t
 }

@@ -33,6 +33,10 @@ const LOCK_WAIT: Duration = Duration::from_secs(30);
 const WORK: Duration = Duration::from_millis(2);
 const HTTP_TIMEOUT: Duration = Duration::from_secs(45);
 
+/// Two instances, as two processes, serve a few hundred concurrent updates
+/// of one order: none is lost, the fences the store accepted strictly
+/// increase, and each instance's `/metrics` counts the acquisitions it
+/// served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_serve_concurrent_updates_of_one_order() {
     if let Ok(url) = std::env::var(CHILD_ENV) {
@@ -49,49 +53,10 @@ async fn two_processes_serve_concurrent_updates_of_one_order() {
         addrs.push(instance.addr().await);
     }
 
-    // Bad input is answered, not a crash; an order never written is a 404.
-    let (status, body) = http(addrs[0], "POST", "/orders/abc/items").await.unwrap();
-    assert_eq!(status, 400, "{body}");
-    let (status, body) = http(addrs[1], "GET", "/orders/-1").await.unwrap();
-    assert_eq!(status, 400, "{body}");
-    let (status, body) = http(addrs[1], "GET", &format!("/orders/{ORDER}"))
-        .await
-        .unwrap();
-    assert_eq!(status, 404, "{body}");
+    assert_bad_input_is_answered(&addrs).await;
 
-    // REQUESTS concurrent updates of one order, alternating instances.
     let storm = Instant::now();
-    let requests: Vec<_> = (0..REQUESTS)
-        .map(|i| {
-            let instance = i % INSTANCES;
-            let addr = addrs[instance];
-            tokio::spawn(async move {
-                let at = Instant::now();
-                let answer = http(addr, "POST", &format!("/orders/{ORDER}/items")).await;
-                (instance, answer, at.elapsed())
-            })
-        })
-        .collect();
-    let mut served = [0usize; INSTANCES];
-    let mut updates = Vec::new(); // (items, fence) of each 200
-    let mut failures = Vec::new();
-    let mut latencies = Vec::new();
-    for request in requests {
-        let (instance, answer, took) = request.await.unwrap();
-        latencies.push(took);
-        match answer {
-            Ok((200, body)) => {
-                let order: serde_json::Value = serde_json::from_str(&body)
-                    .unwrap_or_else(|e| panic!("a 200 body that is not JSON ({e}): {body}"));
-                assert_eq!(order["id"], ORDER, "{body}");
-                let items = order["items"].as_u64().expect("items");
-                let fence = order["fence"].as_u64().expect("fence");
-                updates.push((items, fence));
-                served[instance] += 1;
-            }
-            other => failures.push((instance, other)),
-        }
-    }
+    let (served, mut updates, failures, mut latencies) = update_storm(&addrs).await;
     let storm_time = storm.elapsed();
     assert!(
         failures.is_empty(),
@@ -100,25 +65,7 @@ async fn two_processes_serve_concurrent_updates_of_one_order() {
         &failures[..failures.len().min(5)]
     );
 
-    // No update lost: the 200s saw the counts 1..=N, each once, and in the
-    // order of those counts the accepted fences strictly increase.
-    updates.sort_unstable();
-    let counts: Vec<u64> = updates.iter().map(|u| u.0).collect();
-    assert_eq!(
-        counts,
-        (1..=REQUESTS as u64).collect::<Vec<_>>(),
-        "updates lost or applied twice"
-    );
-    for w in updates.windows(2) {
-        assert!(
-            w[0].1 < w[1].1,
-            "fences not strictly increasing: item {} with fence {}, item {} with fence {}",
-            w[0].0,
-            w[0].1,
-            w[1].0,
-            w[1].1
-        );
-    }
+    assert_no_update_lost(&mut updates);
     let (first_fence, last_fence) = (updates[0].1, updates[REQUESTS - 1].1);
     let (status, body) = http(addrs[1], "GET", &format!("/orders/{ORDER}"))
         .await
@@ -128,15 +75,7 @@ async fn two_processes_serve_concurrent_updates_of_one_order() {
     assert_eq!(order["items"], REQUESTS as u64, "final order: {body}");
     assert_eq!(order["fence"], last_fence, "final order: {body}");
 
-    // Each instance's histogram counts exactly the acquisitions it served.
-    let mut pages = Vec::new();
-    for (instance, addr) in addrs.iter().enumerate() {
-        let (status, page) = http(*addr, "GET", "/metrics").await.unwrap();
-        assert_eq!(status, 200, "{page}");
-        check_wait_histogram(&page, served[instance] as f64)
-            .unwrap_or_else(|e| panic!("instance {instance}: {e}\n{page}"));
-        pages.push(page);
-    }
+    let pages = metrics_pages(&addrs, &served).await;
 
     // Stop: closing a child's stdin shuts its server down gracefully.
     for instance in instances {
@@ -169,6 +108,100 @@ async fn two_processes_serve_concurrent_updates_of_one_order() {
         println!("  {line}");
     }
     drop(server);
+}
+
+/// Bad input is answered, not a crash; an order never written is a 404.
+async fn assert_bad_input_is_answered(addrs: &[SocketAddr]) {
+    let (status, body) = http(addrs[0], "POST", "/orders/abc/items").await.unwrap();
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = http(addrs[1], "GET", "/orders/-1").await.unwrap();
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = http(addrs[1], "GET", &format!("/orders/{ORDER}"))
+        .await
+        .unwrap();
+    assert_eq!(status, 404, "{body}");
+}
+
+/// What the storm's 200s said: the requests each instance served, the
+/// (items, fence) of each 200, the requests that failed (instance, answer),
+/// and every request's latency.
+type Answers = (
+    [usize; INSTANCES],
+    Vec<(u64, u64)>,
+    Vec<(usize, Result<(u16, String), String>)>,
+    Vec<Duration>,
+);
+
+/// REQUESTS concurrent updates of one order, alternating instances.
+async fn update_storm(addrs: &[SocketAddr]) -> Answers {
+    let requests: Vec<_> = (0..REQUESTS)
+        .map(|i| {
+            let instance = i % INSTANCES;
+            let addr = addrs[instance];
+            tokio::spawn(async move {
+                let at = Instant::now();
+                let answer = http(addr, "POST", &format!("/orders/{ORDER}/items")).await;
+                (instance, answer, at.elapsed())
+            })
+        })
+        .collect();
+    let mut served = [0usize; INSTANCES];
+    let mut updates = Vec::new(); // (items, fence) of each 200
+    let mut failures = Vec::new();
+    let mut latencies = Vec::new();
+    for request in requests {
+        let (instance, answer, took) = request.await.unwrap();
+        latencies.push(took);
+        match answer {
+            Ok((200, body)) => {
+                let order: serde_json::Value = serde_json::from_str(&body)
+                    .unwrap_or_else(|e| panic!("a 200 body that is not JSON ({e}): {body}"));
+                assert_eq!(order["id"], ORDER, "{body}");
+                let items = order["items"].as_u64().expect("items");
+                let fence = order["fence"].as_u64().expect("fence");
+                updates.push((items, fence));
+                served[instance] += 1;
+            }
+            other => failures.push((instance, other)),
+        }
+    }
+    (served, updates, failures, latencies)
+}
+
+/// No update lost: the 200s saw the counts 1..=N, each once, and in the
+/// order of those counts the accepted fences strictly increase.
+fn assert_no_update_lost(updates: &mut [(u64, u64)]) {
+    updates.sort_unstable();
+    let counts: Vec<u64> = updates.iter().map(|u| u.0).collect();
+    assert_eq!(
+        counts,
+        (1..=REQUESTS as u64).collect::<Vec<_>>(),
+        "updates lost or applied twice"
+    );
+    for w in updates.windows(2) {
+        assert!(
+            w[0].1 < w[1].1,
+            "fences not strictly increasing: item {} with fence {}, item {} with fence {}",
+            w[0].0,
+            w[0].1,
+            w[1].0,
+            w[1].1
+        );
+    }
+}
+
+/// Each instance's `/metrics` page, whose histogram counts exactly the
+/// acquisitions it `served`.
+async fn metrics_pages(addrs: &[SocketAddr], served: &[usize; INSTANCES]) -> Vec<String> {
+    let mut pages = Vec::new();
+    for (instance, addr) in addrs.iter().enumerate() {
+        let (status, page) = http(*addr, "GET", "/metrics").await.unwrap();
+        assert_eq!(status, 200, "{page}");
+        check_wait_histogram(&page, served[instance] as f64)
+            .unwrap_or_else(|e| panic!("instance {instance}: {e}\n{page}"));
+        pages.push(page);
+    }
+    pages
 }
 
 /// The child role: serve the example's app on a free port, say where, and

@@ -11,6 +11,8 @@ use fred::prelude::*;
 use fred::types::{CustomCommand, InfoKind};
 
 pub mod cluster;
+pub mod counters;
+pub mod faults;
 pub mod ledger;
 pub mod prometheus;
 pub mod proxy;
@@ -19,6 +21,7 @@ pub mod proxy;
 #[path = "../../relaylock-cli/src/redis_server.rs"]
 mod redis_server;
 pub mod sentinel;
+pub mod stress;
 pub mod tls;
 pub mod warnings;
 pub use redis_server::{free_port, RedisServer};
@@ -86,6 +89,32 @@ impl Lcg {
 /// [`preset`], connected.
 pub async fn client(url: &str) -> relaylock::LockClient {
     preset(url).build().await.expect("connect")
+}
+
+/// How long until `other` can take `key`, polled every 10 ms, at most
+/// `limit`; `None` if it never could.
+pub async fn until_free(
+    other: &relaylock::LockClient,
+    key: &str,
+    limit: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(g) = other.try_lock(key).await.unwrap() {
+            let at = start.elapsed();
+            g.release().await.unwrap();
+            return Some(at);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Polls `fut` exactly once, then drops it: its command is queued on the
+/// connection (and runs in Redis), its outcome never reaches the caller.
+pub async fn poll_once_and_drop<F: Future>(fut: F) {
+    let fut = std::pin::pin!(fut);
+    let _ = futures::poll!(fut);
 }
 
 /// A client on a fred client that has no command timeout of its own

@@ -358,7 +358,7 @@ pub const RENEW: &str = include_str!("renew.lua");
 /// several calls, one after the other, so other clients' commands run in
 /// between: one call renewing 1,000 locks takes about 3.6 ms of Redis time
 /// (measured by `a_thousand_watched_locks_cost_one_round_trip_per_period` in
-/// `tests/watchdog.rs`, which prints it).
+/// `tests/lease.rs`, which prints it).
 pub const RENEW_BATCH: usize = 1000;
 
 // `sem_prelude.lua`, the part the semaphore scripts that change state
@@ -765,7 +765,7 @@ pub const RW_WRITE: u32 = 1_000_000_000;
 /// About 15 fences fit whatever their spacing (differences of 12 digits,
 /// releases up to 11 days apart; fewer only after holds of weeks that the
 /// watchdog renewed). On a hot key, with releases milliseconds apart, 30 or
-/// more (`tests/lock.rs::a_hot_keys_ring_holds_30_releases`). Every script
+/// more (`tests/release.rs::a_hot_keys_ring_holds_30_releases`). Every script
 /// call copies the whole value, so the ring's length is paid on every call.
 pub const LOCK_RING_CHARS: usize = 200;
 
