@@ -51,6 +51,11 @@ use state::{Turn, WaitState};
 /// first (and are never written later).
 const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
+/// How long a try must have been out without its reply, at a wait's
+/// deadline, for the wait to end `Unavailable` rather than `Timeout`: far
+/// longer than a round trip to a reachable server.
+const UNANSWERED: Duration = Duration::from_millis(50);
+
 /// A probe claimed when a lease ran out (or none was known) has this long to
 /// record the next holder's lease before another local waiter may probe.
 const PROBE_SLICE: Duration = Duration::from_millis(50);
@@ -122,9 +127,10 @@ struct LockCall<'a> {
     /// try is bounded by what is left of it (fred's own timeout, so a try
     /// cut off is never written later), and the whole wait by it.
     deadline: Option<Instant>,
-    /// A try of this call is out without its reply (sent, not answered):
-    /// at the deadline, that makes the error `Unavailable`.
-    unanswered: std::sync::atomic::AtomicBool,
+    /// A try of this call is out without its reply: when it was sent, in
+    /// µs after `started`, plus one (0: none is out). At the deadline, a
+    /// try out for [`UNANSWERED`] or longer makes the error `Unavailable`.
+    unanswered: std::sync::atomic::AtomicU64,
     /// The fencing token of a hold this call has in Redis and has not
     /// handed to a guard yet. Dropping the call (cancelled, or unwound by a
     /// panic) releases it: ownership of a lock is never only a value on the
@@ -285,7 +291,7 @@ impl<'a> LockCall<'a> {
             .and_then(|w| started.checked_add(w));
         Ok(LockCall {
             deadline,
-            unanswered: std::sync::atomic::AtomicBool::new(false),
+            unanswered: std::sync::atomic::AtomicU64::new(0),
             inner,
             key,
             names,
@@ -303,10 +309,17 @@ impl<'a> LockCall<'a> {
 
     /// The error of a wait whose deadline passed: [`Error::Unavailable`]
     /// when Redis could not be reached (the command connection is down, or
-    /// this call's last try got no answer), else [`Error::Timeout`].
+    /// this call's last try got no answer for [`UNANSWERED`]: a wait shorter
+    /// than a round trip is a timeout, not an outage), else
+    /// [`Error::Timeout`].
     fn timed_out(&self) -> Error {
         let redis = self.inner.calls.redis();
-        let unanswered = self.unanswered.load(std::sync::atomic::Ordering::SeqCst);
+        let sent = self.unanswered.load(std::sync::atomic::Ordering::SeqCst);
+        let out = (sent > 0).then(|| {
+            let sent = Duration::from_micros(sent - 1);
+            self.started.elapsed().saturating_sub(sent)
+        });
+        let unanswered = out.is_some_and(|out| out >= UNANSWERED);
         if redis.is_connected() && !unanswered {
             return Error::Timeout {
                 key: self.key.to_owned(),
@@ -514,11 +527,14 @@ impl<'a> LockCall<'a> {
         // A semaphore's client keeps its place in the queue when admitted
         // while other local waiters want permits too.
         let more = self.permits.is_some() && queue.is_some_and(Waiter::has_company);
-        self.unanswered
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let since_start = sent.duration_since(self.started).as_micros();
+        self.unanswered.store(
+            u64::try_from(since_start).unwrap_or(u64::MAX - 1) + 1,
+            std::sync::atomic::Ordering::SeqCst,
+        );
         let reply = self.send_try(queue, fresh, more, &mut batch).await?;
         self.unanswered
-            .store(false, std::sync::atomic::Ordering::SeqCst);
+            .store(0, std::sync::atomic::Ordering::SeqCst);
         // The orphan guard stays armed until `owned` records a hold the
         // reply gives us: a panic in between (a tracing layer) releases it.
         if let TryReply::Acquired { fence, .. } = reply {
