@@ -86,8 +86,8 @@ local function fits()
 end
 -- A read-write lock (`wchannel` given) tells on both of its channels: the
 -- role reserved for wakes, and the other role's waiters arm a grace timer,
--- should the reservation lapse unused (found in review: a writer queued
--- behind a readers' reservation that lapsed slept on a lease).
+-- should the reservation lapse unused (else a writer queued behind a
+-- readers' reservation that lapsed would sleep on a lease).
 local function tell(publish, channel, own, wchannel)
   for _, c in ipairs(told) do
     redis.pcall(publish, channel, 'r:' .. c)
