@@ -340,7 +340,7 @@ where
     }
 }
 
-/// The fields of a lock's value (protocol 3, see src/scripts.rs):
+/// The fields of a lock's value (protocol 3, see src/scripts/):
 /// `head|queue|ring|void`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockValue {
