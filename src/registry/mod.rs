@@ -456,8 +456,18 @@ impl Registry {
         let leave = async move {
             let role = registry.role_id(names.kind);
             let idle = || entry.presence.count() == 0;
-            if let Err(e) = registry.calls.leave(&names, role, idle).await {
-                tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
+            // The whole call, a reload after `NOSCRIPT` included, within
+            // one command timeout, whatever the fred client's own settings.
+            let limit = registry.command_timeout;
+            let left = tokio::time::timeout(limit, registry.calls.leave(&names, role, idle)).await;
+            match left {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client")
+                }
+                Err(_) => tracing::debug!(
+                    "relaylock: leaving the queue timed out; the next hand-over skips this client"
+                ),
             }
             // A waiter that arrived meanwhile may have queued before the LEAVE
             // ran and been taken out with it: wake one to try (and queue) again.
