@@ -18,16 +18,11 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use relaylock::WaitStrategy;
 
-mod bare;
 mod bench;
-mod plot;
 mod redis_server;
-mod row;
 mod run;
-mod stats;
 mod status;
 mod unlock;
-mod worker;
 
 #[derive(Parser)]
 #[command(
@@ -60,12 +55,12 @@ enum Command {
     Unlock(unlock::UnlockArgs),
     /// One load-generating process of `bench` (spawned by it).
     #[command(hide = true)]
-    Worker(worker::WorkerArgs),
+    Worker(bench::worker::WorkerArgs),
 }
 
 /// A strategy as written on the command line: relaylock with pub/sub
 /// waiting (`pubsub`) or with polling (`poll:<ms>`), or the bare lock a user
-/// would write instead (`bare:<ms>`, see [`bare`]), or the cheapest fenced
+/// would write instead (`bare:<ms>`, see [`bench::bare`]), or the cheapest fenced
 /// lock, the floor of a script-based protocol (`floor:<ms>`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Strategy {
@@ -76,7 +71,7 @@ pub enum Strategy {
     Bare(Duration),
     /// The cheapest lock that keeps relaylock's fencing guarantee: one
     /// script each way (`GET`, `TIME`, `SET`; `GET`, `SET`), retried every
-    /// interval. No queue, no hand-over, no replay record (see [`bare`]).
+    /// interval. No queue, no hand-over, no replay record (see [`bench::bare`]).
     Floor(Duration),
 }
 
@@ -241,7 +236,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Bench(args) => bench::run(args).await.map(|()| 0),
             Command::Report(args) => bench::report(args).map(|()| 0),
-            Command::Worker(args) => worker::run(args).await.map(|()| 0),
+            Command::Worker(args) => bench::worker::run(args).await.map(|()| 0),
             // Exit statuses of its own, documented in `relaylock run --help`.
             Command::Run(args) => Ok(run::run(args).await),
             Command::Status(args) => Ok(status::run(args).await),

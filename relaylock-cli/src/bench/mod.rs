@@ -6,6 +6,12 @@
 //! through fred at the same time, and reduces the workers' records to one row
 //! per strategy.
 
+mod bare;
+mod plot;
+mod row;
+mod stats;
+pub mod worker;
+
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -23,10 +29,12 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::task::JoinHandle;
 
+use crate::bench::row::{p99_capped, Row};
+use crate::bench::stats::{
+    handoffs, jain, over_limit, percentile, rw_violations, Handoffs, Record,
+};
+use crate::bench::worker::WorkerReport;
 use crate::redis_server::RedisServer;
-use crate::row::{p99_capped, Row};
-use crate::stats::{handoffs, jain, over_limit, percentile, rw_violations, Handoffs, Record};
-use crate::worker::WorkerReport;
 use crate::{parse_duration, Primitive, Strategy};
 
 /// What each column of the bench's table means: `relaylock bench --help`
@@ -852,7 +860,7 @@ pub fn report(args: ReportArgs) -> Result<(), String> {
         print_table(&rows, args.wide);
     }
     if let Some(path) = &args.plot {
-        crate::plot::sweep(path, &rows)?;
+        crate::bench::plot::sweep(path, &rows)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
@@ -883,7 +891,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         print_table(&rows, args.wide);
     }
     if let Some(path) = &args.plot {
-        crate::plot::sweep(path, &rows)?;
+        crate::bench::plot::sweep(path, &rows)?;
         eprintln!("wrote {}", path.display());
     }
     let _ = admin.quit().await;
