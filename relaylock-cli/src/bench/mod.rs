@@ -10,6 +10,7 @@ mod bare;
 mod plot;
 mod row;
 mod stats;
+mod strategy;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -33,9 +34,10 @@ use crate::bench::row::{p99_capped, Row};
 use crate::bench::stats::{
     handoffs, jain, over_limit, percentile, rw_violations, Handoffs, Record,
 };
+use crate::bench::strategy::{Primitive, Strategy};
 use crate::bench::worker::WorkerReport;
+use crate::parse::parse_duration;
 use crate::redis_server::RedisServer;
-use crate::{parse_duration, Primitive, Strategy};
 
 /// What each column of the bench's table means: `relaylock bench --help`
 /// and `relaylock report --help` print it.

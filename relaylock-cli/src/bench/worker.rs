@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::bench::bare::BareLock;
 use crate::bench::stats::Record;
-use crate::{Primitive, Strategy};
+use crate::bench::strategy::{Primitive, Strategy};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
