@@ -7,7 +7,7 @@
 //! - `relaylock unlock KEY --token T`: releases a stuck hold as its holder
 //!   would (`unlock.rs`);
 //! - `relaylock bench` compares pub/sub waiting with spin polling on a real
-//!   Redis server; see `relaylock bench --help` and docs/benchmarks.md;
+//!   Redis server (`bench/`; `relaylock bench --help` explains each column);
 //!   `relaylock report` prints saved results again.
 
 use std::process::ExitCode;
