@@ -7,27 +7,19 @@
 //! - `relaylock unlock KEY --token T`: releases a stuck hold as its holder
 //!   would (`unlock.rs`);
 //! - `relaylock bench` compares pub/sub waiting with spin polling on a real
-//!   Redis server; see `relaylock bench --help` and docs/benchmarks.md;
+//!   Redis server (`bench/`; `relaylock bench --help` explains each column);
 //!   `relaylock report` prints saved results again.
 
-use std::fmt;
 use std::process::ExitCode;
-use std::str::FromStr;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use relaylock::WaitStrategy;
 
-mod bare;
 mod bench;
-mod plot;
+mod parse;
 mod redis_server;
-mod row;
 mod run;
-mod stats;
 mod status;
 mod unlock;
-mod worker;
 
 #[derive(Parser)]
 #[command(
@@ -60,156 +52,7 @@ enum Command {
     Unlock(unlock::UnlockArgs),
     /// One load-generating process of `bench` (spawned by it).
     #[command(hide = true)]
-    Worker(worker::WorkerArgs),
-}
-
-/// A strategy as written on the command line: relaylock with pub/sub
-/// waiting (`pubsub`) or with polling (`poll:<ms>`), or the bare lock a user
-/// would write instead (`bare:<ms>`, see [`bare`]), or the cheapest fenced
-/// lock, the floor of a script-based protocol (`floor:<ms>`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Strategy {
-    /// relaylock, waiting this way.
-    Lock(WaitStrategy),
-    /// The seeds' algorithm: `SET NX PX`, retried every interval; release
-    /// by compare-and-delete. No fencing, no queue, no waiting machinery.
-    Bare(Duration),
-    /// The cheapest lock that keeps relaylock's fencing guarantee: one
-    /// script each way (`GET`, `TIME`, `SET`; `GET`, `SET`), retried every
-    /// interval. No queue, no hand-over, no replay record (see [`bare`]).
-    Floor(Duration),
-}
-
-impl Strategy {
-    /// How the relaylock client of a worker waits (a bare worker's client
-    /// only provides the connection).
-    pub fn wait_strategy(self) -> WaitStrategy {
-        match self {
-            Strategy::Lock(w) => w,
-            Strategy::Bare(_) | Strategy::Floor(_) => WaitStrategy::PubSub,
-        }
-    }
-}
-
-impl FromStr for Strategy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "pubsub" {
-            return Ok(Strategy::Lock(WaitStrategy::PubSub));
-        }
-        let (kind, ms) = s
-            .split_once(':')
-            .ok_or_else(|| format!("{s:?}: expected pubsub, poll:<ms>, bare:<ms> or floor:<ms>"))?;
-        let every = match ms.parse::<u64>() {
-            Ok(ms) if (1..=3_600_000).contains(&ms) => Duration::from_millis(ms),
-            _ => return Err(format!("{s:?}: the retry interval is 1 to 3600000 ms")),
-        };
-        match kind {
-            "poll" => Ok(Strategy::Lock(WaitStrategy::Poll(every))),
-            "bare" => Ok(Strategy::Bare(every)),
-            "floor" => Ok(Strategy::Floor(every)),
-            _ => Err(format!(
-                "{s:?}: expected pubsub, poll:<ms>, bare:<ms> or floor:<ms>"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Strategy::Lock(WaitStrategy::Poll(d)) => write!(f, "poll:{}", d.as_millis()),
-            Strategy::Bare(d) => write!(f, "bare:{}", d.as_millis()),
-            Strategy::Floor(d) => write!(f, "floor:{}", d.as_millis()),
-            Strategy::Lock(_) => f.write_str("pubsub"),
-        }
-    }
-}
-
-/// What the bench's workers take: `mutex` (a lock per key),
-/// `semaphore:<limit>` (a semaphore of that many permits per key, one permit
-/// per acquisition) or `rwlock:<read share>` (a read-write lock per key; each
-/// acquisition is a read with that probability, else a write).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub enum Primitive {
-    #[default]
-    Mutex,
-    Semaphore(u32),
-    RwLock(f64),
-}
-
-impl Primitive {
-    /// How many holders may be inside one key's critical section at once.
-    pub fn limit(self) -> u32 {
-        match self {
-            Primitive::Mutex | Primitive::RwLock(_) => 1,
-            Primitive::Semaphore(n) => n,
-        }
-    }
-}
-
-impl FromStr for Primitive {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.split_once(':') {
-            None if s == "mutex" => Ok(Primitive::Mutex),
-            Some(("semaphore", n)) => match n.parse::<u32>() {
-                Ok(n) if n >= 1 => Ok(Primitive::Semaphore(n)),
-                _ => Err(format!("{s:?}: the limit is a whole number of at least 1")),
-            },
-            Some(("rwlock", share)) => match share.parse::<f64>() {
-                Ok(x) if (0.0..=1.0).contains(&x) => Ok(Primitive::RwLock(x)),
-                _ => Err(format!("{s:?}: the read share is between 0 and 1")),
-            },
-            _ => Err(format!(
-                "{s:?}: expected mutex, semaphore:<limit> or rwlock:<read share>"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for Primitive {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Primitive::Mutex => f.write_str("mutex"),
-            Primitive::Semaphore(n) => write!(f, "semaphore:{n}"),
-            Primitive::RwLock(x) => write!(f, "rwlock:{x}"),
-        }
-    }
-}
-
-/// A lock, semaphore or read-write lock name as the command line gives
-/// it: refused by clap (exit status 2, like any other bad argument) when
-/// the library would refuse it, before anything connects.
-pub fn key(s: &str) -> Result<String, String> {
-    if s.is_empty() {
-        return Err("the key is empty".into());
-    }
-    if s.len() > relaylock::MAX_KEY_LEN {
-        return Err(format!(
-            "the key is {} bytes, the limit is {}",
-            s.len(),
-            relaylock::MAX_KEY_LEN
-        ));
-    }
-    Ok(s.to_owned())
-}
-
-/// A duration as `humantime` reads it (`250ms`, `10s`, `2m`, `1h`,
-/// `1h 30m`), or a plain number of seconds (`10`, `0.5`); between 1 ms and
-/// 24 h.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let d = match s.parse::<f64>() {
-        Ok(secs) => Duration::try_from_secs_f64(secs)
-            .map_err(|_| format!("{s:?}: must be between 1 ms and 24 h"))?,
-        Err(_) => humantime::parse_duration(s)
-            .map_err(|e| format!("{s:?}: {e} (e.g. 500ms, 10s, 2m, 1h)"))?,
-    };
-    if !(Duration::from_millis(1)..=Duration::from_secs(86_400)).contains(&d) {
-        return Err(format!("{s:?}: must be between 1 ms and 24 h"));
-    }
-    Ok(d)
+    Worker(bench::worker::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -241,7 +84,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Bench(args) => bench::run(args).await.map(|()| 0),
             Command::Report(args) => bench::report(args).map(|()| 0),
-            Command::Worker(args) => worker::run(args).await.map(|()| 0),
+            Command::Worker(args) => bench::worker::run(args).await.map(|()| 0),
             // Exit statuses of its own, documented in `relaylock run --help`.
             Command::Run(args) => Ok(run::run(args).await),
             Command::Status(args) => Ok(status::run(args).await),
@@ -259,6 +102,8 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -288,78 +133,5 @@ mod tests {
         assert_eq!(args.sweep.unwrap(), bench::Sweep::Workers(vec![8, 64]));
         assert_eq!(args.duration, Duration::from_secs(2));
         assert!(Cli::try_parse_from(["relaylock", "bench", "--strategy", "spin"]).is_err());
-        assert_eq!("mutex".parse::<Primitive>().unwrap(), Primitive::Mutex);
-        assert_eq!(
-            "semaphore:8".parse::<Primitive>().unwrap(),
-            Primitive::Semaphore(8)
-        );
-        assert_eq!(Primitive::Semaphore(8).to_string(), "semaphore:8");
-        assert_eq!(
-            "rwlock:0.9".parse::<Primitive>().unwrap(),
-            Primitive::RwLock(0.9)
-        );
-        assert_eq!(Primitive::RwLock(0.9).to_string(), "rwlock:0.9");
-        for bad in [
-            "semaphore:0",
-            "semaphore:",
-            "semaphore:x",
-            "rwlock:1.5",
-            "rwlock:",
-            "",
-        ] {
-            assert!(bad.parse::<Primitive>().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn strategies() {
-        assert_eq!(
-            "pubsub".parse::<Strategy>().unwrap(),
-            Strategy::Lock(WaitStrategy::PubSub)
-        );
-        assert_eq!(
-            "poll:10".parse::<Strategy>().unwrap(),
-            Strategy::Lock(WaitStrategy::Poll(Duration::from_millis(10)))
-        );
-        assert_eq!(
-            "poll:10".parse::<Strategy>().unwrap().to_string(),
-            "poll:10"
-        );
-        assert_eq!(
-            "bare:10".parse::<Strategy>().unwrap(),
-            Strategy::Bare(Duration::from_millis(10))
-        );
-        assert_eq!(
-            "bare:10".parse::<Strategy>().unwrap().to_string(),
-            "bare:10"
-        );
-        assert_eq!(
-            "floor:10".parse::<Strategy>().unwrap(),
-            Strategy::Floor(Duration::from_millis(10))
-        );
-        assert_eq!(
-            "floor:10".parse::<Strategy>().unwrap().to_string(),
-            "floor:10"
-        );
-        for bad in [
-            "", "poll", "poll:0", "poll:x", "spin", "bare", "bare:0", "floor", "floor:0", "spin:10",
-        ] {
-            assert!(bad.parse::<Strategy>().is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
-        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
-        assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
-        for bad in ["", "0s", "25h", "x", "-1s", "100d", "500us", "NaN", "inf"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
     }
 }

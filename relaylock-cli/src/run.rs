@@ -79,19 +79,19 @@ pub struct RunArgs {
     pub nonblock: bool,
     /// The lease the watchdog keeps renewing while the command runs (a
     /// third of it between renewals): if `run` dies, the key frees within it.
-    #[arg(long, value_parser = crate::parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = crate::parse::parse_duration, default_value = "30s")]
     pub lease: Duration,
     /// Key prefix (the library's default: `relaylock`).
     #[arg(long, env = "RELAYLOCK_PREFIX")]
     pub prefix: Option<String>,
     /// After a lost lock's SIGTERM, how long the command has before SIGKILL.
-    #[arg(long, value_parser = crate::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = crate::parse::parse_duration, default_value = "10s")]
     pub kill_after: Duration,
     /// Exit status when the lock was not taken within --wait.
     #[arg(short = 'E', long, default_value_t = exit::TIMEOUT)]
     pub conflict_exit_code: u8,
     /// The lock's name (the same KEY in every process that must not overlap).
-    #[arg(value_parser = crate::key)]
+    #[arg(value_parser = crate::parse::key)]
     pub key: String,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, num_args = 1..)]
@@ -103,7 +103,7 @@ fn parse_wait(s: &str) -> Result<Duration, String> {
     if matches!(s.trim(), "0" | "0s" | "0ms" | "0m") {
         return Ok(Duration::ZERO);
     }
-    crate::parse_duration(s)
+    crate::parse::parse_duration(s)
 }
 
 /// What `run` does, as an exit status.

@@ -57,7 +57,7 @@ pub struct StatusArgs {
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
     /// Lock, semaphore or read-write lock names; none: SCAN the prefix.
-    #[arg(value_parser = crate::key)]
+    #[arg(value_parser = crate::parse::key)]
     pub keys: Vec<String>,
 }
 

@@ -47,14 +47,14 @@ pub struct UnlockArgs {
     /// How long the released lock's record (its last fencing token, its
     /// released fences) stays in Redis: the applications' `side_retention`,
     /// if they changed it from the default.
-    #[arg(long, value_parser = crate::parse_duration, default_value = "60s")]
+    #[arg(long, value_parser = crate::parse::parse_duration, default_value = "60s")]
     pub side_retention: Duration,
     /// Only this primitive of KEY (a lock, a semaphore and a read-write lock
     /// may share a name); by default, whichever the token holds.
     #[arg(long, value_enum)]
     pub kind: Option<Kind>,
     /// The lock, semaphore or read-write lock name.
-    #[arg(value_parser = crate::key)]
+    #[arg(value_parser = crate::parse::key)]
     pub key: String,
 }
 

@@ -19,9 +19,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::bare::BareLock;
-use crate::stats::Record;
-use crate::{Primitive, Strategy};
+use crate::bench::bare::BareLock;
+use crate::bench::stats::Record;
+use crate::bench::strategy::{Primitive, Strategy};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
@@ -242,7 +242,7 @@ async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -
         };
         let fence = held.fencing_token();
         let k = if write {
-            k as u32 | crate::stats::WRITE_BIT
+            k as u32 | crate::bench::stats::WRITE_BIT
         } else {
             k as u32
         };

@@ -1,10 +1,7 @@
-//! `relaylock bench`: pub/sub waiting against spin polling on a real Redis.
-//!
-//! The parent process starts (or connects to) Redis, spawns `--processes`
-//! copies of itself as workers, releases them at once, reads what Redis did
-//! from `INFO commandstats` and `INFO cpu`, measures the PING round trip
-//! through fred at the same time, and reduces the workers' records to one row
-//! per strategy.
+//! The runner of `relaylock bench`: one run of a strategy spawns the
+//! worker processes, releases them at once, reads what Redis did from
+//! `INFO commandstats` and `INFO cpu`, probes the PING round trip meanwhile,
+//! and reduces the workers' records to one [`Row`].
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -23,138 +20,13 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::task::JoinHandle;
 
-use crate::redis_server::RedisServer;
-use crate::row::{p99_capped, Row};
-use crate::stats::{handoffs, jain, over_limit, percentile, rw_violations, Handoffs, Record};
-use crate::worker::WorkerReport;
-use crate::{parse_duration, Primitive, Strategy};
-
-/// What each column of the bench's table means: `relaylock bench --help`
-/// and `relaylock report --help` print it.
-pub const LEGEND: &str = "\
-Columns (the default table; --wide adds the ones marked +):
-  strategy      pubsub: relaylock; poll:<ms>: relaylock polling every <ms>;
-                bare:<ms>: SET NX PX retried every <ms>, no fencing, no queue;
-                floor:<ms>: the cheapest fenced lock, retried every <ms>
-  workers       lock-taking tasks per process       procs  worker processes
-  acq/s         acquisitions per second, all processes together
-  wait_p50_ms   median time from asking for the lock to holding it
-  wait_p99_ms   99th percentile of it; marked * when near the run's length
-                (waits were cut by the end of the run: run longer)
-  redis_cmd/acq Redis commands per acquisition (INFO commandstats; scripts'
-                inner commands included)
-  redis_us/acq  Redis CPU per acquisition, microseconds (INFO cpu)
-  fairness      Jain's index of acquisitions per worker: 1 is perfectly fair
-  violations    times two holders were inside at once (must be 0)
- +acq           acquisitions in the run
- +handoff50/99 ms from a release to the next holder (p50, p99)
- +req/acq       requests (script calls, SET, DEL, ...) Redis ran per acquisition
- +acq/cpu_s     acquisitions one Redis core serves per second of CPU
- +cli_us        client CPU per acquisition, microseconds (worker processes)
- +att/acq       acquire attempts per acquisition (1.0: no wasted try)
- +rtt50         median PING round trip while the run went on, ms
- +rss_MiB       peak resident memory of a worker process";
-
-#[derive(clap::Args, Debug, Clone)]
-#[command(after_help = LEGEND)]
-pub struct BenchArgs {
-    /// Every column (see below), not the default ten.
-    #[arg(long)]
-    pub wide: bool,
-    /// `pubsub`, `poll:<ms>`, `bare:<ms>` or `floor:<ms>`; repeat to compare
-    /// strategies side by side.
-    #[arg(long = "strategy", default_values = ["pubsub", "poll:10"])]
-    pub strategies: Vec<Strategy>,
-    /// What the workers take per key: `mutex`, `semaphore:<limit>` (one
-    /// permit per acquisition; violations then count more holders inside
-    /// than the limit), or `rwlock:<read share>` (each acquisition a read
-    /// with that probability, else a write; violations count a write inside
-    /// with anyone, or a read with a write).
-    #[arg(long, default_value = "mutex")]
-    pub primitive: Primitive,
-    /// Lock-taking tasks per process.
-    #[arg(long, default_value_t = 64)]
-    pub workers: usize,
-    /// Worker processes, each with its own LockClient.
-    #[arg(long, default_value_t = 1)]
-    pub processes: usize,
-    /// Keys the workers pick from at random.
-    #[arg(long, default_value_t = 1)]
-    pub keys: usize,
-    /// How long each critical section holds the lock, in ms (0: release at once).
-    #[arg(long = "hold-ms", default_value_t = 1.0)]
-    pub hold_ms: f64,
-    /// How long each strategy runs (e.g. 10s, 500ms).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub duration: Duration,
-    /// The lease of every lock.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub lease: Duration,
-    /// The global `--url`: use that Redis instead of starting one. Only
-    /// names under a `relaylock-bench-<pid>` prefix are touched (and
-    /// deleted at the end); other clients' traffic counts in the
-    /// per-acquisition Redis figures. (`RELAYLOCK_URL` is not read here.)
-    #[arg(skip)]
-    pub url: Option<String>,
-    /// One JSON object per strategy run on stdout instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Run the scenario for each value: `workers=8,64,256,1024` (tasks per
-    /// process) or `keys=1,16,256,10000` (keys the workers pick from).
-    #[arg(long, value_parser = parse_sweep)]
-    pub sweep: Option<Sweep>,
-    /// Write an SVG plot of the sweep here.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// Expose the library's metrics in Prometheus format while it runs
-    /// (worker process i listens on this port + i).
-    #[arg(long)]
-    pub prometheus: Option<SocketAddr>,
-    /// Also measure `redis-benchmark`'s EVALSHA rate on the same server and
-    /// report lock+release pairs per second against half of it.
-    #[arg(long)]
-    pub redis_benchmark: bool,
-    /// Do not measure the PING round trip. Its PINGs (one every 5 ms) cost
-    /// Redis CPU that the per-acquisition CPU figure cannot leave out; use
-    /// this when that figure is compared with a load that sends no PINGs.
-    /// The rtt columns are then empty.
-    #[arg(long)]
-    pub no_rtt: bool,
-}
-
-/// What a sweep varies, and over which values.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Sweep {
-    /// Tasks per process.
-    Workers(Vec<usize>),
-    /// Keys the workers pick from.
-    Keys(Vec<usize>),
-    /// Worker processes, each with its own client.
-    Processes(Vec<usize>),
-}
-
-fn parse_sweep(s: &str) -> Result<Sweep, String> {
-    let (kind, values): (fn(Vec<usize>) -> Sweep, _) = if let Some(v) = s.strip_prefix("workers=") {
-        (Sweep::Workers, v)
-    } else if let Some(v) = s.strip_prefix("keys=") {
-        (Sweep::Keys, v)
-    } else if let Some(v) = s.strip_prefix("processes=") {
-        (Sweep::Processes, v)
-    } else {
-        return Err(
-            "a sweep is over workers, keys or processes: workers=8,64,256, keys=1,16,256 or processes=1,4,12"
-                .into(),
-        );
-    };
-    let v: Vec<usize> = values
-        .split(',')
-        .map(|x| x.trim().parse::<usize>().map_err(|e| format!("{x:?}: {e}")))
-        .collect::<Result<_, _>>()?;
-    if v.is_empty() || v.contains(&0) {
-        return Err("sweep values must be positive".into());
-    }
-    Ok(kind(v))
-}
+use crate::bench::args::{BenchArgs, Sweep};
+use crate::bench::row::Row;
+use crate::bench::stats::{
+    handoffs, jain, over_limit, percentile, rw_violations, Handoffs, Record,
+};
+use crate::bench::strategy::{Primitive, Strategy};
+use crate::bench::worker::WorkerReport;
 
 struct ServerStats {
     calls: HashMap<String, u64>,
@@ -237,14 +109,14 @@ fn is_request(strategy: Strategy, cmd: &str) -> bool {
         || (matches!(strategy, Strategy::Bare(_)) && cmd == "set")
 }
 
-struct Scenario {
+pub(super) struct Scenario {
     strategy: Strategy,
     workers: usize,
     keys: usize,
     processes: usize,
 }
 
-async fn admin_client(url: &str) -> Result<Client, String> {
+pub(super) async fn admin_client(url: &str) -> Result<Client, String> {
     let client = Builder::from_config(Config::from_url(url).map_err(|e| e.to_string())?)
         .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
         .build()
@@ -267,7 +139,7 @@ impl Scenario {
 }
 
 /// Run one strategy at one worker count.
-async fn run_one(
+pub(super) async fn run_one(
     args: &BenchArgs,
     url: &str,
     admin: &Client,
@@ -707,249 +579,9 @@ fn host_port(url: &str) -> Option<(String, u16)> {
     Some((host.to_owned(), port.parse().ok()?))
 }
 
-/// A CPU figure in µs with one decimal, or `-` where it was not measured.
-fn fmt_us(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1}"))
-}
-
-impl Row {
-    /// Capacity: acquisitions one Redis core serves per second of its CPU
-    /// at this cost (1 / Redis CPU per acquisition).
-    pub fn capacity(&self) -> f64 {
-        1e6 / self.redis_cpu_us_per_acq
-    }
-}
-
-fn fmt_opt(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.3}"))
-}
-
-/// The table: ten columns, or every one with `wide` (see [`LEGEND`]).
-pub fn print_table(rows: &[Row], wide: bool) {
-    let p99 = |r: &Row| {
-        format!(
-            "{:.3}{}",
-            r.wait_p99_ms,
-            if p99_capped(r) { "*" } else { "" }
-        )
-    };
-    if wide {
-        println!(
-            "{:<9} {:>7} {:>5} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>13} {:>12} {:>9} {:>8} {:>9} {:>8} {:>8} {:>10} {:>7}",
-            "strategy", "workers", "procs", "acq", "acq/s", "wait_p50_ms", "wait_p99_ms", "handoff50", "handoff99", "req/acq",
-            "redis_cmd/acq", "redis_us/acq", "acq/cpu_s", "cli_us", "att/acq", "rtt50", "fairness", "violations", "rss_MiB"
-        );
-    } else {
-        println!(
-            "{:<9} {:>7} {:>5} {:>9} {:>11} {:>11} {:>13} {:>12} {:>8} {:>10}",
-            "strategy",
-            "workers",
-            "procs",
-            "acq/s",
-            "wait_p50_ms",
-            "wait_p99_ms",
-            "redis_cmd/acq",
-            "redis_us/acq",
-            "fairness",
-            "violations"
-        );
-    }
-    for r in rows {
-        if wide {
-            println!(
-                "{:<9} {:>7} {:>5} {:>8} {:>9.0} {:>11.3} {:>11} {:>9} {:>9} {:>9.3} {:>13.3} {:>12.2} {:>9.0} {:>8} {:>9.3} {:>8.3} {:>8.3} {:>10} {:>7.1}",
-                r.strategy, r.workers, r.processes, r.acquisitions, r.acq_per_s, r.wait_p50_ms, p99(r),
-                fmt_opt(r.handoff_p50_ms), fmt_opt(r.handoff_p99_ms), r.redis_requests_per_acq,
-                r.redis_cmds_per_acq, r.redis_cpu_us_per_acq, r.capacity(),
-                fmt_us(r.client_cpu_us_per_acq), r.attempts_per_acq, r.rtt_p50_ms,
-                r.jain_fairness, r.violations, r.peak_rss_mib
-            );
-        } else {
-            println!(
-                "{:<9} {:>7} {:>5} {:>9.0} {:>11.3} {:>11} {:>13.3} {:>12.2} {:>8.3} {:>10}",
-                r.strategy,
-                r.workers,
-                r.processes,
-                r.acq_per_s,
-                r.wait_p50_ms,
-                p99(r),
-                r.redis_cmds_per_acq,
-                r.redis_cpu_us_per_acq,
-                r.jain_fairness,
-                r.violations
-            );
-        }
-        if let (Some(rate), Some(ratio)) =
-            (r.redis_benchmark_evalsha_per_s, r.pairs_vs_half_evalsha)
-        {
-            println!("          redis-benchmark EVALSHA {rate:.0}/s; lock+release pairs / (EVALSHA/2) = {ratio:.3}");
-        }
-        if r.errors > 0 || r.lost > 0 {
-            println!(
-                "          errors {} lost {} first error: {}",
-                r.errors,
-                r.lost,
-                r.first_error.as_deref().unwrap_or("-")
-            );
-        }
-    }
-    if rows.iter().any(p99_capped) {
-        println!(
-            "* a p99 near the run's length: waits were cut by the end of the run (run longer)"
-        );
-    }
-    if !wide {
-        println!("(relaylock bench --help explains each column; --wide shows nine more)");
-    }
-}
-
-/// The report as a markdown table.
-pub fn print_markdown(rows: &[Row]) {
-    println!(
-        "| strategy | waiters | processes | keys | acq/s | wait p50 ms | wait p99 ms | handoff p50 ms | handoff p99 ms | rtt p50 ms | requests/acq | cmds/acq | Redis CPU us/acq | acq per Redis CPU-s | client CPU us/acq | attempts/acq | Jain | violations | peak RSS MiB |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in rows {
-        println!(
-            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.3} | {:.2} | {:.1} | {:.1} | {:.0} | {} | {:.3} | {:.3} | {} | {:.1} |",
-            r.strategy, r.workers, r.processes, r.keys, r.acq_per_s, r.wait_p50_ms, r.wait_p99_ms,
-            fmt_opt(r.handoff_p50_ms), fmt_opt(r.handoff_p99_ms), r.rtt_p50_ms,
-            r.redis_requests_per_acq, r.redis_cmds_per_acq, r.redis_cpu_us_per_acq,
-            r.capacity(), fmt_us(r.client_cpu_us_per_acq),
-            r.attempts_per_acq, r.jain_fairness, r.violations, r.peak_rss_mib
-        );
-    }
-}
-
-/// `relaylock report FILE`: render saved `--json` output again.
-#[derive(clap::Args, Debug, Clone)]
-#[command(after_help = LEGEND)]
-pub struct ReportArgs {
-    /// Every column, not the default ten.
-    #[arg(long)]
-    pub wide: bool,
-    /// A file of `relaylock bench --json` lines.
-    pub file: PathBuf,
-    /// A markdown table instead of the terminal table.
-    #[arg(long)]
-    pub markdown: bool,
-    /// Draw the sweep plot from these results.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-}
-
-pub fn report(args: ReportArgs) -> Result<(), String> {
-    let text =
-        std::fs::read_to_string(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
-    let rows: Vec<Row> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).map_err(|e| format!("{}: {e}", args.file.display())))
-        .collect::<Result<_, _>>()?;
-    if args.markdown {
-        print_markdown(&rows);
-    } else {
-        print_table(&rows, args.wide);
-    }
-    if let Some(path) = &args.plot {
-        crate::plot::sweep(path, &rows)?;
-        eprintln!("wrote {}", path.display());
-    }
-    Ok(())
-}
-
-pub async fn run(args: BenchArgs) -> Result<(), String> {
-    check(&args)?;
-    let target = Target::start(&args)?;
-    let admin = admin_client(&target.url).await?;
-    if matches!(&args.sweep, Some(Sweep::Keys(k)) if k.contains(&0)) {
-        return Err("--sweep keys= values must be positive".into());
-    }
-    let mut rows = Vec::new();
-    for (i, scenario) in scenarios(&args).iter().enumerate() {
-        let mut row = run_one(&args, &target.url, &admin, scenario, i + 1).await?;
-        if args.redis_benchmark {
-            compare_with_redis_benchmark(&target.url, &admin, &mut row).await?;
-        }
-        if args.json {
-            println!(
-                "{}",
-                serde_json::to_string(&row).map_err(|e| e.to_string())?
-            );
-        }
-        rows.push(row);
-    }
-    if !args.json {
-        print_table(&rows, args.wide);
-    }
-    if let Some(path) = &args.plot {
-        crate::plot::sweep(path, &rows)?;
-        eprintln!("wrote {}", path.display());
-    }
-    let _ = admin.quit().await;
-    if rows.iter().any(|r| r.violations > 0) {
-        return Err(format!(
-            "{} violated: see the violations column",
-            broken_guarantee(args.primitive)
-        ));
-    }
-    Ok(())
-}
-
-/// The flags' values and combinations that no run can use.
-fn check(args: &BenchArgs) -> Result<(), String> {
-    if args.workers == 0 || args.processes == 0 || args.keys == 0 {
-        return Err("--workers, --processes and --keys must be positive".into());
-    }
-    if !(0.0..=60_000.0).contains(&args.hold_ms) {
-        return Err("--hold-ms must be between 0 and 60000".into());
-    }
-    if args.plot.is_some() && args.sweep.is_none() {
-        return Err("--plot needs --sweep".into());
-    }
-    if args.primitive != Primitive::Mutex
-        && args
-            .strategies
-            .iter()
-            .any(|s| matches!(s, Strategy::Bare(_) | Strategy::Floor(_)))
-    {
-        return Err(
-            "bare:<ms> and floor:<ms> are locks: they run only with --primitive mutex".into(),
-        );
-    }
-    Ok(())
-}
-
-/// The Redis the bench runs against: the `--url` given, or a redis-server
-/// of its own, stopped when this is dropped.
-struct Target {
-    url: String,
-    _server: Option<RedisServer>,
-}
-
-impl Target {
-    fn start(args: &BenchArgs) -> Result<Self, String> {
-        Ok(match &args.url {
-            Some(url) => Target {
-                url: url.clone(),
-                _server: None,
-            },
-            None => {
-                let server = RedisServer::try_start(&[])?;
-                let url = server.url();
-                eprintln!("started redis-server on {url} (stopped at the end)");
-                Target {
-                    url,
-                    _server: Some(server),
-                }
-            }
-        })
-    }
-}
-
 /// Every run, in order: each strategy at each point of the sweep (or at
 /// the one point the flags give).
-fn scenarios(args: &BenchArgs) -> Vec<Scenario> {
+pub(super) fn scenarios(args: &BenchArgs) -> Vec<Scenario> {
     let (w, k, p) = (args.workers, args.keys, args.processes);
     let at = |workers: usize, keys: usize, processes: usize| {
         args.strategies.iter().map(move |&strategy| Scenario {
@@ -969,7 +601,7 @@ fn scenarios(args: &BenchArgs) -> Vec<Scenario> {
 
 /// `--redis-benchmark`: measure the server's EVALSHA rate and set the row's
 /// lock+release pairs against half of it. One server only, not a cluster.
-async fn compare_with_redis_benchmark(
+pub(super) async fn compare_with_redis_benchmark(
     url: &str,
     admin: &Client,
     row: &mut Row,
@@ -986,47 +618,9 @@ async fn compare_with_redis_benchmark(
     Ok(())
 }
 
-/// What a violation broke, for the primitive the workers took.
-fn broken_guarantee(primitive: Primitive) -> String {
-    match primitive {
-        Primitive::Mutex => "mutual exclusion".to_owned(),
-        Primitive::RwLock(_) => "the read-write lock's exclusion".to_owned(),
-        p => format!("the {p} limit"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_saved_row_with_nan_figures_reads_back() {
-        let line = r#"{"strategy":"pubsub","workers":1,"processes":1,"keys":1,"hold_ms":0.0,"duration_s":1.0,"acquisitions":0,"acq_per_s":0.0,"wait_p50_ms":null,"wait_p99_ms":null,"wait_max_ms":null,"handoff_p50_ms":null,"handoff_p99_ms":null,"hold_p50_ms":null,"redis_requests_per_acq":null,"redis_cmds_per_acq":null,"redis_cpu_us_per_acq":null,"attempts_per_acq":null,"jain_fairness":null,"violations":0,"rtt_p50_ms":null,"handoff_p50_rtts":null,"peak_rss_mib":1.0,"errors":0,"lost":0,"first_error":null,"redis_benchmark_evalsha_per_s":null,"pairs_vs_half_evalsha":null}"#;
-        let row: Row = serde_json::from_str(line).unwrap();
-        assert!(row.rtt_p50_ms.is_nan() && row.redis_cpu_us_per_acq.is_nan());
-        assert_eq!(row.client_cpu_us_per_acq, None);
-    }
-
-    #[test]
-    fn sweep_values() {
-        assert_eq!(
-            parse_sweep("workers=8,64").unwrap(),
-            Sweep::Workers(vec![8, 64])
-        );
-        assert_eq!(
-            parse_sweep("keys=1,10000").unwrap(),
-            Sweep::Keys(vec![1, 10000])
-        );
-        assert_eq!(
-            parse_sweep("processes=1,4,12").unwrap(),
-            Sweep::Processes(vec![1, 4, 12])
-        );
-        assert!(parse_sweep("processes=0").is_err());
-        assert!(parse_sweep("hold=8").is_err());
-        assert!(parse_sweep("keys=0").is_err());
-        assert!(parse_sweep("workers=0").is_err());
-        assert!(parse_sweep("workers=").is_err());
-    }
 
     #[test]
     fn host_and_port() {

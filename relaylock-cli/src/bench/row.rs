@@ -57,8 +57,29 @@ pub struct Row {
     pub pairs_vs_half_evalsha: Option<f64>,
 }
 
+impl Row {
+    /// Capacity: acquisitions one Redis core serves per second of its CPU
+    /// at this cost (1 / Redis CPU per acquisition).
+    pub fn capacity(&self) -> f64 {
+        1e6 / self.redis_cpu_us_per_acq
+    }
+}
+
 /// Whether a row's p99 wait is capped by the run: within a tenth of its
 /// length, where no longer wait could be seen.
 pub fn p99_capped(r: &Row) -> bool {
     r.wait_p99_ms >= 0.9 * r.duration_s * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_row_with_nan_figures_reads_back() {
+        let line = r#"{"strategy":"pubsub","workers":1,"processes":1,"keys":1,"hold_ms":0.0,"duration_s":1.0,"acquisitions":0,"acq_per_s":0.0,"wait_p50_ms":null,"wait_p99_ms":null,"wait_max_ms":null,"handoff_p50_ms":null,"handoff_p99_ms":null,"hold_p50_ms":null,"redis_requests_per_acq":null,"redis_cmds_per_acq":null,"redis_cpu_us_per_acq":null,"attempts_per_acq":null,"jain_fairness":null,"violations":0,"rtt_p50_ms":null,"handoff_p50_rtts":null,"peak_rss_mib":1.0,"errors":0,"lost":0,"first_error":null,"redis_benchmark_evalsha_per_s":null,"pairs_vs_half_evalsha":null}"#;
+        let row: Row = serde_json::from_str(line).unwrap();
+        assert!(row.rtt_p50_ms.is_nan() && row.redis_cpu_us_per_acq.is_nan());
+        assert_eq!(row.client_cpu_us_per_acq, None);
+    }
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::row::{p99_capped, Row};
+use crate::bench::row::{p99_capped, Row};
 
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),

@@ -7,10 +7,10 @@
 //!
 //! And `--strategy floor:<ms>`: the cheapest lock that keeps relaylock's
 //! fencing guarantee, to price the floor of any script-based protocol in
-//! real traffic (docs/benchmarks.md, "Protocol 3, measured"). Acquire is one
-//! script, `GET`, `TIME`, `SET`: a fencing token from the server clock,
-//! raised above the last one a release left in the key's tombstone, so it
-//! keeps increasing whatever the clock does while the tombstone lives.
+//! real traffic. Acquire is one script, `GET`, `TIME`, `SET`: a fencing
+//! token from the server clock, raised above the last one a release left in
+//! the key's tombstone, so it keeps increasing whatever the clock does while
+//! the tombstone lives.
 //! Release is one script, `GET`, `SET`: compare the token, leave the
 //! tombstone. Nothing else: no queue, no hand-over, no replay record, no
 //! void markers; retried every interval like the bare lock.
