@@ -1,5 +1,4 @@
-"""Rules shared by the targets tables (targets.py, fleet/kept/kept.py,
-fleet_targets.py, fleet/now/now.py), and how they read the bench's rows."""
+"""Rules of the targets table (targets/now.py), and how it reads the bench's rows."""
 import json
 
 
