@@ -106,7 +106,7 @@ fn info_field(info: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Nearest-rank percentile of an ascending slice (as relaylock-cli's stats.rs).
+/// Nearest-rank percentile of an ascending slice (as relaylock-cli's bench/stats.rs).
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
