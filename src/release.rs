@@ -91,12 +91,10 @@ async fn release_permits(inner: &Arc<ClientInner>, hold: &HoldId) -> Result<Rele
     let registry = &inner.registry;
     let closing = inner.closing.is_cancelled();
     let mut releasing = registry.begin_release(&hold.names.channel, closing, false);
-    let need = releasing.requeued().then(|| releasing.need());
+    // `None` without a requeue, as before any local waiter said its need.
+    let need = releasing.need();
     let role = registry.role_id(hold.names.kind);
-    let outcome = inner
-        .calls
-        .sem_release(hold, role, need.flatten(), true)
-        .await;
+    let outcome = inner.calls.sem_release(hold, role, need, true).await;
     let wake = outcome.as_ref().ok().map(|(_, wake, mine)| (*wake, *mine));
     releasing.finish_permits(wake, hold.permits, hold.names.kind);
     drop(releasing);
