@@ -133,7 +133,7 @@ struct Keys {
 
 /// The [`Keys`] of the primitive whose `primitive` label is `$p`.
 macro_rules! keys {
-    ($p:literal) => {{
+    ($p:expr) => {{
         const fn l(key: &'static str, value: &'static str) -> Label {
             Label::from_static_parts(key, value)
         }
@@ -182,10 +182,10 @@ macro_rules! keys {
     }};
 }
 
-static MUTEX: Keys = keys!("mutex");
-static SEMAPHORE: Keys = keys!("semaphore");
-static READ: Keys = keys!("read");
-static WRITE: Keys = keys!("write");
+static MUTEX: Keys = keys!(Kind::Mutex.label());
+static SEMAPHORE: Keys = keys!(Kind::Semaphore.label());
+static READ: Keys = keys!(Kind::Read.label());
+static WRITE: Keys = keys!(Kind::Write.label());
 
 /// The keys of `kind`'s series.
 fn keys(kind: Kind) -> &'static Keys {

@@ -29,8 +29,9 @@ impl Kind {
         self != Kind::Mutex
     }
 
-    /// The primitive's name in spans: `mutex`, `semaphore`, `read`, `write`.
-    pub(crate) fn label(self) -> &'static str {
+    /// The primitive's name in spans and in the metrics' `primitive` label:
+    /// `mutex`, `semaphore`, `read`, `write`.
+    pub(crate) const fn label(self) -> &'static str {
         match self {
             Kind::Mutex => "mutex",
             Kind::Semaphore => "semaphore",
