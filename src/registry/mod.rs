@@ -458,16 +458,12 @@ impl Registry {
             let idle = || entry.presence.count() == 0;
             // The whole call, a reload after `NOSCRIPT` included, within
             // one command timeout, whatever the fred client's own settings.
-            let limit = registry.command_timeout;
-            let left = tokio::time::timeout(limit, registry.calls.leave(&names, role, idle)).await;
-            match left {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client")
-                }
-                Err(_) => tracing::debug!(
-                    "relaylock: leaving the queue timed out; the next hand-over skips this client"
-                ),
+            let leave = registry.calls.leave(&names, role, idle);
+            let left = tokio::time::timeout(registry.command_timeout, leave)
+                .await
+                .unwrap_or_else(|_| Err(crate::error::timed_out().into()));
+            if let Err(e) = left {
+                tracing::debug!(error = %e, "relaylock: could not leave the queue; the next hand-over skips this client");
             }
             // A waiter that arrived meanwhile may have queued before the LEAVE
             // ran and been taken out with it: wake one to try (and queue) again.
