@@ -289,9 +289,10 @@ async fn listeners(
             .map(|client| format!("{}:{client}", names.channel))
             .collect(),
     };
+    let cluster = redis.is_clustered();
     let mut counts = Vec::with_capacity(channels.len());
     for channel in channels {
-        let reply: Vec<Value> = if redis.is_clustered() {
+        let reply: Vec<Value> = if cluster {
             run(limit, redis.pubsub_shardnumsub(channel.clone())).await?
         } else {
             run(limit, redis.pubsub_numsub(channel.clone())).await?
