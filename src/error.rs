@@ -39,9 +39,10 @@ pub enum Error {
         key: String,
     },
     /// The caller's wait deadline passed while Redis could not be reached:
-    /// the command connection was down, or a try of the call was still
-    /// unanswered (a server that stopped answering, a network that drops
-    /// everything). The tries were bounded by the deadline, so none of them
+    /// the command connection was down, or a try of the call had been out
+    /// 50 ms or more without an answer (a server that stopped answering, a
+    /// network that drops everything). A wait shorter than a round trip
+    /// ends in [`Timeout`](Self::Timeout). The tries were bounded by the deadline, so none of them
     /// runs later; nothing was left behind.
     #[error("Redis at {server} could not be reached before the wait for {key} ended ({waited:?})")]
     Unavailable {
