@@ -353,7 +353,7 @@ impl LockClient {
         RwLock::new(Arc::clone(&self.inner), key.into())
     }
 
-    /// The Redis name of the lock on `key` (`<prefix>:3:{<key>}`, where `3`
+    /// The Redis name of the lock on `key` (`<prefix>:4:{<key>}`, where `3`
     /// is the protocol version), for inspection with other tools. Its value
     /// is described in docs/design.md, "Redis names".
     pub fn redis_key(&self, key: &str) -> String {

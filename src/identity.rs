@@ -1,6 +1,6 @@
 //! Who a client is, for the people who run it: a name (the builder's
 //! `LockClientBuilder::name`, by default `<host>:<pid>`) and
-//! when it started, kept in Redis under `<prefix>:3:client:<id>` so that
+//! when it started, kept in Redis under `<prefix>:4:client:<id>` so that
 //! `relaylock status` and `inspect` can say who holds a
 //! lock and who waits, also after that process died (a `kill -9` leaves
 //! its holds until their leases end).
@@ -13,7 +13,7 @@
 //! connection's permissions: a client whose ACL refuses it still locks,
 //! and shows by its id alone.
 //!
-//! Each client also listens on its control channel, `<prefix>:3:client:<id>:ch`:
+//! Each client also listens on its control channel, `<prefix>:4:client:<id>:ch`:
 //! an operator's unlock (`LockClient::unlock`)
 //! publishes `u:<token>` there, and the client checks that hold at once
 //! (its `lost()` fires within a few round trips instead of at its next
@@ -152,7 +152,7 @@ mod tests {
         );
         assert_eq!(parse("nonsense"), None);
         assert!(default_name().contains(&format!(":{}", std::process::id())));
-        assert_eq!(key("p", "ab"), "p:3:client:ab");
-        assert_eq!(control_channel("p", "ab"), "p:3:client:ab:ch");
+        assert_eq!(key("p", "ab"), "p:4:client:ab");
+        assert_eq!(control_channel("p", "ab"), "p:4:client:ab:ch");
     }
 }

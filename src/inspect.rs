@@ -82,7 +82,9 @@ pub fn client_of_token(token: &str) -> Option<&str> {
 pub struct Holder {
     /// The acquisition's token ([`LockGuard::token`](crate::LockGuard::token)).
     pub token: String,
-    /// Its fencing token.
+    /// Its fencing token; 0 for a lock taken on the fast path, whose value
+    /// is its token alone (protocol 4: the holder alone knows its fence;
+    /// [`State::last_fence`] is at least it).
     pub fencing_token: u64,
     /// What is left of its lease, by the server's clock.
     pub remaining: Duration,
@@ -93,9 +95,12 @@ pub struct Holder {
     pub writer: bool,
     /// The client that holds it (from its token), when the token names one.
     pub who: Option<Who>,
-    /// Since when it is held: when its fencing token was issued (fencing
-    /// tokens are the server's clock in microseconds when issued, raised
-    /// by at most a few µs to stay increasing). `None` for a fence that is
+    /// Since when it is held. A lock's: when the call that took it began,
+    /// by its client's clock (relaylock's tokens carry it; for a lock taken
+    /// after a wait, the wait is included); `None` for a token of another
+    /// form. A semaphore's or read-write lock's: when its fencing token was
+    /// issued (those fences are the server's clock in microseconds, raised
+    /// by at most a few µs to stay increasing); `None` for a fence that is
     /// not a plausible time.
     pub since: Option<SystemTime>,
 }
@@ -157,7 +162,8 @@ pub struct State {
     pub reservations: Vec<Reservation>,
     /// The waiting clients, first to be served first.
     pub queue: Vec<Queued>,
-    /// The last fencing token issued (0 when unknown).
+    /// The last fencing token issued (0 when unknown). For a lock, its
+    /// record's counter, which also counts tries that were refused.
     pub last_fence: u64,
     /// Permits held or reserved, by the semaphore's own count (`None` for a
     /// lock).
@@ -233,12 +239,15 @@ async fn read_one(
 ) -> Result<Option<State>> {
     let value: Option<String> = run(limit, redis.get(&names.lock)).await?;
     let Some(value) = value else {
-        return Ok(None);
+        return free_lock(redis, names, limit).await;
     };
     let times: HashMap<String, i64> = run(limit, redis.hgetall(names.queue_times())).await?;
     let mut state = if names.kind == Kind::Mutex {
         let pttl: i64 = run(limit, redis.pttl(&names.lock)).await?;
-        parse_lock(&value, pttl)
+        // The record's counter: the last fence issued (a fast-path hold
+        // keeps its own only in its holder).
+        let counter: Option<u64> = run(limit, redis.hget(names.record(), "f")).await?;
+        parse_lock(&value, pttl, counter.unwrap_or(0))
     } else {
         let (h, t) = names.side();
         let holds: Vec<(String, f64)> =
@@ -403,6 +412,25 @@ async fn name_clients(
     }
 }
 
+/// A lock whose value is gone but whose record lives (protocol 4 deletes a
+/// lock freed with nobody waiting): free, with the record's counter as its
+/// last fence. `None` for anything else.
+async fn free_lock(
+    redis: &fred::clients::Client,
+    names: &Names,
+    limit: Option<Duration>,
+) -> Result<Option<State>> {
+    if names.kind != Kind::Mutex {
+        return Ok(None);
+    }
+    let counter: Option<u64> = run(limit, redis.hget(names.record(), "f")).await?;
+    Ok(counter.map(|last_fence| State {
+        redis_key: names.lock.to_string(),
+        last_fence,
+        ..empty(Primitive::Mutex)
+    }))
+}
+
 /// When fencing token `fence` was issued: it is the server's clock in µs
 /// then. A fence outside 2020 to 2200 is not taken for a time.
 fn issued(fence: u64) -> Option<SystemTime> {
@@ -435,25 +463,30 @@ fn empty(primitive: Primitive) -> State {
     }
 }
 
-/// A lock's value (`head|queue|ring|void`, see [`crate::scripts`]) and its
-/// `PTTL`.
-fn parse_lock(value: &str, pttl: i64) -> State {
+/// A lock's value (`head|queue|void`, or a fast-path hold's token alone,
+/// see [`crate::scripts`]), its `PTTL` and its record's counter.
+fn parse_lock(value: &str, pttl: i64, counter: u64) -> State {
     let mut state = empty(Primitive::Mutex);
+    state.last_fence = counter;
     let fields: Vec<&str> = value.split('|').collect();
     let digits = |f: &str| f.bytes().all(|b| b.is_ascii_digit());
-    // The scripts' own test (`scripts::ACQUIRE`): four fields, `void` digits.
-    if fields.len() != 4 || !digits(fields[3]) {
-        state.foreign = true;
-        return state;
-    }
-    let (head, queue) = (fields[0], fields[1]);
+    // The scripts' own test (`scripts::ACQUIRE`): one field (a fast-path
+    // hold), or three with `void` digits.
+    let (head, queue) = match fields[..] {
+        [token] if !token.is_empty() => (token, ""),
+        [head, queue, void] if !head.is_empty() && digits(void) => (head, queue),
+        _ => {
+            state.foreign = true;
+            return state;
+        }
+    };
     let left = |ms: i64| Duration::from_millis(ms.max(0) as u64);
     if let Some(fence) = head.strip_prefix('-') {
-        state.last_fence = fence.parse().unwrap_or(0);
+        state.last_fence = state.last_fence.max(fence.parse().unwrap_or(0));
     } else if let Some(reserved) = head.strip_prefix('~') {
         let parts: Vec<&str> = reserved.split(':').collect();
         if let [client, fence, keep] = parts[..] {
-            state.last_fence = fence.parse().unwrap_or(0);
+            state.last_fence = state.last_fence.max(fence.parse().unwrap_or(0));
             let remaining = pttl - keep.parse::<i64>().unwrap_or(0);
             if remaining > 0 {
                 state.reservations.push(Reservation {
@@ -465,9 +498,14 @@ fn parse_lock(value: &str, pttl: i64) -> State {
                 });
             }
         }
-    } else if let Some((token, fence)) = head.rsplit_once(':') {
-        let fencing_token = fence.parse().unwrap_or(0);
-        state.last_fence = fencing_token;
+    } else {
+        // `<token>:<fence>`, or a fast-path hold's `<token>` (fence 0:
+        // unknown here).
+        let (token, fencing_token) = match head.rsplit_once(':') {
+            Some((token, fence)) => (token, fence.parse().unwrap_or(0)),
+            None => (head, 0),
+        };
+        state.last_fence = state.last_fence.max(fencing_token);
         state.holders.push(Holder {
             token: token.to_owned(),
             fencing_token,
@@ -475,7 +513,7 @@ fn parse_lock(value: &str, pttl: i64) -> State {
             permits: 1,
             writer: false,
             who: None,
-            since: issued(fencing_token),
+            since: crate::token::made_at(token),
         });
     }
     state.queue = queue
@@ -580,7 +618,7 @@ mod tests {
 
     #[test]
     fn a_lock_held_queued_reserved_free_or_foreign() {
-        let s = parse_lock("tok:17|a,b|16 15|", 900);
+        let s = parse_lock("tok:17|a,b|", 900, 18);
         assert_eq!(s.holders.len(), 1);
         assert_eq!(s.holders[0].token, "tok");
         assert_eq!(s.holders[0].fencing_token, 17);
@@ -592,19 +630,30 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["a", "b"]
         );
-        assert_eq!(s.last_fence, 17);
-        let s = parse_lock("~c:17:60000|b||", 60_030);
+        assert_eq!(s.last_fence, 18, "the record's counter");
+        // A fast-path hold: the token alone, its fence only in its holder.
+        let s = parse_lock("tok", 900, 18);
+        assert_eq!(
+            (s.holders[0].token.as_str(), s.holders[0].fencing_token),
+            ("tok", 0)
+        );
+        assert_eq!(s.last_fence, 18);
+        let s = parse_lock("tok|a|", 900, 18);
+        assert_eq!((s.holders[0].token.as_str(), s.queue.len()), ("tok", 1));
+        let s = parse_lock("~c:17:60000|b|", 60_030, 0);
         assert!(s.holders.is_empty());
         assert_eq!(s.reservations[0].client, "c");
         assert_eq!(s.reservations[0].remaining, Duration::from_millis(30));
         // A lapsed reservation stands for a free lock.
-        assert!(parse_lock("~c:17:60000|||", 59_000).reservations.is_empty());
-        let s = parse_lock("-17|||", 5000);
+        assert!(parse_lock("~c:17:60000||", 59_000, 0)
+            .reservations
+            .is_empty());
+        let s = parse_lock("-17||", 5000, 0);
         assert!(s.holders.is_empty() && s.queue.is_empty() && !s.foreign);
         assert_eq!(s.last_fence, 17);
-        assert!(parse_lock("someone-else", 5000).foreign);
-        assert!(parse_lock("a|b|c|d|e", 5000).foreign);
-        assert!(parse_lock("a:1|||x", 5000).foreign);
+        assert!(parse_lock("", 5000, 0).foreign);
+        assert!(parse_lock("a|b|c|d", 5000, 0).foreign);
+        assert!(parse_lock("a:1||x", 5000, 0).foreign);
     }
 
     #[test]
@@ -644,7 +693,7 @@ mod tests {
         let facts: HashMap<String, String> = [("w1".to_owned(), format!("{w}:5"))].into();
         let s = parse_counted(
             Primitive::RwLock,
-            &format!("{w}|5|r:3:{w},x.w:{w}:{w}||"),
+            &format!("{w}|5|r:4:{w},x.w:{w}:{w}||"),
             &[("w1".to_owned(), 2000.0)],
             &facts,
             1000,

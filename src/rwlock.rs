@@ -89,7 +89,7 @@ impl RwLock {
         &self.key
     }
 
-    /// The Redis name of the lock's value (`<prefix>:3:{<key>}:rw`); its
+    /// The Redis name of the lock's value (`<prefix>:4:{<key>}:rw`); its
     /// holds live in `...:rw:h` and `...:rw:t`.
     pub fn redis_key(&self) -> String {
         Names::rw(&self.inner.prefix, &self.key, Kind::Read)

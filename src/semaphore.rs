@@ -88,7 +88,7 @@ impl Semaphore {
         self.limit
     }
 
-    /// The Redis name of the semaphore's value (`<prefix>:3:{<key>}:sem`);
+    /// The Redis name of the semaphore's value (`<prefix>:4:{<key>}:sem`);
     /// its holds live in `...:sem:h` and `...:sem:t` (see docs/design.md).
     pub fn redis_key(&self) -> String {
         Names::semaphore(&self.inner.prefix, &self.key)

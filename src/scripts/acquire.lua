@@ -1,28 +1,37 @@
-
 local v = redis.call('GET', KEYS[1])
-local client = ARGV[3]
-local head, queue, ring, void = '', '', '', ''
+local t, client = ARGV[1], ARGV[3]
+local retention = tonumber(ARGV[6] or '') or 60000
+local head, queue, void = '', '', ''
 if v then
   local a = string.find(v, '|', 1, true)
   local b = a and string.find(v, '|', a + 1, true)
-  local c = b and string.find(v, '|', b + 1, true)
-  if c then
+  if not a then
+    -- A hold taken by the fast path's `SET NX`: the token alone.
+    head = v
+  elseif b and not string.find(v, '|', b + 1, true) then
     head = string.sub(v, 1, a - 1)
     if b > a + 1 then queue = string.sub(v, a + 1, b - 1) end
-    if c > b + 1 then ring = string.sub(v, b + 1, c - 1) end
-    if c < #v then void = string.sub(v, c + 1) end
+    if b < #v then void = string.sub(v, b + 1) end
   end
-  if not c or (void ~= '' and not string.find(void, '^%d+$')) then
+  if head == '' or (void ~= '' and not string.find(void, '^%d+$')) then
     return -3 - redis.call('PTTL', KEYS[1])
   end
-  local t = ARGV[1]
-  if string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t then
+  if head == t or (string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t) then
     local others = 0
     if queue ~= '' then others = 1 end
-    return {1, tonumber(string.sub(head, #t + 2)), others, redis.call('PTTL', KEYS[1])}
+    local fence
+    if head == t then
+      -- Our own fast-path hold, whose reply never came back (fred replayed
+      -- the MULTI): nobody saw its fence, so it takes the next one.
+      fence = next_fence(0, tonumber(ARGV[2]) + retention)
+      redis.call('SET', KEYS[1], t .. ':' .. string.format('%d', fence) .. '|' .. queue .. '|' .. void, 'KEEPTTL')
+    else
+      fence = tonumber(string.sub(head, #t + 2))
+    end
+    return {1, fence, others, redis.call('PTTL', KEYS[1])}
   end
 end
-local last, reserved, pttl = 0, false, nil
+local last, pttl, contended = 0, nil, queue ~= ''
 local kind = string.sub(head, 1, 1)
 if not v then
 elseif kind == '-' then
@@ -31,7 +40,7 @@ elseif kind == '~' then
   local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
   last = tonumber(rf) or 0
   if rc == client and client ~= '' then
-    reserved = true
+    contended = true
   else
     local left = redis.call('PTTL', KEYS[1]) - (tonumber(rk) or 0)
     if left > 0 then pttl = left end
@@ -42,13 +51,13 @@ end
 if pttl then
   local since = KEYS[4] or (not KEYS[2] and KEYS[1] .. ':q')
   if client ~= '' and not string.find(',' .. queue .. ',', ',' .. client .. ',', 1, true) then
-    if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. ARGV[1]) == 1 then return -1 end
+    if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. t) == 1 then return -1 end
     if queue == '' then queue = client else queue = queue .. ',' .. client end
-    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
+    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. void, 'KEEPTTL')
     if since then
-      local t = redis.call('TIME')
+      local tm = redis.call('TIME')
       -- Only a new field makes the record longer: count it then.
-      local n = redis.pcall('HSET', since, client, string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+      local n = redis.pcall('HSET', since, client, string.format('%d', tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)))
       if n == 1 then n = redis.pcall('HLEN', since) end
       if type(n) == 'number' and n > 32 then
         local inq, nq = {}, 0
@@ -59,32 +68,35 @@ if pttl then
           end
         end
       end
-      redis.pcall('PEXPIRE', since, tonumber(ARGV[6] or '') or 60000)
+      redis.pcall('PEXPIRE', since, retention)
     end
   elseif client ~= '' and since then
-    redis.pcall('PEXPIRE', since, tonumber(ARGV[6] or '') or 60000)
+    redis.pcall('PEXPIRE', since, retention)
   end
   return -3 - pttl
 end
 if not v then
   void = redis.call('GET', KEYS[3] or KEYS[1] .. ':void') or ''
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-if void ~= '' and (tonumber(void) or 0) < math.floor(now / 1000) then void = '' end
-if void ~= '' and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. ARGV[1]) == 1 then
-  return -1
+if void ~= '' then
+  local tm = redis.call('TIME')
+  if (tonumber(void) or 0) < tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) then
+    void = ''
+  elseif redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. t) == 1 then
+    return -1
+  end
 end
-local fence = now
-if last >= fence then fence = last + 1 end
+local fence = next_fence(last, tonumber(ARGV[2]) + retention)
 if client ~= '' and queue ~= '' then
   local q = ',' .. queue .. ','
   local s, e = string.find(q, ',' .. client .. ',', 1, true)
   if s then q = string.sub(q, 1, s) .. string.sub(q, e + 1); queue = string.sub(q, 2, -2) end
 end
-local fs = string.format('%d', fence)
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fs .. '|' .. queue .. '|' .. ring .. '|' .. void, 'PX', ARGV[2])
+redis.call('SET', KEYS[1], t .. ':' .. string.format('%d', fence) .. '|' .. queue .. '|' .. void, 'PX', ARGV[2])
 if queue ~= '' then
   redis.pcall(ARGV[5] or 'PUBLISH', (ARGV[4] or KEYS[1] .. ':ch') .. ':' .. string.match(queue, '^[^,]+'), 't:' .. ARGV[2])
 end
+-- Taken where others wait, or from a reservation: say so (the caller's
+-- next call then starts with this script, not the fast path).
+if contended then return {2, fence} end
 return fence

@@ -1,11 +1,9 @@
-
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local a = string.find(v, '|', 1, true)
 local b = a and string.find(v, '|', a + 1, true)
-local c = b and string.find(v, '|', b + 1, true)
-if not c then return 0 end
-local head, queue, ring, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1), string.sub(v, c + 1)
+if not b or string.find(v, '|', b + 1, true) then return 0 end
+local head, queue, void = string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1)
 local q = ',' .. queue .. ','
 local s, e = string.find(q, ',' .. ARGV[1] .. ',', 1, true)
 local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
@@ -17,7 +15,7 @@ if s then
   queue = string.sub(q, 2, -2)
 end
 if freed then head = '-' .. rf end
-redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. ring .. '|' .. void, 'KEEPTTL')
+redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. void, 'KEEPTTL')
 local front = string.match(queue, '^[^,]+')
 if not (ARGV[2] and front) or not (freed or s == 1) then return 1 end
 local told = 'r:'

@@ -30,56 +30,68 @@
 //! `cat`:
 //!
 //! ```text
-//! redis-cli --eval acquire.lua 'p:3:{k}' , tok-1 30000 client-a
+//! redis-cli --eval acquire.lua 'p:4:{k}' , tok-1 30000 client-a
 //! cat sem_acquire_args.lua sem_prelude.lua sem_acquire_body.lua > /tmp/sem_acquire.lua
-//! redis-cli --eval /tmp/sem_acquire.lua 'p:3:{k}:sem' 'p:3:{k}:sem:h' 'p:3:{k}:sem:t' \
-//!     'p:3:{k}:sem:void:tok-1' 'p:3:{k}:sem:void' , tok-1 1 3 30000 client-a 60000 \
-//!     'p:3:{k}:sem:ch' PUBLISH 50
+//! redis-cli --eval /tmp/sem_acquire.lua 'p:4:{k}:sem' 'p:4:{k}:sem:h' 'p:4:{k}:sem:t' \
+//!     'p:4:{k}:sem:void:tok-1' 'p:4:{k}:sem:void' , tok-1 1 3 30000 client-a 60000 \
+//!     'p:4:{k}:sem:ch' PUBLISH 50
 //! ```
 //!
 //! `redis-cli -x SCRIPT LOAD < acquire.lua` prints the SHA-1 relaylock
 //! calls the script by (`-x` sends the file whole, its last newline too).
 //!
-//! # Protocol 3: one short value per lock
+//! # Protocol 4: a fast path without Lua, and one short value per lock
 //!
-//! Everything relaylock keeps for a lock lives in ONE short string, the
-//! lock's value at `p:3:{k}` (prefix `p`, user key `k`; the `3` is the
-//! protocol version, see docs/design.md "Protocol 3"). Four fields,
-//! separated by `|`:
+//! A lock call's first try takes an uncontended lock with native commands
+//! (for a lock this client fenced by a script on its current connection),
+//! one `MULTI` ([`Calls::acquire_fast`](crate::calls::Calls::acquire_fast)):
+//! `SET p:4:{k} <token> NX PX <lease>`, `HINCRBY p:4:{k}:f f 1` (the fence),
+//! `PEXPIRE p:4:{k}:f <lease + retention>`. The lock's value is then its
+//! token alone. Lua runs only where a queue may exist: a try the `SET`
+//! refused sends [`ACQUIRE`], which queues it (and writes the queue into the
+//! value), takes a reservation or recognises a replay; every release is
+//! [`RELEASE`], whose first lines free a fast-path hold (`DEL`, and its
+//! fence into the ring: `HINCRBY`, `HSET`). docs/design.md, "Protocol 4",
+//! has the safety argument.
+//!
+//! The lock's value at `p:4:{k}` (prefix `p`, user key `k`; the `4` is the
+//! protocol version) is a token alone, or three fields separated by `|`:
 //!
 //! ```text
-//! value = head "|" queue "|" ring "|" void
-//! head  = <token> ":" <fence>                  held; the key's PX is the lease
+//! value = <token>                               held (fast path), nobody queued
+//!       | head "|" queue "|" void
+//! head  = <token> ":" <fence>                  held (by a script); the key's PX is the lease
+//!       | <token>                              held (fast path), clients queued behind it
 //!       | "~" <client> ":" <fence> ":" <keep>   reserved for <client> while the key's PTTL exceeds <keep> ms
-//!       | "-" <fence>                           free (a tombstone): the last fence issued
+//!       | "-" <fence>                           free (a tombstone): with a queue, or while a void marker may live
 //! queue = "" | <client> ("," <client>)*          clients waiting, oldest first
-//! ring  = "" | <fence> (" " <difference>)*        the newest released fences: the newest, then each
-//!                                               older one as its difference to the one before
 //! void  = "" | <until>                           void markers may exist until server time <until> (ms)
 //! ```
 //!
-//! Every script copies the value into Lua strings, which Redis's Lua
-//! hashes byte by byte, so the value's length is paid on every call. The
-//! ring therefore writes each older fence as its difference to the newer
-//! one: a hot key's releases are milliseconds apart, so 30 or more fit in
-//! [`LOCK_RING_CHARS`] (200) characters; about 15 when they are days apart.
+//! The record `p:4:{k}:f` is a hash: `f`, the fence counter (a script's
+//! fence is the larger of the server's `TIME` in µs and the counter plus
+//! one, see `fence.lua`; the fast path's is the counter plus one), and the
+//! ring of released fences: fence `x` in the one-letter field of `x mod 32`
+//! ([`LOCK_RING_SLOTS`]; every fence is the one before it plus one, mod 32,
+//! so the slots are written in turn). It lives the lease plus the retention
+//! after each acquisition and renewal: longer than every hold.
 //!
 //! A tombstone lives [`SIDE_RETENTION_MS`] (the builder's `side_retention`),
 //! a reservation that long plus the grace, with `<keep>` the retention: once
 //! the grace has passed (`PTTL <= keep`) the reservation has lapsed and the
-//! value stands for a free lock. A held lock lives its lease. Besides the
-//! value, a lock has one channel per waiting client, `p:3:{k}:ch:<client>`,
-//! and, on the rare abandoned path only, void markers
-//! `p:3:{k}:void:<token>`. All share the hash tag `{k}`, so every script
-//! stays valid in Redis Cluster.
+//! value stands for a free lock. A held lock lives its lease; a lock freed
+//! with nobody queued and no `void` field is deleted. Besides these, a lock
+//! has one channel per waiting client, `p:4:{k}:ch:<client>`, and, on the
+//! rare abandoned path only, void markers `p:4:{k}:void:<token>`. All share
+//! the hash tag `{k}`, so every script stays valid in Redis Cluster.
 //!
-//! The common paths run few commands: an uncontended acquisition is `GET`,
-//! `TIME`, `SET`, its release `GET`, `SET`; a hand-over between clients adds
-//! one or two `PUBLISH`es on the release's side and one on the taker's,
-//! each to ONE client, however many wait; a hand-over within one client is
-//! a single release call, `GET`, `TIME`, `SET`, that gives the lock to the
-//! next local waiter's token. A value that is not four such fields was not
-//! written by relaylock (protocol 3): the scripts treat it as held by
+//! The common paths run few commands: an uncontended acquisition is the
+//! `MULTI` of three, its release `GET`, `DEL`, `HSET`; a hand-over between
+//! clients adds one or two `PUBLISH`es on the release's side and one on the
+//! taker's, each to ONE client, however many wait; a hand-over within one
+//! client is a single release call that gives the lock to the next local
+//! waiter's token. A value that is neither a token alone nor three such
+//! fields was not written by relaylock: the scripts treat it as held by
 //! another owner and never rewrite it.
 //!
 //! # Hand-over between clients
@@ -108,8 +120,9 @@
 //! channel still acquires and releases, and the waiters of other clients fall
 //! back to their bounded waits (the holder's lease, the grace period).
 //!
-//! Lua numbers are doubles: a fencing token (microseconds since the epoch, about
-//! 1.8e15) is exact, but `tostring` would print it as `1.79e+15`. Scripts
+//! Lua numbers are doubles: a fencing token (at least the server's clock in
+//! microseconds when a script issues it, about 1.8e15) is exact, but
+//! `tostring` would print it as `1.79e+15`. Scripts
 //! therefore format tokens with `string.format('%d', n)` and return them as
 //! numbers, which Redis converts to integer replies exactly.
 
@@ -169,25 +182,25 @@ pub const QUEUE_TIMES: &str = ":q";
 /// releases of the semaphore came between it and its first run.
 pub const RELEASE_RING: usize = 32;
 
-/// Acquire.
+/// Acquire: the try after a refused fast path, and every later try of a
+/// waiting call.
 ///
 /// KEYS: `[lock, void, voids, since]` (`void` is this token's marker
-/// `p:3:{k}:void:<token>`, `voids` the lock's `p:3:{k}:void`: until when
+/// `p:4:{k}:void:<token>`, `voids` the lock's `p:4:{k}:void`: until when
 /// any marker may exist, for when the value is gone; `since` is
-/// `p:3:{k}:q`, see [`QUEUE_TIMES`]; optional), or `[lock]` alone, the
+/// `p:4:{k}:q`, see [`QUEUE_TIMES`]; optional), or `[lock]` alone, the
 /// lean call relaylock sends: the script then derives the three names from
 /// the lock's (each is needed only on a rare or contended path, and every
 /// name passed costs Redis; the derived names share the lock's hash tag, so
 /// Redis Cluster accepts them: a script may touch undeclared keys of its
-/// own slot);
+/// own slot). The record `p:4:{k}:f` is always derived.
 /// ARGV: `[token, lease_ms, client, channel, publish, retention_ms]`, or
 /// the lean `[token, lease_ms, client]` relaylock sends when the last three
 /// are their defaults (each argument costs Redis; `channel` is then the
-/// lock's `p:3:{k}:ch`, `publish` is `PUBLISH` and `retention_ms`, used only
-/// for `since`, 60000).
+/// lock's `p:4:{k}:ch`, `publish` is `PUBLISH` and `retention_ms` 60000).
 /// `publish` is `PUBLISH`, or `SPUBLISH` in Redis Cluster (sharded pub/sub:
 /// the message stays within the lock's shard).
-/// `channel` is the lock's `p:3:{k}:ch`; a client's own channel is
+/// `channel` is the lock's `p:4:{k}:ch`; a client's own channel is
 /// `<channel>:<client>`.
 ///
 /// The reply is one integer on the common paths (an array reply costs
@@ -199,87 +212,97 @@ pub const RELEASE_RING: usize = 32;
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
 /// neither queues nor takes a reservation.
 ///
-/// * a value that is not relaylock's (not four fields, or a `void` field
-///   that is not a number) counts as held by another owner: reply
+/// * a value that is not relaylock's (neither one field nor three with a
+///   numeric `void` field) counts as held by another owner: reply
 ///   `-3 - pttl` (`pttl` the key's `PTTL`) and never rewrite it.
 /// * head holds OUR token (a replay of this very call after a lost reply, as
 ///   fred does after a reconnect, or a lock a [`RELEASE`] gave this token):
 ///   reply `{1, fence, others, pttl}` with the stored fence, so acquiring is
 ///   idempotent, and the lease's remaining `PTTL` (it started before this
-///   call).
-/// * head holds another token, or a reservation for another client that has
-///   not lapsed: append `client` to the queue if it waits and is not queued
-///   yet (`SET ... KEEPTTL`: the lease is untouched; not for a token whose
-///   void marker exists, `-1`; a client that joins is also noted in
-///   `since`, see [`QUEUE_TIMES`]), and reply `-3 - pttl`, `pttl` being the
-///   key's `PTTL` or the reservation's remaining grace.
+///   call). A head of our token alone is our own fast-path hold whose reply
+///   was lost: it takes the next fence from the record, written into the
+///   head (`KEEPTTL`).
+/// * head holds another token (with or without its fence), or a
+///   reservation for another client that has not lapsed: append `client`
+///   to the queue if it waits and is not queued yet (`SET ... KEEPTTL`: the
+///   lease is untouched, and a fast-path hold's token becomes the head of a
+///   three-field value; not for a token whose void marker exists, `-1`; a
+///   client that joins is also noted in `since`, see [`QUEUE_TIMES`]), and
+///   reply `-3 - pttl`, `pttl` being the key's `PTTL` or the reservation's
+///   remaining grace.
 /// * otherwise the lock is free: absent, a tombstone, a lapsed reservation,
 ///   or a reservation for `client`. The `void` field is the value's, or for
 ///   an absent key the `voids` key's. If it has not passed and this token's
 ///   void marker exists, this token's caller gave up and already released it
 ///   (see [`RELEASE`]): a delayed copy of the call must not take the lock,
-///   reply `-1` (`pttl = -2`). An absent key costs one `GET` of `voids`; a value
-///   without a `void` field, the common case, no void command at all. Else the fencing
-///   token is the server's `TIME` in microseconds, raised to `last + 1` if
-///   the head's fence is equal or later (two acquisitions in one microsecond,
-///   or a clock step back while the value lives). `SET lock
-///   "<token>:<fence>|<queue without client>|<ring>|<void>" PX lease`
-///   (the ring kept; the `void` field carried on until it passes); if other
-///   clients still wait, publish `t:<lease>` on the channel of the first of
-///   them (the stand-by of a hand-over; whoever is served next), so it
-///   learns the new holder's lease. Reply `fence`.
-pub const ACQUIRE: &str = include_str!("acquire.lua");
+///   reply `-1` (`pttl = -2`). An absent key costs one `GET` of `voids`; a
+///   value without a `void` field, the common case, no void command at all.
+///   Else the fencing token is the larger of the server's `TIME` in µs and
+///   the record's counter plus one (`HGET`), raised to `last + 1` if the
+///   head's fence is equal or later, written back into the counter (`HSET`),
+///   and the record lives `lease_ms + retention_ms` (`PEXPIRE`). `SET lock
+///   "<token>:<fence>|<queue without client>|<void>" PX lease` (the `void`
+///   field carried on until it passes); if other clients still wait,
+///   publish `t:<lease>` on the channel of the first of them (the stand-by
+///   of a hand-over; whoever is served next), so it learns the new holder's
+///   lease. Reply `fence`.
+pub const ACQUIRE: &str = concat!(include_str!("fence.lua"), include_str!("acquire.lua"));
 /// Release.
 ///
 /// KEYS: `[lock, void, voids, next_void]` (the first three as for
 /// [`ACQUIRE`]; `next_void` is the void marker of `next`'s token). A release
 /// that gives `fence` and no `next` may send `[lock]` alone and the first
-/// nine arguments (relaylock does): the script touches the other names only
+/// eight arguments (relaylock does): the script touches the other names only
 /// to void an abandoned acquisition and to check `next`'s marker. Such a
 /// release may also send the lean four arguments `[token, fence, client,
 /// requeue]` (relaylock does, outside Redis Cluster and with the default
-/// retention): they stand for the channel `p:3:{k}:ch`, `retention_ms`
-/// 60000 ([`SIDE_RETENTION_MS`]), `ring_chars` 200 ([`LOCK_RING_CHARS`]),
-/// `grace_ms` 50 ([`HANDOFF_GRACE_MS`]) and `PUBLISH`.
-/// ARGV: `[token, fence, channel, retention_ms, ring_chars, client, grace_ms,
-/// publish, requeue, next, next_lease_ms, keep, record]` (`channel`,
-/// `publish` as for [`ACQUIRE`]; `ring_chars` is [`LOCK_RING_CHARS`];
-/// `record` is `'0'` for an operator's release, `relaylock unlock`: the
-/// ring is kept as it was, without `f`, so the holder's own later release
-/// finds its fence neither held nor released and reports the loss; absent
-/// otherwise).
+/// retention): they stand for the channel `p:4:{k}:ch`, `retention_ms`
+/// 60000 ([`SIDE_RETENTION_MS`]), `grace_ms` 50 ([`HANDOFF_GRACE_MS`]) and
+/// `PUBLISH`.
+/// ARGV: `[token, fence, channel, retention_ms, client, grace_ms, publish,
+/// requeue, next, next_lease_ms, keep, record]` (`channel`, `publish` as for
+/// [`ACQUIRE`]; `record` is `'0'` for an operator's release, `relaylock
+/// unlock`: the fence is not written into the ring, so the holder's own
+/// later release finds its fence neither held nor released and reports the
+/// loss; absent otherwise).
 /// `fence` is `''` when the caller does not know it: an acquisition abandoned
 /// while in flight (future dropped, error, timeout). `client` is the
 /// releasing client's id; `requeue` is `'1'` when it still has local waiters
 /// (it queues again, at the back). `next` is the token of a local waiter of
 /// the releasing client that may take the lock at once, or `''` (or absent,
-/// with `next_lease_ms`, `keep` and `next_void`); `keep` is `'1'` when the client has other local waiters
-/// besides `next`'s (it stays queued after giving the lock to `next`).
+/// with `next_lease_ms`, `keep` and `next_void`); `keep` is `'1'` when the
+/// client has other local waiters besides `next`'s (it stays queued after
+/// giving the lock to `next`).
 ///
 /// The reply is one integer: `1` freed, `3` reserved for another client,
 /// `5` reserved for another client with the caller its stand-by, `-fence'`
 /// given to `next` with the fencing token `fence'`, `2` a replay, `0` lost.
 ///
-/// * head holds `"<token>:<f>"`: prepend `f` to the ring (`f`, then `f - r1`
-///   in place of its newest fence `r1`; the ring starts over at `f` if `f` is
-///   not newer, which no relaylock value has), cut to the newest fences that fit
-///   in `ring_chars` characters. Then hand over: if a client other than `client` is queued, reserve the lock for
-///   the first of them, X (head `~X:<f>:<retention_ms>`, X leaves the
-///   queue, `client` joins its back if `requeue` or if it was queued, the
-///   key lives `retention_ms + grace_ms`: the reservation lapses when the
-///   grace has passed) and publish `r:X` on X's channel. The client queued
-///   next, the stand-by, is told too: reply `5` when that is `client`
-///   itself (no message; the caller arms its probe), else publish `r:X` on
-///   the stand-by's channel (when there is one) and reply `3`. Otherwise, with `next` given (and `fence` known), the lock
-///   goes to `next` directly, as [`ACQUIRE`] would give it (unless `next`'s
-///   void marker exists while the `void` field is live): fencing token
-///   `max(TIME µs, f + 1)`, `SET lock "<next>:<fence'>|<client if
-///   keep>|<ring>|<void>" PX next_lease_ms`, no message (no other client
-///   waits), reply `-fence'`. Otherwise leave the tombstone `-<f>` with
-///   an empty queue for `retention_ms`, publish nothing, and reply `1`: no
+/// * the value is our token alone (a fast-path hold, nobody queued), `fence`
+///   is known and no `next` is named: `DEL` the lock, write the fence into
+///   the ring of the record `p:4:{k}:f` (`HSET` of the field of its
+///   remainder mod 32), reply `1`. Nothing else runs: this is the
+///   common release.
+/// * head holds our token (`"<token>:<f>"`, or `"<token>"` with a queue):
+///   write `f` into the ring. Then hand over: if a client other than
+///   `client` is queued, reserve the lock for the first of them, X (head
+///   `~X:<f>:<retention_ms>`, X leaves the queue, `client` joins its back
+///   if `requeue` or if it was queued, the key lives `retention_ms +
+///   grace_ms`: the reservation lapses when the grace has passed) and
+///   publish `r:X` on X's channel. The client queued next, the stand-by, is
+///   told too: reply `5` when that is `client` itself (no message; the
+///   caller arms its probe), else publish `r:X` on the stand-by's channel
+///   (when there is one) and reply `3`. Otherwise, with `next` given (and
+///   `fence` known), the lock goes to `next` directly, as [`ACQUIRE`] would
+///   give it (unless `next`'s void marker exists while the `void` field is
+///   live): a fencing token by [`ACQUIRE`]'s rule, `SET lock
+///   "<next>:<fence'>|<client if keep>|<void>" PX next_lease_ms`, no message
+///   (no other client waits), reply `-fence'`. Otherwise the lock is free:
+///   `DEL` it, or, while the `void` field is set, leave the tombstone
+///   `-<f>||<void>` for `retention_ms`; publish nothing, and reply `1`: no
 ///   other client waits, and the caller wakes its own local waiters. A
 ///   release never reserves the lock for its own client.
-/// * head does not hold our token but `fence` is in the value's ring: this
+/// * head does not hold our token but `fence` is in the ring: this
 ///   release already happened (fred replayed it after the reply was lost);
 ///   reply `2`, so the caller does not report a lock loss that did not
 ///   happen. (A replay of a release that gave the lock to `next` lands
@@ -292,8 +315,25 @@ pub const ACQUIRE: &str = include_str!("acquire.lua");
 /// also voids its token, so that a delayed copy of the acquire (sent on a
 /// connection fred gave up on) can never take the lock later: `SET void 1 PX
 /// retention_ms`, and raise both the value's `void` field and the `voids`
-/// key to the marker's end (an absent key becomes a tombstone with fence 0).
-pub const RELEASE: &str = include_str!("release.lua");
+/// key to the marker's end (an absent key becomes a tombstone with fence 0,
+/// so no fast-path `SET NX` can take the name while the marker lives).
+pub const RELEASE: &str = concat!(
+    include_str!("release_fast.lua"),
+    include_str!("fence.lua"),
+    include_str!("release.lua")
+);
+
+/// Seed a new record: the fast path's `MULTI` took the lock, and its
+/// `HINCRBY` of the record's counter answered at most 2^48
+/// ([`SEEDED_ABOVE`]), so the record was new (it had expired) and its
+/// counter not yet above the tokens of the record before it.
+///
+/// KEYS: `[lock]`; ARGV: `[token, ttl_ms]`. If the lock still holds
+/// `token` (alone, or with a queue behind it), reply the fencing token
+/// [`ACQUIRE`] would have issued (the larger of the server's `TIME` in µs
+/// and the counter plus one, the record kept `ttl_ms`); else `0`: the hold
+/// is gone (its lease ran out first) and the caller did not get the lock.
+pub const SEED: &str = concat!(include_str!("fence.lua"), include_str!("seed.lua"));
 
 /// Leave the queue: a client whose last local waiter of the lock left.
 ///
@@ -329,10 +369,13 @@ pub const PEEK: &str = include_str!("peek.lua");
 /// Renew: extend the leases of one or many locks in one call.
 ///
 /// KEYS: `[lock_1, lock_2, ...]`;
-/// ARGV: `[mode, token_1, lease_ms_1, token_2, lease_ms_2, ...]`.
+/// ARGV: `[mode, retention_ms, token_1, lease_ms_1, token_2, lease_ms_2, ...]`.
 ///
-/// For each lock `i`: if its head holds token `i`, set its remaining lease to
-/// `lease_ms_i`. `mode`:
+/// For each lock `i`: if it holds token `i` (the value is the token alone,
+/// or its head is the token with or without its fence), set its remaining
+/// lease to `lease_ms_i`, and its record's TTL (`p:4:{k}:f`) to
+/// `lease_ms_i + retention_ms`, so the fence counter outlives the hold.
+/// `mode`:
 /// * `'0'`, exact (`extend`);
 /// * `'1'`, grow-only: only if that lengthens it, so a watchdog renewal
 ///   racing an `extend` to a longer lease cannot undo it;
@@ -346,7 +389,7 @@ pub const PEEK: &str = include_str!("peek.lua");
 /// Reply one integer per lock, in order: `1` renewed, `0` the lock is gone
 /// (absent, or a tombstone), `-1` it holds another token (or a hand-over
 /// reservation). Only `PEXPIRE` is used, so a renewal can never re-create a
-/// released lock, and a lock holding another token is never touched.
+/// released lock or a record, and a lock holding another token is never touched.
 /// Repeating a call is harmless, so a replay after a lost reply is safe.
 ///
 /// The watchdog sends every due lock of a client in one call (see
@@ -372,11 +415,11 @@ pub const RENEW_BATCH: usize = 1000;
 /// [`RW_WRITE`]).
 ///
 /// KEYS: `[meta, holds, facts, void, voids, since]`: the semaphore's value
-/// `p:3:{k}:sem` = `used|fence|queue|ring|void`, its expiry index
-/// `p:3:{k}:sem:h` (sorted set, member → expiry in server ms), its facts
-/// `p:3:{k}:sem:t` (hash: `<token>` → `<n>:<fence>`, `~<client>` → `<m>` for
+/// `p:4:{k}:sem` = `used|fence|queue|ring|void`, its expiry index
+/// `p:4:{k}:sem:h` (sorted set, member → expiry in server ms), its facts
+/// `p:4:{k}:sem:t` (hash: `<token>` → `<n>:<fence>`, `~<client>` → `<m>` for
 /// a reservation of m permits), this token's void marker and the
-/// semaphore's void index (as for [`ACQUIRE`]), and `p:3:{k}:sem:q` (see
+/// semaphore's void index (as for [`ACQUIRE`]), and `p:4:{k}:sem:q` (see
 /// [`QUEUE_TIMES`]; optional). ARGV: `[token, n, limit,
 /// lease_ms, client, retention_ms, channel, publish, grace_ms, more,
 /// want, wchannel, fresh]`; `client` is `''` for a caller that will not wait;
@@ -606,6 +649,7 @@ impl Lua {
 pub(crate) struct Scripts {
     pub(crate) acquire: Lua,
     pub(crate) release: Lua,
+    pub(crate) seed: Lua,
     pub(crate) renew: Lua,
     pub(crate) peek: Lua,
     pub(crate) leave: Lua,
@@ -630,6 +674,7 @@ impl Scripts {
         Scripts {
             acquire: lua!(ACQUIRE),
             release: lua!(RELEASE),
+            seed: lua!(SEED),
             renew: lua!(RENEW),
             peek: lua!(PEEK),
             leave: lua!(LEAVE),
@@ -751,7 +796,13 @@ where
 
 /// The protocol version in every Redis name (see docs/design.md,
 /// "Upgrading from protocol 1"). One digit.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
+
+/// A record's counter at or below this (2^48) was made by the increment
+/// that read it: a new record, whose counter [`SEED`] raises to the
+/// server's clock in µs (about 1.8e15 today; 2^48 µs after the epoch was
+/// in 1978).
+pub const SEEDED_ABOVE: i64 = 1 << 48;
 
 /// The permits a write takes, and the limit every read-write lock call
 /// gives: a read-write lock is a semaphore of this many permits where a
@@ -760,14 +811,12 @@ pub const PROTOCOL: u32 = 3;
 /// gives writer preference: a queued writer stops the readers behind it.
 pub const RW_WRITE: u32 = 1_000_000_000;
 
-/// Characters of a lock's release ring (see [`RELEASE`]): the newest
-/// released fence, then each older one as its difference to the one before.
-/// About 15 fences fit whatever their spacing (differences of 12 digits,
-/// releases up to 11 days apart; fewer only after holds of weeks that the
-/// watchdog renewed). On a hot key, with releases milliseconds apart, 30 or
-/// more (`tests/release.rs::a_hot_keys_ring_holds_30_releases`). Every script
-/// call copies the whole value, so the ring's length is paid on every call.
-pub const LOCK_RING_CHARS: usize = 200;
+/// Slots of a lock's release ring (see [`RELEASE`]): the record `<lock>:f`
+/// keeps released fence `x` in the one-letter field of `x mod 32` (`A` to
+/// `` ` ``: one `HSET`, nothing read). Every fence is the one before it plus
+/// one, mod 32 (see `fence.lua`), so the slots are written in turn, and
+/// a release replayed after fewer than 32 others is recognised.
+pub const LOCK_RING_SLOTS: usize = 32;
 
 /// Characters of released fences a semaphore's ring keeps: [`RELEASE_RING`]
 /// tokens of 16 digits plus a separator.
@@ -782,11 +831,11 @@ mod tests {
         // RELEASE's four-argument call and ACQUIRE's three-argument call
         // write these defaults into the lock's value and its TTL.
         let lean = format!(
-            "retention, ring_chars, client, grace, publish, requeue = '{SIDE_RETENTION_MS}', \
-             {LOCK_RING_CHARS}, ARGV[3], {HANDOFF_GRACE_MS}, 'PUBLISH', ARGV[4]"
+            "retention, client, grace, publish, requeue = '{SIDE_RETENTION_MS}', \
+             ARGV[3], {HANDOFF_GRACE_MS}, 'PUBLISH', ARGV[4]"
         );
         assert!(RELEASE.contains(&lean), "{lean}");
-        assert!(ACQUIRE.contains(&format!("or {SIDE_RETENTION_MS})")));
+        assert!(ACQUIRE.contains(&format!("tonumber(ARGV[6] or '') or {SIDE_RETENTION_MS}\n")));
         assert!(ACQUIRE.contains("ARGV[5] or 'PUBLISH'"));
         assert!(ACQUIRE.contains("ARGV[4] or KEYS[1] .. ':ch'"));
     }
@@ -797,6 +846,7 @@ mod tests {
         let all = [
             &s.acquire,
             &s.release,
+            &s.seed,
             &s.renew,
             &s.peek,
             &s.leave,
@@ -816,9 +866,10 @@ mod tests {
 
     /// Each script and its files, in `concat!`'s order: what the module
     /// docs say to `cat` for `redis-cli --eval`.
-    const FILES: [(&str, &[&str]); 11] = [
-        (ACQUIRE, &["acquire.lua"]),
-        (RELEASE, &["release.lua"]),
+    const FILES: [(&str, &[&str]); 12] = [
+        (ACQUIRE, &["fence.lua", "acquire.lua"]),
+        (RELEASE, &["release_fast.lua", "fence.lua", "release.lua"]),
+        (SEED, &["fence.lua", "seed.lua"]),
         (LEAVE, &["leave.lua"]),
         (PEEK, &["peek.lua"]),
         (RENEW, &["renew.lua"]),

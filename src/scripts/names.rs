@@ -1,6 +1,6 @@
 //! The Redis names of one lock, semaphore or read-write lock: its value,
 //! its channels and the names beside them ([`Names`]), and which primitive
-//! they belong to ([`Kind`]). Every name starts with `<prefix>:3:{<key>}`,
+//! they belong to ([`Kind`]). Every name starts with `<prefix>:4:{<key>}`,
 //! so all of a primitive's names hash to one Redis Cluster slot and its
 //! scripts stay valid there.
 
@@ -11,12 +11,12 @@ use super::{PROTOCOL, QUEUE_TIMES};
 /// Which primitive a set of names belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// A lock: its value is `<prefix>:3:{<key>}`.
+    /// A lock: its value is `<prefix>:4:{<key>}`.
     Mutex,
-    /// A counting semaphore: its value is `<prefix>:3:{<key>}:sem`, with
+    /// A counting semaphore: its value is `<prefix>:4:{<key>}:sem`, with
     /// the holds' expiry index `...:sem:h` and facts `...:sem:t`.
     Semaphore,
-    /// A read-write lock's readers: the value `<prefix>:3:{<key>}:rw` (a
+    /// A read-write lock's readers: the value `<prefix>:4:{<key>}:rw` (a
     /// semaphore's state, see [`RW_WRITE`](super::RW_WRITE)), channel `...:rw:ch`.
     Read,
     /// A read-write lock's writers: the same value, channel `...:rw:w:ch`.
@@ -40,7 +40,7 @@ impl Kind {
         }
     }
 
-    /// What follows `<prefix>:3:{<key>}` in the value's name.
+    /// What follows `<prefix>:4:{<key>}` in the value's name.
     fn suffix(self) -> &'static str {
         match self {
             Kind::Mutex => "",
@@ -51,12 +51,12 @@ impl Kind {
 }
 
 /// The Redis names of one lock or semaphore. Every name starts with
-/// `<prefix>:3:{<key>}` so they all hash to the same cluster slot.
+/// `<prefix>:4:{<key>}` so they all hash to the same cluster slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Names {
-    /// The value: `<prefix>:3:{<key>}` for a lock (see [the
-    /// protocol](super)), `<prefix>:3:{<key>}:sem` for a semaphore,
-    /// `<prefix>:3:{<key>}:rw` for a read-write lock.
+    /// The value: `<prefix>:4:{<key>}` for a lock (see [the
+    /// protocol](super)), `<prefix>:4:{<key>}:sem` for a semaphore,
+    /// `<prefix>:4:{<key>}:rw` for a read-write lock.
     pub(crate) lock: Str,
     /// `<value>:ch`: the release channel.
     pub(crate) channel: Str,
@@ -116,6 +116,15 @@ impl Names {
         name.push_str(&self.lock);
         name.push_str(":void:");
         name.push_str(token);
+        name
+    }
+
+    /// `<value>:f`: a lock's record, the hash of its fence counter `f` and
+    /// its ring of released fences (see [the protocol](super)).
+    pub(crate) fn record(&self) -> String {
+        let mut name = String::with_capacity(self.lock.len() + 2);
+        name.push_str(&self.lock);
+        name.push_str(":f");
         name
     }
 
@@ -221,7 +230,7 @@ impl Names {
     }
 
     /// Room for what [`write`](Self::write) appends for `prefix` and `key`:
-    /// those and at most 13 bytes more (`:3:{`, `}`, `:rw`, `:w:ch`).
+    /// those and at most 13 bytes more (`:4:{`, `}`, `:rw`, `:w:ch`).
     fn written_len(prefix: &str, key: &str) -> usize {
         prefix.len() + key.len() + 17
     }
@@ -296,17 +305,17 @@ mod tests {
     #[test]
     fn names_share_one_hash_tag() {
         let n = Names::new("relaylock", "orders:42");
-        assert_eq!(n.lock, "relaylock:3:{orders:42}");
-        assert_eq!(n.channel, "relaylock:3:{orders:42}:ch");
-        assert_eq!(n.void("t"), "relaylock:3:{orders:42}:void:t");
-        assert_eq!(n.voids(), "relaylock:3:{orders:42}:void");
+        assert_eq!(n.lock, "relaylock:4:{orders:42}");
+        assert_eq!(n.channel, "relaylock:4:{orders:42}:ch");
+        assert_eq!(n.void("t"), "relaylock:4:{orders:42}:void:t");
+        assert_eq!(n.voids(), "relaylock:4:{orders:42}:void");
         assert_eq!(Names::lock_of_channel(&n.channel), n.lock);
         let odd = Names::new("p", "x}:ch");
         assert_eq!(Names::lock_of_channel(&odd.channel), odd.lock);
         let s = Names::semaphore("relaylock", "payments");
-        assert_eq!(s.lock, "relaylock:3:{payments}:sem");
-        assert_eq!(s.channel, "relaylock:3:{payments}:sem:ch");
-        assert_eq!(s.side().0, "relaylock:3:{payments}:sem:h");
+        assert_eq!(s.lock, "relaylock:4:{payments}:sem");
+        assert_eq!(s.channel, "relaylock:4:{payments}:sem:ch");
+        assert_eq!(s.side().0, "relaylock:4:{payments}:sem:h");
         assert_eq!(Names::of_channel(&s.channel), s);
         assert_eq!(Names::kind_of_channel(&s.channel), Kind::Semaphore);
         assert_eq!(Names::kind_of_channel(&n.channel), Kind::Mutex);
@@ -315,10 +324,10 @@ mod tests {
         assert_eq!(Names::kind_of_channel(&tricky.channel), Kind::Mutex);
         let r = Names::rw("p", "k", Kind::Read);
         let w = Names::rw("p", "k", Kind::Write);
-        assert_eq!(r.lock, "p:3:{k}:rw");
+        assert_eq!(r.lock, "p:4:{k}:rw");
         assert_eq!(w.lock, r.lock);
-        assert_eq!(r.channel, "p:3:{k}:rw:ch");
-        assert_eq!(w.channel, "p:3:{k}:rw:w:ch");
+        assert_eq!(r.channel, "p:4:{k}:rw:ch");
+        assert_eq!(w.channel, "p:4:{k}:rw:w:ch");
         assert_eq!(Names::kind_of_channel(&r.channel), Kind::Read);
         assert_eq!(Names::kind_of_channel(&w.channel), Kind::Write);
         assert_eq!(Names::value_of_channel(&w.channel), w.lock);

@@ -1,74 +1,47 @@
-
 -- The lean call's four arguments stand for the full list with the defaults
 -- (the channel is derived where a message needs it).
-local channel, retention, ring_chars, client, grace, publish, requeue
+local channel, retention, client, grace, publish, requeue
 if #ARGV == 4 then
-  retention, ring_chars, client, grace, publish, requeue = '60000', 200, ARGV[3], 50, 'PUBLISH', ARGV[4]
+  retention, client, grace, publish, requeue = '60000', ARGV[3], 50, 'PUBLISH', ARGV[4]
 else
-  channel, retention, ring_chars, client, grace, publish, requeue = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
+  channel, retention, client, grace, publish, requeue = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 end
-local v = redis.call('GET', KEYS[1])
--- The ring stays in `v` (characters b + 1 .. c - 1): the common paths read
--- it in place, and copy it only into the value they write.
-local head, queue, void, b, c = nil, '', '', nil, nil
+local head, queue, void = nil, '', ''
 if v then
   local a = string.find(v, '|', 1, true)
-  b = a and string.find(v, '|', a + 1, true)
-  c = b and string.find(v, '|', b + 1, true)
-  if c then
+  local b = a and string.find(v, '|', a + 1, true)
+  if not a then
+    head = v
+  elseif b and not string.find(v, '|', b + 1, true) then
     head = string.sub(v, 1, a - 1)
     if b > a + 1 then queue = string.sub(v, a + 1, b - 1) end
-    if c < #v then void = string.sub(v, c + 1) end
+    if b < #v then void = string.sub(v, b + 1) end
     if void ~= '' and not string.find(void, '^%d+$') then head, queue, void = nil, '', '' end
   end
 end
 -- Closures cost an allocation each: `voided` is made only for an
 -- abandoned acquisition, the one caller.
 local voided
-if ARGV[2] == '' then voided = function()
+if fs == '' then voided = function()
   redis.call('SET', KEYS[2], '1', 'PX', retention)
-  local t = redis.call('TIME')
-  local til = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(retention)
+  local tm = redis.call('TIME')
+  local til = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) + tonumber(retention)
   local old = tonumber(redis.call('GET', KEYS[3]) or '')
   if old and old > til then til = old end
   if void ~= '' and tonumber(void) > til then til = tonumber(void) end
   void = string.format('%d', til)
   redis.call('SET', KEYS[3], void, 'PXAT', til)
 end end
-local t = ARGV[1]
-if head and string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t then
+if head and (head == t or (string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t)) then
   if voided then voided() end
-  local fence = string.sub(head, #t + 2)
-  -- The new ring, `rhead .. keep`: our fence, its difference to the
-  -- ring's newest, and the older part of the ring that still fits, cut at
-  -- a fence boundary without copying the ring first.
-  local rhead, keep = fence, ''
-  local r1 = c > b + 1 and string.match(v, '^%d+', b + 1)
-  local d = r1 and tonumber(fence) - tonumber(r1)
-  if d and d > 0 then
-    local ds = string.format('%d', d)
-    local room = ring_chars - #fence - 1 - #ds
-    if room >= 0 then
-      rhead = fence .. ' ' .. ds
-      -- In `v`'s positions: r1 ends at s0, the ring at e.
-      local s0, e = b + #r1, c - 1
-      if e - s0 > room then
-        local limit, p = s0 + room + 1, nil
-        local from = limit - 17
-        if from <= s0 then from = s0 + 1 end
-        while true do
-          local sp = string.find(v, ' ', from, true)
-          while sp and sp <= limit do p = sp; sp = string.find(v, ' ', sp + 1, true) end
-          if p or from == s0 + 1 then break end
-          from = s0 + 1
-        end
-        e = (p or s0 + 1) - 1
-      end
-      if e > s0 then keep = string.sub(v, s0 + 1, e) end
-    end
-  end
-  if ARGV[13] == '0' then rhead, keep = string.sub(v, b + 1, c - 1), '' end
-  local tail = '|' .. rhead
+  local fence = fs
+  if fence == '' and head ~= t then fence = string.sub(head, #t + 2) end
+  -- The fence to write into the record's ring (none for an operator's
+  -- release, nor for a fence nobody knows): its slot by its remainder mod
+  -- 32; with `next`'s fence when the lock goes to `next`.
+  local released = fence ~= '' and ARGV[12] ~= '0' and fence
+  local record = KEYS[1] .. ':f'
+  if fence == '' then fence = '0' end
   local best, rest, again = nil, nil, false
   if queue ~= '' then
     rest = {}
@@ -83,8 +56,9 @@ if head and string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t the
     end
   end
   if best then
+    if released then redis.call('HSET', record, string.char(65 + tonumber(released) % 32), released) end
     if again or requeue == '1' then rest[#rest + 1] = client end
-    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. retention .. '|' .. table.concat(rest, ',') .. tail .. keep .. '|' .. void, 'PX', tonumber(retention) + grace)
+    redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. retention .. '|' .. table.concat(rest, ',') .. '|' .. void, 'PX', tonumber(retention) + grace)
     local told = 'r:' .. best
     channel = channel or KEYS[1] .. ':ch'
     redis.pcall(publish, channel .. ':' .. best, told)
@@ -92,39 +66,48 @@ if head and string.byte(head, #t + 1) == 58 and string.sub(head, 1, #t) == t the
     if rest[1] then redis.pcall(publish, channel .. ':' .. rest[1], told) end
     return 3
   end
-  local nxt = ARGV[10] or ''
-  if nxt ~= '' and ARGV[2] ~= '' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if void ~= '' and (tonumber(void) or 0) < math.floor(now / 1000) then void = '' end
+  local nxt = ARGV[9] or ''
+  if nxt ~= '' and fs ~= '' then
+    if void ~= '' then
+      local tm = redis.call('TIME')
+      if (tonumber(void) or 0) < tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) then void = '' end
+    end
     if void == '' or redis.call('EXISTS', KEYS[4]) == 0 then
-      local nf = now
-      if tonumber(fence) >= nf then nf = tonumber(fence) + 1 end
+      local nf = next_fence(tonumber(fence), tonumber(ARGV[10]) + tonumber(retention), released)
       local q = ''
-      if (ARGV[12] or requeue) == '1' then q = client end
-      redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. tail .. keep .. '|' .. void, 'PX', ARGV[11])
+      if (ARGV[11] or requeue) == '1' then q = client end
+      redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. '|' .. void, 'PX', ARGV[10])
       return -nf
     end
   end
-  redis.call('SET', KEYS[1], '-' .. fence .. '|' .. tail .. keep .. '|' .. void, 'PX', retention)
+  -- Free. Nothing is kept in the lock's name (the record keeps the fence
+  -- and the ring), unless a void marker may live: then a tombstone keeps the
+  -- name present, so no `SET NX` of the fast path can take it. An operator's
+  -- release leaves one too: it tells the holder's wake-up that its value
+  -- was unlocked, not evicted.
+  if released then redis.call('HSET', record, string.char(65 + tonumber(released) % 32), released) end
+  if void ~= '' or ARGV[12] == '0' then
+    redis.call('SET', KEYS[1], '-' .. fence .. '||' .. void, 'PX', retention)
+  else
+    redis.call('DEL', KEYS[1])
+  end
   return 1
 end
 if voided then
   voided()
   if not v then
-    redis.call('SET', KEYS[1], '-0|||' .. void, 'PX', retention)
+    redis.call('SET', KEYS[1], '-0||' .. void, 'PX', retention)
   elseif head then
-    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. string.sub(v, b + 1, c - 1) .. '|' .. void, 'KEEPTTL')
+    redis.call('SET', KEYS[1], head .. '|' .. queue .. '|' .. void, 'KEEPTTL')
   end
   return 0
 end
-local fences = head and string.sub(v, b + 1, c - 1) or ''
-if fences ~= '' then
-  local f, r = tonumber(ARGV[2]), nil
-  for d in string.gmatch(fences, '%d+') do
-    if r then r = r - tonumber(d) else r = tonumber(d) end
-    if r == f then return 2 end
-    if not f or r < f then break end
+-- A replay? Only a release writes a fence into the ring, and only this
+-- path reads it.
+if fs ~= '' then
+  local ring = redis.call('HGETALL', KEYS[1] .. ':f')
+  for i = 1, #ring, 2 do
+    if ring[i + 1] == fs and ring[i] ~= 'f' then return 2 end
   end
 end
 return 0

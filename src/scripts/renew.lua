@@ -1,13 +1,16 @@
-
-local mode = ARGV[1]
+local mode, retention = ARGV[1], tonumber(ARGV[2])
 local out = {}
 for i = 1, #KEYS do
   local lock = KEYS[i]
-  local mine = ARGV[2 * i] .. ':'
-  if mode == '2' then mine = ARGV[2 * i] .. '|' end
-  local lease = tonumber(ARGV[2 * i + 1])
+  local t = ARGV[2 * i + 1]
+  local lease = tonumber(ARGV[2 * i + 2])
   local v = redis.call('GET', lock)
-  if v and string.sub(v, 1, #mine) == mine then
+  local mine = false
+  if v and string.sub(v, 1, #t) == t then
+    local c = string.byte(v, #t + 1)
+    if mode == '2' then mine = c == 124 else mine = c == nil or c == 58 or c == 124 end
+  end
+  if mine then
     if mode == '2' then
       local p = redis.call('PTTL', lock)
       if p >= lease then lease = p + 1 end
@@ -15,6 +18,8 @@ for i = 1, #KEYS do
     elseif mode ~= '1' or redis.call('PTTL', lock) < lease then
       redis.call('PEXPIRE', lock, lease)
     end
+    -- The record outlives the hold: its counter keeps the fences rising.
+    redis.call('PEXPIRE', lock .. ':f', lease + retention)
     out[i] = 1
   elseif v and string.sub(v, 1, 1) ~= '-' then
     out[i] = -1

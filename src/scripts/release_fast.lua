@@ -1,0 +1,13 @@
+
+local t, fs = ARGV[1], ARGV[2]
+local v = redis.call('GET', KEYS[1])
+-- The common release: a hold the fast path took, nobody queued, its fence
+-- known, no `next`, not an operator's. The fence goes into the record's
+-- ring: slot `A` to `` ` `` by its remainder mod 32, the next slot (every fence
+-- is the one before it plus one, mod 32: see `fence.lua`). (It comes before `fence.lua`'s function, whose closure
+-- would cost an allocation that this path does not need.)
+if v == t and fs ~= '' and (ARGV[9] or '') == '' and ARGV[12] ~= '0' then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1] .. ':f', string.char(65 + tonumber(fs) % 32), fs)
+  return 1
+end
