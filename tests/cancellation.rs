@@ -220,13 +220,12 @@ async fn acquire_as(admin: Client, key: &str, token: &str, lease: u64) -> Vec<i6
 
 /// RELEASE of `token` with a fence ("" when abandoned).
 async fn release_as(admin: Client, key: &str, token: &str, fence: String) -> i64 {
-    use relaylock::__scripts::{HANDOFF_GRACE_MS, LOCK_RING_CHARS, SIDE_RETENTION_MS};
+    use relaylock::__scripts::{HANDOFF_GRACE_MS, SIDE_RETENTION_MS};
     let args: Vec<String> = vec![
         token.into(),
         fence,
         format!("{key}:ch"),
         SIDE_RETENTION_MS.to_string(),
-        LOCK_RING_CHARS.to_string(),
         "me".into(),
         HANDOFF_GRACE_MS.to_string(),
         "PUBLISH".into(),

@@ -188,7 +188,7 @@ async fn a_forged_unlock_notice_changes_nothing() {
     let client = support::preset(&server.url()).build().await.unwrap();
     let guard = client.lock("kept").await.unwrap();
     let admin = server.admin().await;
-    let channel = format!("relaylock:3:client:{}:ch", client.client_id());
+    let channel = format!("relaylock:4:client:{}:ch", client.client_id());
     let heard: i64 = admin
         .publish(channel, format!("u:{}", guard.token()))
         .await

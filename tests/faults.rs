@@ -540,8 +540,8 @@ async fn a_blackholed_subscriber_only_delays_waiters() {
     };
     assert!(
         eventually(Duration::from_secs(3), || async {
-            support::numsub(&admin, &format!("{prefix}:3:{{k0}}:ch")).await == 2
-                || support::numsub(&admin, &format!("{prefix}:3:{{k0}}:ch")).await == 1
+            support::numsub(&admin, &format!("{prefix}:4:{{k0}}:ch")).await == 2
+                || support::numsub(&admin, &format!("{prefix}:4:{{k0}}:ch")).await == 1
         })
         .await
     );
@@ -600,7 +600,7 @@ async fn garbage_messages_and_strange_keys_are_harmless() {
             at
         })
     };
-    let channel = format!("{prefix}:3:{{k}}:ch");
+    let channel = format!("{prefix}:4:{{k}}:ch");
     assert!(
         eventually(Duration::from_secs(2), || async {
             support::numsub(&admin, &channel).await == 1
@@ -710,9 +710,9 @@ async fn a_long_silence_causes_no_reconnect_storm() {
     assert_clean(&admin, prefix).await;
 }
 
-/// A reply lost with its connection, for each script that takes or gives
-/// back a lock or a permit: Redis ran the call, fred reconnects and sends it
-/// again. Each replay is recognised as the same call: the acquire returns
+/// A reply lost with its connection, for each call that takes or gives
+/// back a lock or a permit (the fast path's MULTI, the scripts): Redis ran
+/// the call, fred reconnects and sends it again. Each replay is recognised as the same call: the acquire returns
 /// the one hold Redis has, the release reports no loss, and another client
 /// finds everything free at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -749,6 +749,56 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         }};
     }
 
+    // The fast path (protocol 4): the MULTI's reply is lost, fred sends it
+    // again after the reconnect (all of it, or only its EXEC, refused
+    // without its MULTI), and the acquire script the call sends then finds
+    // the hold its own and gives it its fence. (A client's first
+    // acquisition of a lock on a connection is the script.)
+    lock.lock("m").await.unwrap().release().await.unwrap();
+    proxy.cut_instead_of_reply_to(b"HINCRBY");
+    let before = support::command_runs(&admin).await;
+    let g = lock
+        .lock_with("m", LockOptions::default().lease(lease))
+        .await
+        .expect("the replay's reply");
+    cuts += 1;
+    assert_eq!(proxy.cuts(), cuts, "the reply was not cut");
+    let after = support::command_runs(&admin).await;
+    let execs = support::delta(&before, &after, "exec");
+    assert!(
+        (1..=2).contains(&execs),
+        "the MULTI ran, then maybe its copy: {execs}"
+    );
+    assert_eq!(
+        support::delta(&before, &after, "evalsha"),
+        1,
+        "then the acquire script, which found the hold its own"
+    );
+    let value = support::lock_value(&admin, &lock.redis_key("m"))
+        .await
+        .expect("held");
+    assert_eq!(value.token(), Some(g.token()), "the hold Redis has");
+    assert_eq!(value.fence(), Some(g.fencing_token()), "the hold Redis has");
+    with_reply_lost!(RELEASE, g.release()).expect("released, not lost");
+    let g = other
+        .try_lock("m")
+        .await
+        .unwrap()
+        .expect("the lock is free");
+    g.release().await.unwrap();
+
+    // The acquire script: a tombstone makes the fast path's SET NX fail, so
+    // the try is the script, whose reply is lost.
+    let _: () = admin
+        .set(
+            lock.redis_key("m"),
+            "-5||",
+            Some(fred::types::Expiration::PX(60_000)),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
     let g = with_reply_lost!(
         ACQUIRE,
         lock.lock_with("m", LockOptions::default().lease(lease))
@@ -759,6 +809,17 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         .expect("held");
     assert_eq!(value.token(), Some(g.token()), "the hold Redis has");
     assert_eq!(value.fence(), Some(g.fencing_token()), "the hold Redis has");
+    g.release().await.unwrap();
+
+    // The common release of a fast-path hold (the value its token alone);
+    // the lock taken once by the script on this connection first.
+    lock.lock("m").await.unwrap().release().await.unwrap();
+    let g = lock
+        .lock_with("m", LockOptions::default().lease(lease))
+        .await
+        .unwrap();
+    let value = support::lock_value(&admin, &lock.redis_key("m")).await;
+    assert_eq!(value.map(|v| v.head), Some(g.token().to_owned()));
     with_reply_lost!(RELEASE, g.release()).expect("released, not lost");
     let g = other
         .try_lock("m")

@@ -113,7 +113,7 @@ async fn next_message(rx: &mut Messages) -> Option<String> {
 async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    let name = "p:3:{leave}";
+    let name = "p:4:{leave}";
     let channel = format!("{name}:ch");
     let (sub, mut w) = listen(&server, &format!("{channel}:w")).await;
     let leave_with = |client: &'static str, free: &'static str| {
@@ -127,58 +127,58 @@ async fn a_leaving_client_passes_on_its_reservation_and_its_watch() {
         |value: String| set_for(admin.clone(), name, value, SIDE_RETENTION_MS as i64 - 1);
 
     // The stand-by `s` leaves: `w`, next in line, is told to watch.
-    set(format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|")).await;
+    set(format!("~x:7:{SIDE_RETENTION_MS}|s,w|")).await;
     assert_eq!(leave("s").await, 1);
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:x"));
     let v: String = admin.get(name).await.unwrap();
-    assert_eq!(v, format!("~x:7:{SIDE_RETENTION_MS}|w|7|"));
+    assert_eq!(v, format!("~x:7:{SIDE_RETENTION_MS}|w|"));
 
     // The client the lock is reserved for leaves while a local waiter of
     // it came meanwhile (`free` 0): the reservation stays until it lapses
     // or that waiter takes it (the release told the stand-by), nobody is
     // told.
-    set(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
+    set(format!("~s:7:{SIDE_RETENTION_MS}|w|")).await;
     assert_eq!(leave("s").await, 0);
     assert_eq!(next_message(&mut w).await, None);
     let v: String = admin.get(name).await.unwrap();
-    assert_eq!(v, format!("~s:7:{SIDE_RETENTION_MS}|w|7|"));
+    assert_eq!(v, format!("~s:7:{SIDE_RETENTION_MS}|w|"));
     // ... with no local waiter left (`free` 1): it is nobody's, lapses at
     // once, and `w`, first in line, is told to try now (the same rule as
     // the semaphore's).
-    set(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
+    set(format!("~s:7:{SIDE_RETENTION_MS}|w|")).await;
     assert_eq!(leave_with("s", "1").await, 1);
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
     let v: String = admin.get(name).await.unwrap();
-    assert_eq!(v, "-7|w|7|");
+    assert_eq!(v, "-7|w|");
     // Another client's reservation is not freed.
-    set(format!("~x:7:{SIDE_RETENTION_MS}|w|7|")).await;
+    set(format!("~x:7:{SIDE_RETENTION_MS}|w|")).await;
     assert_eq!(leave_with("s", "1").await, 0);
     assert_eq!(next_message(&mut w).await, None);
     assert_eq!(
         admin.get::<String, _>(name).await.unwrap(),
-        format!("~x:7:{SIDE_RETENTION_MS}|w|7|")
+        format!("~x:7:{SIDE_RETENTION_MS}|w|")
     );
     // Nor a lapsed one of its own (it already stands for a free lock).
-    set_lapsed(format!("~s:7:{SIDE_RETENTION_MS}|w|7|")).await;
+    set_lapsed(format!("~s:7:{SIDE_RETENTION_MS}|w|")).await;
     assert_eq!(leave_with("s", "1").await, 0);
     assert_eq!(next_message(&mut w).await, None);
 
     // A client queued behind the stand-by tells nobody.
-    set(format!("~x:7:{SIDE_RETENTION_MS}|w,s|7|")).await;
+    set(format!("~x:7:{SIDE_RETENTION_MS}|w,s|")).await;
     assert_eq!(leave("s").await, 1);
     assert_eq!(next_message(&mut w).await, None);
     // The first client leaves a lapsed reservation (the grace has passed):
     // the lock is free, `w` is told to try.
-    set_lapsed(format!("~x:7:{SIDE_RETENTION_MS}|s,w|7|")).await;
+    set_lapsed(format!("~x:7:{SIDE_RETENTION_MS}|s,w|")).await;
     assert_eq!(leave("s").await, 1);
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
     // ... or a tombstone.
-    set("-7|s,w|7|".to_owned()).await;
+    set("-7|s,w|".to_owned()).await;
     assert_eq!(leave("s").await, 1);
     assert_eq!(next_message(&mut w).await.as_deref(), Some("r:"));
     // The first client leaves while the lock is held: `w` learns the
     // holder's lease.
-    set("tok:7|s,w|7|".to_owned()).await;
+    set("tok:7|s,w|".to_owned()).await;
     assert_eq!(leave("s").await, 1);
     let told = next_message(&mut w).await.expect("told the lease");
     let ms: i64 = told.strip_prefix("t:").expect("t:<ms>").parse().unwrap();

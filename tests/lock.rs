@@ -186,7 +186,7 @@ async fn builds_on_an_existing_fred_client() {
         .await
         .unwrap();
     let g = lock.lock("k").await.unwrap();
-    assert!(support::taken(&fred, "app:3:{k}").await);
+    assert!(support::taken(&fred, "app:4:{k}").await);
     g.release().await.unwrap();
     drop(lock);
     let pong: String = fred.ping(None).await.unwrap();

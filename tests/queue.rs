@@ -77,7 +77,7 @@ async fn one_retry_per_release() {
 /// The lean protocol's costs, counted by the server (not timed): contention
 /// within ONE client publishes nothing (no other client waits; the releasing
 /// client wakes its own waiters) and costs at most
-/// about 7 Redis commands per acquisition, script internals included;
+/// about 8 Redis commands per acquisition, script internals included;
 /// contention between two clients publishes hand-over messages and both
 /// get their turns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,7 +116,12 @@ async fn a_release_publishes_only_when_another_client_waits() {
     let per_acq = (total(&after) - total(&before)) as f64 / acquisitions as f64;
     println!("two clients: {published} PUBLISH, {per_acq:.2} Redis commands per acquisition");
     assert!(published > 0, "clients handed over without a message");
-    assert!(per_acq <= 10.0, "{per_acq:.2} commands per acquisition");
+    // Protocol 4 keeps the fence in the lock's record: a hand-over between
+    // clients adds its commands to protocol 3's nine (the release's `HSET`
+    // into the ring; the taker's `HGET`, `HSET` and `PEXPIRE` of the
+    // record), each cheaper than a command sent on its own. The Redis CPU
+    // they cost is measured in docs/benchmarks.md, not here.
+    assert!(per_acq <= 14.0, "{per_acq:.2} commands per acquisition");
 }
 
 /// Two clients (two processes, in effect) contend for one key. Redis delivers
@@ -311,7 +316,7 @@ async fn the_queue_times_record_notes_joins_and_prunes_leavers() {
     let _: () = admin
         .set(
             lock,
-            "holder:1|||",
+            "holder:1||",
             Some(Expiration::PX(60_000)),
             None,
             false,
@@ -357,7 +362,7 @@ async fn the_queue_times_record_notes_joins_and_prunes_leavers() {
     assert_eq!(n, 50);
     // All but five leave the queue (as LEAVE or a hand-over would).
     let _: () = admin
-        .set(lock, "holder:1|c0,c1,c2,c3,c4||", None, None, false)
+        .set(lock, "holder:1|c0,c1,c2,c3,c4|", None, None, false)
         .await
         .unwrap();
     try_as("late".into()).await;

@@ -68,7 +68,6 @@ fn release_args(token: String, fence: String, channel: String) -> Vec<String> {
         fence,
         channel,
         relaylock::__scripts::SIDE_RETENTION_MS.to_string(),
-        relaylock::__scripts::LOCK_RING_CHARS.to_string(),
         "me".into(),
         relaylock::__scripts::HANDOFF_GRACE_MS.to_string(),
         "PUBLISH".into(),
@@ -121,10 +120,10 @@ async fn replayed_release_is_not_a_false_loss() {
     );
 }
 
-/// A hot key's ring (protocol 3: differences, not whole fences) holds 30
-/// releases or more, so a release replayed 30 releases later is still
-/// recognised; and a fence just older than the ring reaches is a loss, not
-/// a replay.
+/// A hot key's ring (protocol 4: 32 slots of the lock's record, written in
+/// turn) holds 30 releases or more, so a release replayed 30 releases later is
+/// still recognised; and a fence just older than the ring reaches is a
+/// loss, not a replay.
 #[tokio::test]
 async fn a_hot_keys_ring_holds_30_releases() {
     let server = RedisServer::start();
@@ -137,14 +136,14 @@ async fn a_hot_keys_ring_holds_30_releases() {
         fences.push(g.fencing_token());
         g.release().await.unwrap();
     }
-    let value: String = admin.get(&key).await.unwrap();
-    let ring = value.split('|').nth(2).unwrap().to_owned();
-    let kept = ring.split(' ').count();
-    println!(
-        "{kept} releases in a ring of {} characters: {ring}",
-        ring.len()
-    );
-    assert!(ring.len() <= relaylock::__scripts::LOCK_RING_CHARS);
+    let ring = ring_of(&admin, &key).await;
+    let kept = fences
+        .iter()
+        .rev()
+        .take_while(|f| ring.contains(&f.to_string()))
+        .count();
+    println!("{kept} releases in a ring of {} slots", ring.len());
+    assert!(ring.len() <= relaylock::__scripts::LOCK_RING_SLOTS);
     assert!(kept >= 30, "only {kept} releases kept");
     let release = |fence: u64| {
         let (admin, key) = (admin.clone(), key.clone());
@@ -167,240 +166,87 @@ async fn a_hot_keys_ring_holds_30_releases() {
     }
 }
 
-/// The release prepends its fence to the ring and cuts the ring to the
-/// newest fences that fit in `ring_chars`, at a fence boundary. Protocol 3
-/// writes the ring as the newest fence, then each older one as its
-/// difference to the one before (`r1 d2 d3 ...`, `r2 = r1 - d2`): a hot
-/// key's fences are close, so the ring is a third as long. This checks the
-/// script against the rule written plainly (prepend `fence` and
-/// `fence - r1` in place of `r1`, or start over at `fence` when it is not
-/// newer; then keep what comes before the last space in the first
-/// `ring_chars + 1` characters), on rings of numbers of every length from 1
-/// to 16 digits, empty to over-full, several limits, and each of the three
-/// values a release writes.
+/// The released fences in the ring of the lock named `key`: its record's
+/// fields but `f` (its fence counter).
+async fn ring_of(admin: &Client, key: &str) -> Vec<String> {
+    let record: std::collections::HashMap<String, String> =
+        admin.hgetall(format!("{key}:f")).await.unwrap();
+    record
+        .into_iter()
+        .filter(|(field, _)| field != "f")
+        .map(|(_, fence)| fence)
+        .collect()
+}
+
+/// Each way a release ends a hold writes the value protocol 4 says, and
+/// keeps the fence in the ring of the record `<lock>:f`: a fast-path hold (the token alone) or a script's
+/// (`<token>:<fence>|queue|void`), freed (the name deleted, or a tombstone
+/// while a `void` field lives), reserved for a queued client, or given to
+/// a local waiter (`next`, with a fence from the record's counter).
 #[tokio::test]
-async fn the_release_ring_keeps_the_newest_fences_that_fit() {
+async fn every_release_writes_its_value_and_its_ring_slot() {
     let server = RedisServer::start();
     let admin = server.admin().await;
-    // A small deterministic generator: the cases are the same on every run.
+    let key = "p:4:{ring}";
+    let record = format!("{key}:f");
     let mut rng = support::Lcg(0x9e37_79b9_7f4a_7c15);
-    let key = "p:3:{ring}";
-    for case in 0..600 {
-        let c = RingCase::draw(case, &mut rng);
-        let reply = release_ring_case(&admin, key, case, &c).await;
-        let RingCase {
-            fence,
-            ring,
-            cap,
-            way,
-            void,
-            ..
-        } = c;
-        let ring = ring_expected(&fence, &ring, cap);
-        let want = match way {
-            0 => format!("-{fence}||{ring}|{void}"),
-            1 => format!(
-                "~a b:{fence}:{}|cc|{ring}|{void}",
-                relaylock::__scripts::SIDE_RETENTION_MS
-            ),
-            _ => format!("nx:{}||{ring}|{void}", -reply[0]),
-        };
-        // Freed, reserved for another client, given to `next` (`-fence'`).
-        match way {
-            2 => assert!(reply[0] < 0, "case {case}: the reply {reply:?}"),
-            _ => assert_eq!(reply, [[1], [3]][way], "case {case}: the reply"),
-        }
-        let value: String = admin.get(key).await.unwrap();
-        assert_eq!(value, want, "case {case}: fence {fence}, cap {cap}");
-    }
-}
-
-/// The ring a release writes, by the rule written plainly: `fence`, then
-/// `fence - r1` in place of the ring's newest fence `r1`, then the rest; or
-/// `fence` alone when it is not newer than `r1`.
-fn ring_prepended(fence: &str, ring: &str) -> String {
-    let (r1, older) = ring.split_once(' ').unwrap_or((ring, ""));
-    let (f, r1): (u64, Option<u64>) = (fence.parse().unwrap(), r1.parse().ok());
-    match r1 {
-        Some(r1) if f > r1 && older.is_empty() => format!("{fence} {}", f - r1),
-        Some(r1) if f > r1 => format!("{fence} {} {older}", f - r1),
-        _ => fence.to_string(),
-    }
-}
-
-/// [`ring_prepended`] cut to the newest fences that fit in `cap`
-/// characters: what comes before the last space in its first `cap + 1`.
-fn ring_expected(fence: &str, ring: &str, cap: usize) -> String {
-    let ring = ring_prepended(fence, ring);
-    if ring.len() <= cap {
-        return ring;
-    }
-    let head = &ring[..(cap + 1).min(ring.len())];
-    match head.rfind(' ') {
-        Some(i) => head[..i].to_string(),
-        None => fence.to_string(),
-    }
-}
-
-/// A number of `len` digits drawn from `first`.
-fn ring_digits(len: u64, first: u64) -> String {
-    // At most 8.99e15: Lua's doubles are exact below 2^53 (9.007e15),
-    // and fences (µs since the epoch) are about 1.8e15.
-    let mut s = (first % 8 + 1).to_string();
-    for i in 1..len {
-        s.push(char::from(b'0' + ((first + i * 7) % 10) as u8));
-    }
-    s
-}
-
-/// The length of a fence in a ring: mostly 16 digits (server
-/// microseconds), some of any length (the differences of a real ring are
-/// shorter).
-fn ring_fence_len(rng: &mut support::Lcg) -> u64 {
-    if rng.below(4) == 0 {
-        1 + rng.below(16)
-    } else {
-        16
-    }
-}
-
-/// One case of [`the_release_ring_keeps_the_newest_fences_that_fit`]: the
-/// ring of the lock's value, the fence its release frees, the ring's limit,
-/// and the way the release writes the value.
-struct RingCase {
-    fence: String,
-    ring: String,
-    cap: usize,
-    /// A tombstone (0), a reservation for a queued client (1), the lock
-    /// given to a local waiter (2).
-    way: usize,
-    /// The value's `void` field.
-    void: &'static str,
-    /// The value's queue.
-    queue: &'static str,
-}
-
-impl RingCase {
-    /// Case number `case`, drawn from `rng`.
-    fn draw(case: usize, rng: &mut support::Lcg) -> RingCase {
-        let caps = [
-            1,
-            5,
-            16,
-            17,
-            18,
-            33,
-            34,
-            35,
-            100,
-            relaylock::__scripts::LOCK_RING_CHARS,
-        ];
-        let entries = rng.below(45);
-        let ring: Vec<String> = (0..entries)
-            .map(|_| {
-                let l = ring_fence_len(rng);
-                ring_digits(l, rng.below(1_000))
-            })
-            .collect();
-        let ring = ring.join(" ");
-        // Mostly newer than the ring's newest fence, by up to 16 digits;
-        // else any (older: the ring starts over).
-        let newest: Option<u64> = ring.split(' ').next().and_then(|r| r.parse().ok());
-        let fence = match newest {
-            Some(r1) if rng.below(4) != 0 => {
-                let d: u64 = ring_digits(1 + rng.below(15), rng.below(1_000))
-                    .parse()
-                    .unwrap();
-                (r1 + d).min(8_999_999_999_999_999).max(r1 + 1).to_string()
-            }
-            _ => {
-                let l = ring_fence_len(rng);
-                ring_digits(l, rng.below(1_000))
-            }
-        };
-        // The limit: a fixed one, one either side of the prepended ring's
-        // length or exactly it, or any.
-        let full = ring_prepended(&fence, &ring).len();
-        let cap = match case % 5 {
-            0 => caps[case / 5 % caps.len()],
-            1 => full.saturating_sub(1).max(1),
-            2 => full,
-            3 => full + 1,
-            _ => 1 + rng.below(600) as usize,
-        };
-        // Each way a release writes the ring: a tombstone, a reservation
-        // for a queued client (whose id here holds a space, so that a cut
-        // that looked outside the ring would show), the lock given to a
-        // local waiter; with and without a `void` field.
-        let way = case / 3 % 3;
-        let void = if case.is_multiple_of(2) {
-            ""
+    for case in 0..120 {
+        let _: () = admin.del(vec![key, record.as_str()]).await.unwrap();
+        let counter = 1_800_000_000_000_000 + rng.below(1 << 40);
+        let fence = counter - rng.below(5);
+        let _: () = admin.hset(&record, ("f", counter)).await.unwrap();
+        let fast = case % 2 == 0;
+        let void = if case % 3 == 0 { "99999999999999" } else { "" };
+        // A fast-path hold has no queue and no `void` field.
+        let way = if fast {
+            [0, 2][case / 2 % 2]
         } else {
-            "99999999999999"
+            case / 2 % 3
         };
-        let queue = if way == 1 { "a b,cc" } else { "" };
-        RingCase {
-            fence,
-            ring,
-            cap,
-            way,
-            void,
-            queue,
+        let void = if fast { "" } else { void };
+        let queue = if way == 1 { "a,cc" } else { "" };
+        let value = if fast {
+            "tok".to_string()
+        } else {
+            format!("tok:{fence}|{queue}|{void}")
+        };
+        let _: () = admin
+            .set(key, value, Some(Expiration::PX(30_000)), None, false)
+            .await
+            .unwrap();
+        let mut args = release_args("tok".into(), fence.to_string(), format!("{key}:ch"));
+        if way == 2 {
+            args.extend(["nx".into(), "30000".into(), "0".into()]);
         }
-    }
-}
-
-/// Writes the value of case `c` (number `case`) to the lock `key` and
-/// releases it with RELEASE; returns the reply.
-async fn release_ring_case(admin: &Client, key: &str, case: usize, c: &RingCase) -> Vec<i64> {
-    let RingCase {
-        fence,
-        ring,
-        cap,
-        way,
-        void,
-        queue,
-    } = c;
-    let _: () = admin
-        .set(
-            key,
-            format!("tok:{fence}|{queue}|{ring}|{void}"),
-            None,
-            None,
-            false,
-        )
-        .await
-        .unwrap();
-    let mut args: Vec<String> = vec![
-        "tok".into(),
-        fence.clone(),
-        format!("{key}:ch"),
-        relaylock::__scripts::SIDE_RETENTION_MS.to_string(),
-        cap.to_string(),
-        "me".into(),
-        relaylock::__scripts::HANDOFF_GRACE_MS.to_string(),
-        "PUBLISH".into(),
-        "0".into(),
-    ];
-    if *way == 2 {
-        args.extend(["nx".into(), "30000".into(), "0".into()]);
-    }
-    // A release that knows its fence and names no `next` may send the
-    // lock's name alone (relaylock does); half the cases do.
-    let keys = if *way != 2 && (case / 2).is_multiple_of(2) {
-        vec![key.to_string()]
-    } else {
-        vec![
+        let keys = vec![
             key.to_string(),
             format!("{key}:void:tok"),
             format!("{key}:void"),
             format!("{key}:void:nx"),
-        ]
-    };
-    admin
-        .eval(relaylock::__scripts::RELEASE, keys, args)
-        .await
-        .unwrap()
+        ];
+        let reply: i64 = admin
+            .eval(relaylock::__scripts::RELEASE, keys, args)
+            .await
+            .unwrap();
+        let value: Option<String> = admin.get(key).await.unwrap();
+        let retention = relaylock::__scripts::SIDE_RETENTION_MS;
+        let want = match way {
+            0 if void.is_empty() => None,
+            0 => Some(format!("-{fence}||{void}")),
+            1 => Some(format!("~a:{fence}:{retention}|cc|{void}")),
+            _ => Some(format!("nx:{}||{void}", -reply)),
+        };
+        match way {
+            2 => assert_eq!(-reply as u64, counter + 1, "case {case}: `next`'s fence"),
+            _ => assert_eq!(reply, [1, 3][way], "case {case}: the reply"),
+        }
+        assert_eq!(value, want, "case {case}");
+        let ring = ring_of(&admin, key).await;
+        assert!(
+            ring.contains(&fence.to_string()),
+            "case {case}: the ring {ring:?}"
+        );
+    }
 }
 
 /// `shutdown()` releases every hold (live guards, dropped guards, permits,

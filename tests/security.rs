@@ -26,6 +26,9 @@ const ACL: &[&str] = &[
     "+ssubscribe",
     "+sunsubscribe",
     "+ping",
+    // The fast path's MULTI (protocol 4).
+    "+multi",
+    "+exec",
     "+exists",
     "+info",
     "+client|id",
@@ -44,7 +47,11 @@ const ACL: &[&str] = &[
     "+pubsub|shardchannels",
     // `shutdown()` deletes the client's record (its name, for operators).
     "+del",
-    // The queue times (`relaylock status`).
+    // A lock's record: its fence counter and its ring.
+    "+hget",
+    "+hincrby",
+    "+hgetall",
+    // The queue times (`relaylock status`), and the record.
     "+hset",
     "+hlen",
     "+hkeys",
@@ -56,7 +63,6 @@ const ACL: &[&str] = &[
     "+zremrangebyscore",
     "+zrem",
     "+zscore",
-    "+hget",
     "+hmget",
 ];
 

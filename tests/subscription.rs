@@ -207,7 +207,7 @@ async fn no_subscription_outlives_its_waiters() {
     }
     assert!(
         eventually(Duration::from_secs(5), || async {
-            support::channels(&admin, "relaylock:3:{*").await.len() == 2
+            support::channels(&admin, "relaylock:4:{*").await.len() == 2
         })
         .await
     );
@@ -218,35 +218,36 @@ async fn no_subscription_outlives_its_waiters() {
         t.await.unwrap();
     }
     let clean = eventually(Duration::from_secs(5), || async {
-        support::channels(&admin, "relaylock:3:{*").await.is_empty()
+        support::channels(&admin, "relaylock:4:{*").await.is_empty()
     })
     .await;
     assert!(
         clean,
         "left subscribed: {:?}",
-        support::channels(&admin, "relaylock:3:{*").await
+        support::channels(&admin, "relaylock:4:{*").await
     );
     assert_eq!(
         support::numsub(&admin, &format!("{}:ch", lock.redis_key("a"))).await,
         0
     );
-    assert_only_tombstones_and_queue_times_left(&admin, &lock).await;
+    assert_only_records_and_queue_times_left(&admin, &lock).await;
 }
 
-/// What stays behind is the two locks' tombstones (free, nobody queued),
-/// each with a TTL, and their queue-times records (scripts::QUEUE_TIMES),
-/// which expire within the same retention (beside the client's own
-/// record, `relaylock:3:client:<id>`, for operators).
-async fn assert_only_tombstones_and_queue_times_left(admin: &Client, lock: &LockClient) {
-    let mut left = support::keys(admin, "relaylock:3:{*").await;
+/// What stays behind is the two locks' records (their fence counters and
+/// rings; the locks themselves, free with nobody queued, are gone), each
+/// with a TTL, and their queue-times records (scripts::QUEUE_TIMES), which
+/// expire within the same retention (beside the client's own record,
+/// `relaylock:4:client:<id>`, for operators).
+async fn assert_only_records_and_queue_times_left(admin: &Client, lock: &LockClient) {
+    let mut left = support::keys(admin, "relaylock:4:{*").await;
     left.sort();
     let times = |k: &str| format!("{}{}", lock.redis_key(k), relaylock::__scripts::QUEUE_TIMES);
     assert_eq!(
         left,
         vec![
-            lock.redis_key("a"),
+            format!("{}:f", lock.redis_key("a")),
             times("a"),
-            lock.redis_key("b"),
+            format!("{}:f", lock.redis_key("b")),
             times("b")
         ]
     );
@@ -258,13 +259,19 @@ async fn assert_only_tombstones_and_queue_times_left(admin: &Client, lock: &Lock
         );
     }
     left.retain(|k| !k.ends_with(relaylock::__scripts::QUEUE_TIMES));
-    for name in &left {
-        let value = support::lock_value(admin, name).await.unwrap();
-        assert!(value.is_free() && value.queue.is_empty(), "{value:?}");
-        let ttl: i64 = admin.pttl(name).await.unwrap();
+    for record in &left {
+        let lock = record.strip_suffix(":f").unwrap();
+        let value = support::lock_value(admin, lock).await;
         assert!(
-            ttl > 0 && ttl <= relaylock::__scripts::SIDE_RETENTION_MS as i64,
-            "tombstone ttl {ttl}"
+            value.is_none(),
+            "a free lock nobody waits for is deleted: {value:?}"
+        );
+        // The record lives a lease (the default, 30 s) plus the retention
+        // after the last acquisition.
+        let ttl: i64 = admin.pttl(record).await.unwrap();
+        assert!(
+            ttl > 0 && ttl <= 30_000 + relaylock::__scripts::SIDE_RETENTION_MS as i64,
+            "record ttl {ttl}"
         );
     }
 }

@@ -194,7 +194,7 @@ pub fn key_set(n: usize) -> Arc<Vec<String>> {
 /// operators), each with its TTL.
 pub async fn assert_clean(admin: &Client, prefix: &str) {
     let pattern = format!("{prefix}:*");
-    let locks = format!("{prefix}:3:{{*");
+    let locks = format!("{prefix}:4:{{*");
     let clean = eventually(LEASE + RETENTION + Duration::from_secs(3), || async {
         keys(admin, &locks).await.is_empty() && channels(admin, &locks).await.is_empty()
     })
@@ -206,7 +206,7 @@ pub async fn assert_clean(admin: &Client, prefix: &str) {
         channels(admin, &pattern).await
     );
     for k in keys(admin, &pattern).await {
-        assert!(k.starts_with(&format!("{prefix}:3:client:")), "{k}");
+        assert!(k.starts_with(&format!("{prefix}:4:client:")), "{k}");
         let pttl: i64 = admin.pttl(&k).await.unwrap();
         assert!(
             pttl > 0 && pttl <= 25 * 3600 * 1000,

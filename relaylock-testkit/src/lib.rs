@@ -269,7 +269,7 @@ pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>, cmd: &
 /// summed over the clients' own channels (`<channel>:<client>`).
 pub async fn numsub(admin: &Client, channel: &str) -> i64 {
     let mut names = vec![channel.to_owned()];
-    // A lock's channel `<value>:ch` (protocol 3) is subscribed per client,
+    // A lock's channel `<value>:ch` (protocol 4) is subscribed per client,
     // as `<value>:ch:<client>`: count those too.
     if channel.ends_with("}:ch") {
         names.extend(channels(admin, &format!("{}:*", glob_escape(channel))).await);
@@ -340,53 +340,49 @@ where
     }
 }
 
-/// The fields of a lock's value (protocol 3, see src/scripts/):
-/// `head|queue|ring|void`.
+/// The fields of a lock's value (protocol 4, see src/scripts/):
+/// `head|queue|void`, or a fast-path hold's token alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockValue {
-    /// `<token>:<fence>` (held), `~<client>:<fence>:<until>` (reserved) or
-    /// `-<fence>` (free).
+    /// `<token>:<fence>` (held), `<token>` (held, taken on the fast path:
+    /// its fence is only in its holder), `~<client>:<fence>:<until>`
+    /// (reserved) or `-<fence>` (free).
     pub head: String,
     /// Client ids waiting, oldest first.
     pub queue: Vec<String>,
-    /// Released fences, newest first (decoded: the value keeps the newest,
-    /// then each older one as its difference to the one before).
-    pub ring: Vec<u64>,
     /// Until when void markers may exist (server ms), or empty.
     pub void: String,
 }
 
 impl LockValue {
-    /// Parse a value; `None` if it is not a protocol 3 value.
+    /// Parse a value; `None` if it is not a protocol 4 value.
     pub fn parse(value: &str) -> Option<LockValue> {
-        let mut fields = value.splitn(4, '|');
-        let head = fields.next()?.to_owned();
-        let queue = fields.next()?;
-        let ring = fields.next()?;
-        let void = fields.next()?.to_owned();
+        let fields: Vec<&str> = value.split('|').collect();
+        let (head, queue, void) = match fields[..] {
+            [head] => (head, "", ""),
+            [head, queue, void] => (head, queue, void),
+            _ => return None,
+        };
         Some(LockValue {
-            head,
+            head: head.to_owned(),
             queue: queue
                 .split(',')
                 .filter(|c| !c.is_empty())
                 .map(str::to_owned)
                 .collect(),
-            ring: ring
-                .split(' ')
-                .filter_map(|f| f.parse::<u64>().ok())
-                .scan(None, |last: &mut Option<u64>, n| {
-                    let fence = last.map_or(n, |l| l.saturating_sub(n));
-                    *last = Some(fence);
-                    Some(fence)
-                })
-                .collect(),
-            void,
+            void: void.to_owned(),
         })
     }
 
     /// A tombstone: nobody holds the lock.
     pub fn is_free(&self) -> bool {
         self.head.starts_with('-')
+    }
+
+    /// Whether the head is the hold `token` with `fence`: `<token>:<fence>`,
+    /// or a fast-path hold's `<token>` alone (its fence is not in Redis).
+    pub fn held_by(&self, token: &str, fence: u64) -> bool {
+        self.head == token || self.head == format!("{token}:{fence}")
     }
 
     /// The client a hand-over reserved the lock for.
@@ -413,10 +409,19 @@ impl LockValue {
     }
 }
 
+/// Whether a lock's raw value holds `token`: the token alone (a fast-path
+/// hold) or a head of the token with or without its fence.
+pub fn holds_token(value: &str, token: &str) -> bool {
+    value
+        .strip_prefix(token)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '|']))
+}
+
 /// The value of the lock named `name` (a `LockClient::redis_key`), parsed;
-/// `None` when the key is absent (or not a protocol 3 value).
+/// `None` when the key is absent (or not a protocol 4 value).
 pub async fn lock_value(admin: &Client, name: &str) -> Option<LockValue> {
-    let raw: Option<String> = admin.get(name).await.unwrap();
+    // A name that holds no string (a lock's record, a hash) is no lock.
+    let raw: Option<String> = admin.get(name).await.ok().flatten();
     raw.as_deref().and_then(LockValue::parse)
 }
 
@@ -442,11 +447,14 @@ pub async fn is_queued(admin: &Client, name: &str, client: &str) -> bool {
 /// Rewrite the queue field of the lock named `name` atomically (keeping the
 /// key's TTL): `front` puts `client` first, otherwise it is removed. For
 /// tests that stage a ghost ahead of everyone, or a client falling out of
-/// the queue. Returns false when the key holds no protocol 3 value.
+/// the queue. Returns false when the key holds no protocol 4 value.
 pub async fn edit_queue(admin: &Client, name: &str, client: &str, front: bool) -> bool {
     const EDIT: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
+-- A fast-path hold (its token alone) gets its queue field, as the acquire
+-- script gives it when a client queues.
+if not string.find(v, '|', 1, true) then v = v .. '||' end
 local head, queue, rest = string.match(v, '^([^|]*)|([^|]*)(|.*)$')
 if not head then return 0 end
 local q = {}

@@ -1,6 +1,7 @@
-//! The observer: samples the lock's value (head, queue, ring and void in
-//! one string) in one atomic read on the lock's server, as the three facts
-//! the checks use; and what is left under the prefix after a run.
+//! The observer: samples the lock's value (its head and queue) and its
+//! record's fence counter in one atomic read on the lock's server, as the
+//! three facts the checks use; and what is left under the prefix after a
+//! run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,20 +14,21 @@ use crate::{channels, keys};
 
 pub(super) const SAMPLE: &str = r#"
 local v = redis.call('GET', KEYS[1])
-if not v then return {'', '', ''} end
+local f = redis.call('HGET', KEYS[1] .. ':f', 'f') or ''
+if not v then return {'', f, ''} end
 local head, queue = string.match(v, '^([^|]*)|([^|]*)|')
-if not head then return {v, '', ''} end
+if not head then return {v, f, ''} end
 local q = (string.gsub(queue, ',', ' '))
 local kind = string.sub(head, 1, 1)
-if kind == '-' then return {'', string.sub(head, 2), q} end
+if kind == '-' then return {'', f, q} end
 if kind == '~' then
-  local c, f, keep = string.match(head, '^~([^:]*):(%d+):(%d+)$')
+  local c, keep = string.match(head, '^~([^:]*):%d+:(%d+)$')
   if redis.call('PTTL', KEYS[1]) <= tonumber(keep) then
     return {'', f, q}
   end
   return {'~' .. c, f, q}
 end
-return {head, string.match(head, ':(%d+)$') or '', q}
+return {head, f, q}
 "#;
 
 pub(super) struct Sample {
@@ -34,9 +36,10 @@ pub(super) struct Sample {
     pub(super) recv: Instant,
     /// The lock's head: `""` free (absent, a tombstone, a lapsed
     /// reservation), `"~<client>"` a hand-over reservation, else
-    /// `"<token>:<fence>"`.
+    /// `"<token>:<fence>"` or a fast-path hold's `"<token>"`.
     pub(super) value: String,
-    /// The last fencing token issued, from the head (`""`: no value).
+    /// The record's fence counter (`""`: no record): every acquisition, and
+    /// every refused fast-path try, increments it.
     pub(super) fence: String,
     /// The ids of the clients in the key's queue, space-separated.
     pub(super) queue: String,
@@ -79,12 +82,12 @@ pub(super) async fn observe(admin: Client, lock: String, stop: Arc<AtomicBool>) 
 }
 
 /// Whether the key stayed free from sample `a` (free) to the next sample
-/// `b`. An acquisition always sets the fence in the head to a new, higher
-/// value, and every way for the key to become non-free again (a lock, a
-/// reservation, which only a release of a lock makes) starts with one. So an
-/// unchanged fence proves the key was free throughout, however long the
-/// gap. A value that vanished (its retention ran out) proves it only over a
-/// gap shorter than the value's shortest life (`RETENTION`).
+/// `b`. An acquisition always increments the record's fence counter, and
+/// every way for the key to become non-free again (a lock, a reservation,
+/// which only a release of a lock makes) starts with one. So an unchanged
+/// counter proves the key was free throughout, however long the gap. A
+/// record that vanished (its retention ran out) proves it only over a gap
+/// shorter than the record's shortest life (`RETENTION`).
 pub(super) fn stays_free(a: &Sample, b: &Sample) -> bool {
     if !b.free() {
         return false;
@@ -144,12 +147,14 @@ pub(super) async fn leftovers(admin: &Client, prefix: &str) -> Vec<String> {
         if pttl == -2 {
             continue; // expired meanwhile
         }
-        // A void marker, the queue-times record (scripts::QUEUE_TIMES,
-        // a hash with a TTL), or a live client's record (its name, for
+        // A void marker, the lock's record (its fence counter and ring),
+        // the queue-times record (scripts::QUEUE_TIMES, a hash with a TTL),
+        // or a live client's record (its name, for
         // operators, with a TTL) are fine.
         let fine = if k.contains(":void:")
+            || k.ends_with("}:f")
             || k.ends_with(relaylock::__scripts::QUEUE_TIMES)
-            || k.contains(":3:client:")
+            || k.contains(":4:client:")
         {
             true
         } else {
@@ -162,7 +167,7 @@ pub(super) async fn leftovers(admin: &Client, prefix: &str) -> Vec<String> {
     }
     // A live client's control channel (an operator's unlock) is fine.
     for ch in channels(admin, &pattern).await {
-        if !ch.contains(":3:client:") {
+        if !ch.contains(":4:client:") {
             bad.push(format!("channel {ch}"));
         }
     }
