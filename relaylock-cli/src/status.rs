@@ -12,7 +12,6 @@ use clap::Args;
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::config::Config;
-use fred::types::scan::ScanType;
 use fred::types::{Builder, Key};
 use futures::StreamExt;
 use relaylock::inspect::{Holder, Inspection, Primitive, State, Who};
@@ -122,7 +121,7 @@ fn fail(url: &str, e: &Error) -> u8 {
     if text.contains("NOPERM") {
         eprintln!(
             "relaylock status: permission denied on {url}: {text}\n\
-             (the ACL user needs +get +pttl +zrange +hgetall +time +pubsub|numsub \
+             (the ACL user needs +get +pttl +zrange +hget +hgetall +time +pubsub|numsub \
              +pubsub|shardnumsub +scan: docs/security.md)"
         );
         NO_PERMISSION
@@ -267,19 +266,18 @@ fn held(s: &State) -> bool {
 }
 
 /// The user-facing names under the client's prefix, sorted: a `SCAN` of the
-/// protocol's values (`<prefix>:3:{k}`, `...:sem`, `...:rw`), every primary
-/// of a cluster, to its end.
+/// protocol's values (`<prefix>:4:{k}`, `...:sem`, `...:rw`) and of the
+/// locks' records (`<prefix>:4:{k}:f`, a hash: a lock freed with nobody
+/// waiting leaves only its record), every primary of a cluster, to its end.
 async fn scan(redis: &Client, prefix: &str) -> Result<Vec<String>, Error> {
     let head = format!("{prefix}:{}:{{", relaylock::PROTOCOL);
     let pattern = format!("{}*", glob_escape(&head));
     let mut stream = if redis.is_clustered() {
         redis
-            .scan_cluster_buffered(pattern, Some(1000), Some(ScanType::String))
+            .scan_cluster_buffered(pattern, Some(1000), None)
             .boxed()
     } else {
-        redis
-            .scan_buffered(pattern, Some(1000), Some(ScanType::String))
-            .boxed()
+        redis.scan_buffered(pattern, Some(1000), None).boxed()
     };
     let mut names = BTreeSet::new();
     while let Some(key) = stream.next().await {
@@ -292,12 +290,14 @@ async fn scan(redis: &Client, prefix: &str) -> Result<Vec<String>, Error> {
     Ok(names.into_iter().collect())
 }
 
-/// The name `k` of a value `<head>k}`, `<head>k}:sem` or `<head>k}:rw`
-/// (other names: channels' bookkeeping, void markers, side keys: `None`).
+/// The name `k` of a value `<head>k}`, `<head>k}:sem` or `<head>k}:rw`, or
+/// of a lock's record `<head>k}:f` (other names: channels' bookkeeping, void
+/// markers, side keys: `None`).
 fn user_key<'a>(redis_key: &'a str, head: &str) -> Option<&'a str> {
     let rest = redis_key.strip_prefix(head)?;
     let rest = rest
         .strip_suffix('}')
+        .or_else(|| rest.strip_suffix("}:f"))
         .or_else(|| rest.strip_suffix("}:sem"))
         .or_else(|| rest.strip_suffix("}:rw"))?;
     (!rest.is_empty()).then_some(rest)
@@ -424,10 +424,14 @@ fn holder_text(primitive: Primitive, h: &Holder) -> String {
         .since
         .and_then(ago)
         .map_or(String::new(), |d| format!(" for {}", human(d)));
+    // A lock taken on the fast path keeps its fence only in its holder.
+    let fence = match h.fencing_token {
+        0 => "known to its holder".to_owned(),
+        f => f.to_string(),
+    };
     format!(
-        "{what}{by}{held}: token {}, fencing token {}, {} left",
+        "{what}{by}{held}: token {}, fencing token {fence}, {} left",
         h.token,
-        h.fencing_token,
         human(h.remaining)
     )
 }
@@ -513,14 +517,19 @@ mod tests {
 
     #[test]
     fn names_from_the_scan() {
-        let head = "relaylock:3:{";
-        assert_eq!(user_key("relaylock:3:{orders:42}", head), Some("orders:42"));
-        assert_eq!(user_key("relaylock:3:{pay}:sem", head), Some("pay"));
-        assert_eq!(user_key("relaylock:3:{cache}:rw", head), Some("cache"));
-        assert_eq!(user_key("relaylock:3:{pay}:sem:h", head), None);
-        assert_eq!(user_key("relaylock:3:{k}:void:tok", head), None);
-        assert_eq!(user_key("relaylock:3:{k}:q", head), None);
-        assert_eq!(user_key("other:3:{k}", head), None);
+        let head = "relaylock:4:{";
+        assert_eq!(user_key("relaylock:4:{orders:42}", head), Some("orders:42"));
+        // A lock's record: a free lock used lately.
+        assert_eq!(
+            user_key("relaylock:4:{orders:42}:f", head),
+            Some("orders:42")
+        );
+        assert_eq!(user_key("relaylock:4:{pay}:sem", head), Some("pay"));
+        assert_eq!(user_key("relaylock:4:{cache}:rw", head), Some("cache"));
+        assert_eq!(user_key("relaylock:4:{pay}:sem:h", head), None);
+        assert_eq!(user_key("relaylock:4:{k}:void:tok", head), None);
+        assert_eq!(user_key("relaylock:4:{k}:q", head), None);
+        assert_eq!(user_key("other:4:{k}", head), None);
         assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
         assert_eq!(redacted("redis://u:pw@h:1/0"), "redis://...@h:1/0");
         assert_eq!(redacted("redis://h:1"), "redis://h:1");

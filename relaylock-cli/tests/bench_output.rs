@@ -32,6 +32,9 @@ fn the_table_is_explained_and_quiet_off_a_terminal() {
         "violations",
         "+att/acq",
         "+cli_us",
+        "+user_us",
+        "+left",
+        "+B/left",
     ] {
         assert!(help.contains(column), "--help does not explain {column}");
     }
@@ -52,7 +55,7 @@ fn the_table_is_explained_and_quiet_off_a_terminal() {
     wide.push("--wide");
     let (out, _) = bench(&wide);
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header.len(), 19, "{out}");
+    assert_eq!(header.len(), 22, "{out}");
 }
 
 #[test]

@@ -388,6 +388,7 @@ const README_STATUS_ACL: &[&str] = &[
     "+get",
     "+pttl",
     "+zrange",
+    "+hget",
     "+hgetall",
     "+time",
     "+pubsub|numsub",
@@ -446,8 +447,8 @@ async fn held_looks_at_every_name() {
     for i in 0..1000 {
         let _: () = pipeline
             .set(
-                format!("relaylock:3:{{free{i:04}}}"),
-                format!("-{}|||", 1_000_000 + i),
+                format!("relaylock:4:{{free{i:04}}}"),
+                format!("-{}||", 1_000_000 + i),
                 Some(Expiration::PX(120_000)),
                 None,
                 false,

@@ -27,12 +27,17 @@ Columns (the default table; --wide adds the ones marked +):
   violations    times two holders were inside at once (must be 0)
  +acq           acquisitions in the run
  +handoff50/99 ms from a release to the next holder (p50, p99)
- +req/acq       requests (script calls, SET, DEL, ...) Redis ran per acquisition
+ +req/acq       requests (script calls, transactions, SET, ...) Redis ran per
+                acquisition
+ +user_us       Redis user CPU per acquisition, microseconds (INFO cpu)
  +acq/cpu_s     acquisitions one Redis core serves per second of CPU
  +cli_us        client CPU per acquisition, microseconds (worker processes)
  +att/acq       acquire attempts per acquisition (1.0: no wasted try)
  +rtt50         median PING round trip while the run went on, ms
- +rss_MiB       peak resident memory of a worker process";
+ +rss_MiB       peak resident memory of a worker process
+ +left          keys the run left in Redis (DBSIZE after minus before: records
+                and tombstones kept for their retention, client records)
+ +B/left        Redis memory per key left (used_memory after minus before)";
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = LEGEND)]

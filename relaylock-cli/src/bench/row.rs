@@ -37,6 +37,20 @@ pub struct Row {
     pub redis_cmds_per_acq: f64,
     #[serde(deserialize_with = "nan_if_null")]
     pub redis_cpu_us_per_acq: f64,
+    /// Redis's user CPU alone per acquisition (`used_cpu_user` from `INFO
+    /// cpu`). `None` when a saved result lacks it.
+    #[serde(default)]
+    pub redis_user_us_per_acq: Option<f64>,
+    /// Keys the run left in Redis at its end (records and tombstones kept
+    /// for their retention, the clients' records): `DBSIZE` after minus
+    /// before. `None` when a saved result lacks it.
+    #[serde(default)]
+    pub retained_keys: Option<u64>,
+    /// Redis memory per retained key: `used_memory` after minus before,
+    /// over [`retained_keys`](Self::retained_keys); `None` when nothing was
+    /// retained.
+    #[serde(default)]
+    pub retained_bytes_per_key: Option<f64>,
     /// The worker processes' own CPU time (user + system, every thread) per
     /// acquisition, from `go` to `stop`. `None` when a saved result lacks it.
     #[serde(default)]

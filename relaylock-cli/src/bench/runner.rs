@@ -30,7 +30,14 @@ use crate::bench::worker::WorkerReport;
 
 struct ServerStats {
     calls: HashMap<String, u64>,
+    /// User and system CPU, seconds.
     cpu_s: f64,
+    /// User CPU alone, seconds.
+    cpu_user_s: f64,
+    /// `used_memory`, bytes.
+    memory: f64,
+    /// Keys in the database (`DBSIZE`).
+    keys: u64,
 }
 
 /// The server's command counts and CPU time; in Redis Cluster, summed over
@@ -46,6 +53,9 @@ async fn server_stats(admin: &Client) -> Result<ServerStats, String> {
     let mut total = ServerStats {
         calls: HashMap::new(),
         cpu_s: 0.0,
+        cpu_user_s: 0.0,
+        memory: 0.0,
+        keys: 0,
     };
     for node in primaries {
         let s = node_stats(&admin.with_cluster_node(node)).await?;
@@ -53,6 +63,9 @@ async fn server_stats(admin: &Client) -> Result<ServerStats, String> {
             *total.calls.entry(cmd).or_default() += n;
         }
         total.cpu_s += s.cpu_s;
+        total.cpu_user_s += s.cpu_user_s;
+        total.memory += s.memory;
+        total.keys += s.keys;
     }
     Ok(total)
 }
@@ -66,6 +79,11 @@ async fn node_stats<C: ServerInterface>(admin: &C) -> Result<ServerStats, String
         .info(Some(InfoKind::Cpu))
         .await
         .map_err(|e| e.to_string())?;
+    let memory: String = admin
+        .info(Some(InfoKind::Memory))
+        .await
+        .map_err(|e| e.to_string())?;
+    let keys: u64 = admin.dbsize().await.map_err(|e| e.to_string())?;
     let mut calls = HashMap::new();
     for line in commands.lines() {
         let Some((name, fields)) = line
@@ -78,14 +96,17 @@ async fn node_stats<C: ServerInterface>(admin: &C) -> Result<ServerStats, String
             calls.insert(name.to_owned(), n.parse().unwrap_or(0));
         }
     }
-    let field = |name: &str| -> f64 {
-        cpu.lines()
+    let field = |info: &str, name: &str| -> f64 {
+        info.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
             .unwrap_or(0.0)
     };
     Ok(ServerStats {
         calls,
-        cpu_s: field("used_cpu_sys") + field("used_cpu_user"),
+        cpu_s: field(&cpu, "used_cpu_sys") + field(&cpu, "used_cpu_user"),
+        cpu_user_s: field(&cpu, "used_cpu_user"),
+        memory: field(&memory, "used_memory"),
+        keys,
     })
 }
 
@@ -98,13 +119,21 @@ fn delta(before: &ServerStats, after: &ServerStats, pick: impl Fn(&str) -> bool)
         .sum()
 }
 
-/// Commands a lock client of `strategy` sends itself (scripts and pub/sub
-/// management; and for the bare lock its `SET NX`, as its release script
-/// runs no SET), as opposed to commands run inside scripts.
+/// Commands a lock client of `strategy` sends itself (scripts, transactions
+/// and pub/sub management; and for the bare lock its `SET NX`, as its
+/// release script runs no SET), as opposed to commands run inside scripts
+/// or queued in a `MULTI` (whose `EXEC` is the request).
 fn is_request(strategy: Strategy, cmd: &str) -> bool {
     matches!(
         cmd,
-        "evalsha" | "eval" | "subscribe" | "unsubscribe" | "ssubscribe" | "sunsubscribe" | "ping"
+        "evalsha"
+            | "eval"
+            | "exec"
+            | "subscribe"
+            | "unsubscribe"
+            | "ssubscribe"
+            | "sunsubscribe"
+            | "ping"
     ) || cmd.starts_with("script")
         || (matches!(strategy, Strategy::Bare(_)) && cmd == "set")
 }
@@ -412,6 +441,11 @@ struct RedisCost {
     commands: u64,
     /// Redis CPU time, µs (its PINGs' and INFO calls' share included).
     cpu_us: f64,
+    /// Of which user CPU, µs.
+    user_us: f64,
+    /// Keys the run left in Redis, and the memory they hold (bytes, from
+    /// `used_memory`).
+    retained: (u64, f64),
 }
 
 impl RedisCost {
@@ -421,6 +455,11 @@ impl RedisCost {
             requests: delta(&m.before, &m.after, |c| is_request(strategy, c)).saturating_sub(pings),
             commands: delta(&m.before, &m.after, |c| c != "info").saturating_sub(pings),
             cpu_us: (m.after.cpu_s - m.before.cpu_s) * 1e6,
+            user_us: (m.after.cpu_user_s - m.before.cpu_user_s) * 1e6,
+            retained: (
+                m.after.keys.saturating_sub(m.before.keys),
+                m.after.memory - m.before.memory,
+            ),
         }
     }
 }
@@ -515,6 +554,10 @@ fn summarize(
         redis_requests_per_acq: per_acq(redis.requests as f64),
         redis_cmds_per_acq: per_acq(redis.commands as f64),
         redis_cpu_us_per_acq: per_acq(redis.cpu_us),
+        redis_user_us_per_acq: Some(per_acq(redis.user_us)),
+        retained_keys: Some(redis.retained.0),
+        retained_bytes_per_key: (redis.retained.0 > 0)
+            .then(|| redis.retained.1 / redis.retained.0 as f64),
         client_cpu_us_per_acq: Some(per_acq(reports.iter().map(|r| r.cpu_us).sum::<u64>() as f64)),
         attempts_per_acq: per_acq(reports.iter().map(|r| r.attempts).sum::<u64>() as f64),
         jain_fairness: jain(&counts),
