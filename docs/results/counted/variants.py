@@ -1,24 +1,41 @@
 #!/usr/bin/env python3
-"""Write the script variants of run.sh into OUT/<variant>/{acquire,release}.lua
-(each with a `lean` file: harness.py sends relaylock's lean argument lists).
+"""Write the variants of run.sh into OUT/<variant>/: their scripts
+({acquire,release,seed}.lua) and a mode file that tells harness.py how to
+drive them (`fast`: protocol 4's MULTI, SEED, ACQUIRE and RELEASE; `lean`:
+protocol 3's scripts with the lean argument lists; `floor`; `bare`), plus
+the flag files `no-record-ttl` (the MULTI sends no PEXPIRE) and
+`multi-always` (every call's first try is the MULTI).
 
 usage: variants.py ROOT OUT   (ROOT: the checkout whose scripts are read)"""
 import os
 import re
+import subprocess
 import sys
 
 root, out = sys.argv[1], sys.argv[2]
 
+# The last commit of protocol 3 (its scripts were single files then).
+PROTOCOL_3 = '6b9e907'
 
-def lua(name):
-    """The script constant NAME as src/scripts/mod.rs makes it: the bytes of
-    its files, in `concat!`'s order (one `include_str!` is one file)."""
-    mod = open(os.path.join(root, 'src/scripts/mod.rs')).read()
+
+def read(path, rev=None):
+    """A file of the checkout (its working tree), or of the commit REV."""
+    if rev is None:
+        return open(os.path.join(root, path)).read()
+    return subprocess.run(['git', '-C', root, 'show', f'{rev}:{path}'], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def lua(name, rev=None):
+    """The script constant NAME as src/scripts/mod.rs makes it (of the
+    working tree, or of the commit REV): the bytes of its files, in
+    `concat!`'s order (one `include_str!` is one file)."""
+    mod = read('src/scripts/mod.rs', rev)
     m = re.search(r'pub const %s: &str = (include_str!\("[^"]+"\)|concat!\((.*?)\));' % name, mod, re.S)
     if not m:
         raise SystemExit(f'{name} not found in src/scripts/mod.rs')
     files = re.findall(r'include_str!\("([^"]+)"\)', m.group(1))
-    return ''.join(open(os.path.join(root, 'src/scripts', f)).read() for f in files)
+    return ''.join(read('src/scripts/' + f, rev) for f in files)
 
 
 def rust_str(path, name):
@@ -35,73 +52,42 @@ def edit(text, old, new):
     return text.replace(old, new)
 
 
-def write(variant, acquire, release, mode='lean'):
+def write(variant, mode, acquire, release, seed=None, flags=()):
     d = os.path.join(out, variant)
     os.makedirs(d, exist_ok=True)
-    if acquire is not None:
-        open(os.path.join(d, 'acquire.lua'), 'w').write(acquire)
-    open(os.path.join(d, 'release.lua'), 'w').write(release)
-    open(os.path.join(d, mode), 'w').close()
+    for name, text in (('acquire', acquire), ('release', release), ('seed', seed)):
+        if text is not None:
+            open(os.path.join(d, name + '.lua'), 'w').write(text)
+    for f in (mode,) + tuple(flags):
+        open(os.path.join(d, f), 'w').close()
 
 
-acquire, release = lua('ACQUIRE'), lua('RELEASE')
-write('relaylock', acquire, release)
+# Protocol 4, the working tree's scripts, as relaylock sends them: the
+# `MULTI` fast path, SEED for a new record, ACQUIRE (after a refused `SET`,
+# and for every try not on the fast path), RELEASE (harness.py's `fast`).
+acquire, release, seed = lua('ACQUIRE'), lua('RELEASE'), lua('SEED')
+write('relaylock', 'fast', acquire, release, seed)
 
-# RELEASE keeps no ring: it reads no newest fence from the old ring and
-# writes an empty one (the tombstone `-<f>|||`).
-no_ring = edit(release, "local r1 = c > b + 1 and string.match(v, '^%d+', b + 1)", "local r1 = false")
-write('no-ring', acquire, edit(no_ring, "local tail = '|' .. rhead", "local tail = '|'"))
+# The same, the `MULTI` without its `PEXPIRE` of the record: what the
+# record's TTL costs (a design not kept: a record would outlive its lock).
+write('no-record-ttl', 'fast', acquire, release, seed, flags=('no-record-ttl',))
 
-# No queue-times record: the lean call derives no `since` name.
-write('no-times', edit(acquire, "local since = KEYS[4] or (not KEYS[2] and KEYS[1] .. ':q')",
-                       "local since = false"), release)
+# The same, the `MULTI` sent first on every call's first try, contended
+# locks too (no marks, src/calls/fenced.rs): a hand-over's refused try is a
+# `MULTI` whose `SET` answers nil, then ACQUIRE (a design not kept).
+write('multi-always', 'fast', acquire, release, seed, flags=('multi-always',))
 
-# A fast path ahead of the parse: a tombstone `-<f>||<ring>|` (no queue, an
-# empty void field, no fourth `|` in the ring) is taken as the full path would
-# take it, the new value built from the tombstone's own `||<ring>|`.
-FAST = """local v = redis.call('GET', KEYS[1])
-if v and string.byte(v, 1) == 45 and string.byte(v, -1) == 124 then
-  local a = string.find(v, '|', 2, true)
-  if a and string.byte(v, a + 1) == 124 and string.find(v, '|', a + 2, true) == #v then
-    local last = tonumber(string.sub(v, 2, a - 1)) or 0
-    local t = redis.call('TIME')
-    local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    if last >= fence then fence = last + 1 end
-    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', fence) .. string.sub(v, a), 'PX', ARGV[2])
-    return fence
-  end
-end
-"""
-write('fast-take', edit(acquire, "local v = redis.call('GET', KEYS[1])\n", FAST), release)
-
-# The last fence compared as text, parsed only when it is not older than
-# `now` (a 16-digit `tonumber` is a `strtod` of about 2,000 instructions).
-TEXT_FENCE = [
-    ("local last, reserved, pttl = 0, false, nil", "local last, reserved, pttl = '', false, nil"),
-    ("local kind = string.sub(head, 1, 1)", "local kind = string.byte(head, 1)"),
-    ("elseif kind == '-' then", "elseif kind == 45 then"),
-    ("  last = tonumber(string.sub(head, 2)) or 0", "  last = string.sub(head, 2)"),
-    ("elseif kind == '~' then", "elseif kind == 126 then"),
-    ("  last = tonumber(rf) or 0", "  last = rf or ''"),
-    ("if last >= fence then fence = last + 1 end", """local fs = string.format('%d', fence)
-if #last > #fs or (#last == #fs and last >= fs) then
-  local l = tonumber(last)
-  if l and l >= fence then fence = l + 1; fs = string.format('%d', fence) end
-end"""),
-    ("local fs = string.format('%d', fence)\nredis.call", "redis.call"),
-]
-text_fence = acquire
-for old, new in TEXT_FENCE:
-    text_fence = edit(text_fence, old, new)
-write('text-fence', text_fence, release)
+# Protocol 3: the scripts of its last commit, driven as relaylock drove them
+# (every take is ACQUIRE, every release RELEASE, lean argument lists).
+write('protocol-3', 'lean', lua('ACQUIRE', PROTOCOL_3), lua('RELEASE', PROTOCOL_3))
 
 # The bench's floor: its acquire as it is (ARGV [token, lease_ms]); its
 # release takes the retention as ARGV[2], where the lean call sends the
 # fence, so the retention is written in.
 bare = os.path.join(root, 'relaylock-cli/src/bench/bare.rs')
-write('floor', rust_str(bare, 'FLOOR_ACQUIRE'),
+write('floor', 'floor', rust_str(bare, 'FLOOR_ACQUIRE'),
       edit(rust_str(bare, 'FLOOR_RELEASE'), "'PX', ARGV[2]", "'PX', 60000"))
 
 # The bare lock: `SET key token NX PX` (harness.py's `bare` mode) and the
 # seeds' release script.
-write('bare', None, rust_str(bare, 'RELEASE'), mode='bare')
+write('bare', 'bare', None, rust_str(bare, 'RELEASE'))
