@@ -470,10 +470,10 @@ fn parse_lock(value: &str, pttl: i64, counter: u64) -> State {
     state.last_fence = counter;
     let fields: Vec<&str> = value.split('|').collect();
     let digits = |f: &str| f.bytes().all(|b| b.is_ascii_digit());
-    // The scripts' own test (`scripts::ACQUIRE`): one field (a fast-path
-    // hold), or three with `void` digits.
+    // The scripts' own test (`scripts::ACQUIRE`): one field of a token's
+    // shape (a fast-path hold), or three with `void` digits.
     let (head, queue) = match fields[..] {
-        [token] if !token.is_empty() => (token, ""),
+        [token] if crate::token::client_of(token).is_some() => (token, ""),
         [head, queue, void] if !head.is_empty() && digits(void) => (head, queue),
         _ => {
             state.foreign = true;
@@ -632,14 +632,15 @@ mod tests {
         );
         assert_eq!(s.last_fence, 18, "the record's counter");
         // A fast-path hold: the token alone, its fence only in its holder.
-        let s = parse_lock("tok", 900, 18);
+        let tok = "0123456789abcdef-0000000000000001";
+        let s = parse_lock(tok, 900, 18);
         assert_eq!(
             (s.holders[0].token.as_str(), s.holders[0].fencing_token),
-            ("tok", 0)
+            (tok, 0)
         );
         assert_eq!(s.last_fence, 18);
-        let s = parse_lock("tok|a|", 900, 18);
-        assert_eq!((s.holders[0].token.as_str(), s.queue.len()), ("tok", 1));
+        let s = parse_lock(&format!("{tok}|a|"), 900, 18);
+        assert_eq!((s.holders[0].token.as_str(), s.queue.len()), (tok, 1));
         let s = parse_lock("~c:17:60000|b|", 60_030, 0);
         assert!(s.holders.is_empty());
         assert_eq!(s.reservations[0].client, "c");
@@ -652,6 +653,7 @@ mod tests {
         assert!(s.holders.is_empty() && s.queue.is_empty() && !s.foreign);
         assert_eq!(s.last_fence, 17);
         assert!(parse_lock("", 5000, 0).foreign);
+        assert!(parse_lock("someone-else", 5000, 0).foreign);
         assert!(parse_lock("a|b|c|d", 5000, 0).foreign);
         assert!(parse_lock("a:1||x", 5000, 0).foreign);
     }

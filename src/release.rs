@@ -159,7 +159,9 @@ pub(crate) fn account(
                 // Only the first to find the loss tells (the watchdog may
                 // have, before this release).
                 if lease.mark_lost(|| m::lost(name, kind)) && early {
-                    inner.calls.value_vanished(&hold.names, hold.fence);
+                    inner
+                        .calls
+                        .value_vanished(&hold.names, hold.fence, &hold.token);
                 }
             }
             None => m::lost(name, kind),

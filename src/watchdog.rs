@@ -441,7 +441,8 @@ impl Watchdog {
                     // and its queue may be gone with it.
                     let early = now < h.lease.record().safe_until();
                     if give_up(h, found) && early {
-                        self.calls.value_vanished(&h.id.names, h.id.fence);
+                        self.calls
+                            .value_vanished(&h.id.names, h.id.fence, &h.id.token);
                     }
                 }
                 other => {

@@ -178,6 +178,10 @@ async fn ring_of(admin: &Client, key: &str) -> Vec<String> {
         .collect()
 }
 
+/// A token of relaylock's shape (`<client>-<16 hex>`): a value that is a
+/// token alone is a fast-path hold only if it has that shape.
+const TOK: &str = "0123456789abcdef-00000000000000aa";
+
 /// Each way a release ends a hold writes the value protocol 4 says, and
 /// keeps the fence in the ring of the record `<lock>:f`: a fast-path hold (the token alone) or a script's
 /// (`<token>:<fence>|queue|void`), freed (the name deleted, or a tombstone
@@ -206,21 +210,21 @@ async fn every_release_writes_its_value_and_its_ring_slot() {
         let void = if fast { "" } else { void };
         let queue = if way == 1 { "a,cc" } else { "" };
         let value = if fast {
-            "tok".to_string()
+            TOK.to_string()
         } else {
-            format!("tok:{fence}|{queue}|{void}")
+            format!("{TOK}:{fence}|{queue}|{void}")
         };
         let _: () = admin
             .set(key, value, Some(Expiration::PX(30_000)), None, false)
             .await
             .unwrap();
-        let mut args = release_args("tok".into(), fence.to_string(), format!("{key}:ch"));
+        let mut args = release_args(TOK.into(), fence.to_string(), format!("{key}:ch"));
         if way == 2 {
             args.extend(["nx".into(), "30000".into(), "0".into()]);
         }
         let keys = vec![
             key.to_string(),
-            format!("{key}:void:tok"),
+            format!("{key}:void:{TOK}"),
             format!("{key}:void"),
             format!("{key}:void:nx"),
         ];

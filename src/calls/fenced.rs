@@ -12,6 +12,12 @@
 //! another server takes a new connection, and every client's first fence
 //! there comes from the clock; later fast-path fences only count up from it.
 //!
+//! A mark lasts [`MARK_LIFETIME`] (60 s): a split brain (an old primary
+//! still taking locks for the clients that have not left it, after the
+//! promotion) can give a script's fence there above the counter here; the
+//! next script acquisition here, at most a minute later, is above it again,
+//! and the fast path counts up from that.
+//!
 //! A lock is marked only when a call's first try took it (it was free), and
 //! forgotten when the fast path finds it taken: on a contended lock the
 //! first try is the script, which queues the caller in the same call,
@@ -26,6 +32,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use fred::bytes_utils::Str;
@@ -38,11 +45,15 @@ use tokio::sync::broadcast::Receiver;
 /// Most locks remembered at once.
 pub(crate) const MAX_MARKED: usize = 65_536;
 
+/// How long a mark is honoured: the fast path's fences count up from a
+/// script's, made at most this long before by the server's clock.
+pub(crate) const MARK_LIFETIME: Duration = Duration::from_secs(60);
+
 /// The locks fenced by a script on the current connection (see the module).
 pub(crate) struct Fenced {
     reconnects: Mutex<Receiver<Server>>,
     generation: AtomicU64,
-    marked: DashMap<Str, u64, rapidhash::fast::RandomState>,
+    marked: DashMap<Str, (u64, Instant), rapidhash::fast::RandomState>,
 }
 
 impl std::fmt::Debug for Fenced {
@@ -84,9 +95,12 @@ impl Fenced {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// Whether `lock` was fenced by a script in `generation`.
+    /// Whether `lock` was fenced by a script in `generation`, within the
+    /// last [`MARK_LIFETIME`].
     pub(crate) fn holds(&self, lock: &Str, generation: u64) -> bool {
-        self.marked.get(lock).is_some_and(|g| *g == generation)
+        self.marked
+            .get(lock)
+            .is_some_and(|m| m.0 == generation && m.1.elapsed() < MARK_LIFETIME)
     }
 
     /// `lock` was found taken by the fast path's `SET NX`: contended, so
@@ -101,6 +115,7 @@ impl Fenced {
         if self.marked.len() >= MAX_MARKED {
             self.marked.clear();
         }
-        self.marked.insert(lock.clone(), generation);
+        self.marked
+            .insert(lock.clone(), (generation, Instant::now()));
     }
 }

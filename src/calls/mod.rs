@@ -129,7 +129,7 @@ impl Calls {
     /// walks the server's channels, and a `FLUSHALL` under many holds must
     /// not become as many walks. Logged as a warning when the value really
     /// vanished (not an operator's unlock).
-    pub(crate) fn value_vanished(&self, names: &Names, fence: Option<u64>) {
+    pub(crate) fn value_vanished(&self, names: &Names, fence: Option<u64>, token: &Str) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -142,6 +142,7 @@ impl Calls {
         let (channel, wchannel) = names.script_channels();
         let shared = if names.kind.counted() { "1" } else { "0" };
         let fence = fence.map_or_else(String::new, |f| f.to_string());
+        let token = token.clone();
         handle.spawn(async move {
             let _slot = slot;
             // Bounded by the command timeout, as every script call.
@@ -154,6 +155,7 @@ impl Calls {
                         shared.into(),
                         wchannel.as_str().into(),
                         fence.as_str().into(),
+                        Value::String(token.clone()),
                     ],
                 )
             });
@@ -267,8 +269,8 @@ impl Calls {
 
     /// The fast path of a lock's try: no script, one `MULTI` of `SET lock
     /// token NX PX lease`, `HINCRBY <lock>:f f 1` (the record's counter:
-    /// the fencing token) and `PEXPIRE <lock>:f lease + side_retention`
-    /// (the record outlives the hold). A counter of 2^48 or less means the
+    /// the fencing token) and `PEXPIRE <lock>:f lease + side_retention GT`
+    /// (the record outlives the hold; never shortened). A counter of 2^48 or less means the
     /// record is new (it expired since the lock was marked): its counter is
     /// seeded from the server clock ([`SEED`](crate::scripts::SEED), one
     /// more call, once per record).
@@ -340,7 +342,12 @@ impl Calls {
         let nx = Some(fred::types::SetOptions::NX);
         let () = node.set(&names.lock, token.clone(), px, nx, false).await?;
         let () = node.hincrby(record.as_str(), "f", 1).await?;
-        let () = node.pexpire(record.as_str(), record_ttl, None).await?;
+        // `GT`: a refused try with a shorter lease never cuts the record's
+        // TTL under a longer hold. (A record this `HINCRBY` created has no
+        // TTL, which `GT` leaves alone: `SEED` sets it, or the release that
+        // writes its ring does.)
+        let gt = Some(fred::types::ExpireOptions::GT);
+        let () = node.pexpire(record.as_str(), record_ttl, gt).await?;
         node.custom::<(), Value>(command("EXEC"), Vec::new())
             .await?;
         let reply: Result<(Option<Str>, i64, i64)> = match self.limit {

@@ -6,8 +6,9 @@ if v then
   local a = string.find(v, '|', 1, true)
   local b = a and string.find(v, '|', a + 1, true)
   if not a then
-    -- A hold taken by the fast path's `SET NX`: the token alone.
-    head = v
+    -- A hold taken by the fast path's `SET NX`: the token alone, of
+    -- relaylock's shape (anything else is not relaylock's).
+    if #v == 33 and string.find(v, '^%x+%-%x+$') and string.byte(v, 17) == 45 then head = v end
   elseif b and not string.find(v, '|', b + 1, true) then
     head = string.sub(v, 1, a - 1)
     if b > a + 1 then queue = string.sub(v, a + 1, b - 1) end

@@ -51,7 +51,7 @@
 //! refused sends [`ACQUIRE`], which queues it (and writes the queue into the
 //! value), takes a reservation or recognises a replay; every release is
 //! [`RELEASE`], whose first lines free a fast-path hold (`DEL`, and its
-//! fence into the ring: `HINCRBY`, `HSET`). docs/design.md, "Protocol 4",
+//! fence into the ring: `HSET`). docs/design.md, "Protocol 4",
 //! has the safety argument.
 //!
 //! The lock's value at `p:4:{k}` (prefix `p`, user key `k`; the `4` is the
@@ -176,7 +176,7 @@ pub const HANDOFF_GRACE_MS: u64 = 50;
 pub const QUEUE_TIMES: &str = ":q";
 
 /// How many released fencing tokens a semaphore's value remembers (see
-/// [`SEM_RELEASE`]; a lock's ring is cut by length, [`LOCK_RING_CHARS`]).
+/// [`SEM_RELEASE`]; a lock's ring is in its record, [`LOCK_RING_SLOTS`]).
 ///
 /// A replayed release is recognised as long as fewer than this many other
 /// releases of the semaphore came between it and its first run.
@@ -212,8 +212,9 @@ pub const RELEASE_RING: usize = 32;
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
 /// neither queues nor takes a reservation.
 ///
-/// * a value that is not relaylock's (neither one field nor three with a
-///   numeric `void` field) counts as held by another owner: reply
+/// * a value that is not relaylock's (neither one field of a token's shape,
+///   `<16 hex>-<16 hex>`, nor three with a numeric `void` field) counts as
+///   held by another owner: reply
 ///   `-3 - pttl` (`pttl` the key's `PTTL`) and never rewrite it.
 /// * head holds OUR token (a replay of this very call after a lost reply, as
 ///   fred does after a reconnect, or a lock a [`RELEASE`] gave this token):
@@ -594,10 +595,11 @@ pub const SEM_LEAVE: &str = concat!(
 /// waiters sleep until the lease their last try saw ends (docs/design.md,
 /// "Falling out of the queue").
 ///
-/// KEYS: `[value]`. ARGV: `[channel, publish, shared, wchannel, fence]`.
-/// A lock (`shared` `'0'`) whose value is a tombstone or a reservation
-/// carrying `fence` was released by an operator (`relaylock unlock`),
-/// whose release told the queue: reply `-1`, nobody told. Otherwise its
+/// KEYS: `[value]`. ARGV: `[channel, publish, shared, wchannel, fence,
+/// token]`. A lock (`shared` `'0'`) whose value is a tombstone or a
+/// reservation carrying `fence`, or whose record's field `u` is `token`,
+/// was released by an operator (`relaylock unlock`), whose release told the
+/// queue: reply `-1`, nobody told. Otherwise its
 /// clients each listen on `<channel>:<client>`: the script lists them
 /// (`PUBSUB CHANNELS`, or `PUBSUB SHARDCHANNELS` when `publish` is
 /// `SPUBLISH`, the channel's glob characters escaped) and publishes `r:`

@@ -11,7 +11,7 @@ if v then
   local a = string.find(v, '|', 1, true)
   local b = a and string.find(v, '|', a + 1, true)
   if not a then
-    head = v
+    if #v == 33 and string.find(v, '^%x+%-%x+$') and string.byte(v, 17) == 45 then head = v end
   elseif b and not string.find(v, '|', b + 1, true) then
     head = string.sub(v, 1, a - 1)
     if b > a + 1 then queue = string.sub(v, a + 1, b - 1) end
@@ -56,7 +56,10 @@ if head and (head == t or (string.byte(head, #t + 1) == 58 and string.sub(head, 
     end
   end
   if best then
-    if released then redis.call('HSET', record, string.char(65 + tonumber(released) % 32), released) end
+    if released and redis.call('HSET', record, string.char(65 + tonumber(released) % 32), released) == 1
+      and redis.call('PTTL', record) == -1 then
+      redis.call('PEXPIRE', record, retention)
+    end
     if again or requeue == '1' then rest[#rest + 1] = client end
     redis.call('SET', KEYS[1], '~' .. best .. ':' .. fence .. ':' .. retention .. '|' .. table.concat(rest, ',') .. '|' .. void, 'PX', tonumber(retention) + grace)
     local told = 'r:' .. best
@@ -85,7 +88,17 @@ if head and (head == t or (string.byte(head, #t + 1) == 58 and string.sub(head, 
   -- name present, so no `SET NX` of the fast path can take it. An operator's
   -- release leaves one too: it tells the holder's wake-up that its value
   -- was unlocked, not evicted.
-  if released then redis.call('HSET', record, string.char(65 + tonumber(released) % 32), released) end
+  if released and redis.call('HSET', record, string.char(65 + tonumber(released) % 32), released) == 1
+    and redis.call('PTTL', record) == -1 then
+    redis.call('PEXPIRE', record, retention)
+  end
+  if ARGV[12] == '0' then
+    -- An operator's release: the holder's wake-up finds its token here
+    -- (see WAKE), and the record lives on as it was.
+    if redis.call('HSET', record, 'u', t) == 1 and redis.call('PTTL', record) == -1 then
+      redis.call('PEXPIRE', record, retention)
+    end
+  end
   if void ~= '' or ARGV[12] == '0' then
     redis.call('SET', KEYS[1], '-' .. fence .. '||' .. void, 'PX', retention)
   else
