@@ -711,7 +711,7 @@ async fn a_long_silence_causes_no_reconnect_storm() {
 }
 
 /// A reply lost with its connection, for each call that takes or gives
-/// back a lock or a permit (the fast path's MULTI, the scripts): Redis ran
+/// back a lock or a permit: Redis ran
 /// the call, fred reconnects and sends it again. Each replay is recognised as the same call: the acquire returns
 /// the one hold Redis has, the release reports no loss, and another client
 /// finds everything free at once.
@@ -749,31 +749,14 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         }};
     }
 
-    // The fast path (protocol 4): the MULTI's reply is lost, fred sends it
-    // again after the reconnect (all of it, or only its EXEC, refused
-    // without its MULTI), and the acquire script the call sends then finds
-    // the hold its own and gives it its fence. (A client's first
-    // acquisition of a lock on a connection is the script.)
-    lock.lock("m").await.unwrap().release().await.unwrap();
-    proxy.cut_instead_of_reply_to(b"HINCRBY");
-    let before = support::command_runs(&admin).await;
-    let g = lock
-        .lock_with("m", LockOptions::default().lease(lease))
-        .await
-        .expect("the replay's reply");
-    cuts += 1;
-    assert_eq!(proxy.cuts(), cuts, "the reply was not cut");
-    let after = support::command_runs(&admin).await;
-    let execs = support::delta(&before, &after, "exec");
-    assert!(
-        (1..=2).contains(&execs),
-        "the MULTI ran, then maybe its copy: {execs}"
-    );
-    assert_eq!(
-        support::delta(&before, &after, "evalsha"),
-        1,
-        "then the acquire script, which found the hold its own"
-    );
+    // The fast path (protocol 4): the acquire script's first SET NX took
+    // the free lock, its reply is lost, fred sends the call again, and the
+    // copy finds the hold its own (the token alone) and gives it its fence.
+    let g = with_reply_lost!(
+        ACQUIRE,
+        lock.lock_with("m", LockOptions::default().lease(lease))
+    )
+    .expect("the replay's reply");
     let value = support::lock_value(&admin, &lock.redis_key("m"))
         .await
         .expect("held");
@@ -787,8 +770,8 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         .expect("the lock is free");
     g.release().await.unwrap();
 
-    // The acquire script: a tombstone makes the fast path's SET NX fail, so
-    // the try is the script, whose reply is lost.
+    // The acquire script's other path: a tombstone makes its SET NX fail,
+    // and the reply of the take that follows is lost.
     let _: () = admin
         .set(
             lock.redis_key("m"),
@@ -811,9 +794,7 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
     assert_eq!(value.fence(), Some(g.fencing_token()), "the hold Redis has");
     g.release().await.unwrap();
 
-    // The common release of a fast-path hold (the value its token alone);
-    // the lock taken once by the script on this connection first.
-    lock.lock("m").await.unwrap().release().await.unwrap();
+    // The common release of a fast-path hold (the value its token alone).
     let g = lock
         .lock_with("m", LockOptions::default().lease(lease))
         .await

@@ -26,9 +26,6 @@ const ACL: &[&str] = &[
     "+ssubscribe",
     "+sunsubscribe",
     "+ping",
-    // The fast path's MULTI (protocol 4).
-    "+multi",
-    "+exec",
     "+exists",
     "+info",
     "+client|id",
@@ -49,7 +46,6 @@ const ACL: &[&str] = &[
     "+del",
     // A lock's record: its fence counter and its ring.
     "+hget",
-    "+hincrby",
     "+hgetall",
     // The queue times (`relaylock status`), and the record.
     "+hset",

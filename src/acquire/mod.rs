@@ -136,11 +136,6 @@ struct LockCall<'a> {
     /// panic) releases it: ownership of a lock is never only a value on the
     /// stack.
     owned: std::sync::Mutex<Option<u64>>,
-    /// A try of this call was sent: only the first may take the fast path
-    /// ([`Calls::acquire_fast`](crate::calls::Calls::acquire_fast); a later
-    /// one follows a refusal, so the lock is likely busy), and not with
-    /// `min_replicas`, whose check wants the fence in the value.
-    tried: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for LockCall<'_> {
@@ -309,7 +304,6 @@ impl<'a> LockCall<'a> {
             replicas,
             permits,
             owned: std::sync::Mutex::new(None),
-            tried: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -570,30 +564,15 @@ impl<'a> LockCall<'a> {
             Some(_) => self.inner.registry.role_id(self.names.kind),
             None => &NO_CLIENT,
         };
-        let first = !self.tried.swap(true, std::sync::atomic::Ordering::Relaxed);
         let terms = TryTerms {
             lease_ms: self.lease_ms,
             // What is left of the deadline bounds the try (fred's own
             // timeout).
             within: remaining(self.deadline),
             default_lease: self.inner.default_lease,
-            first,
         };
         let calls = &self.inner.calls;
         let Some(asked) = self.permits else {
-            if first && self.replicas.is_none() {
-                // Boxed: the transaction's futures are large, and only the
-                // first try of a call carries them.
-                let fast = Box::pin(calls.acquire_fast(&self.names, &self.token, terms));
-                if let Some(fence) = fast.await? {
-                    return Ok(TryReply::Acquired {
-                        fence,
-                        remaining: None,
-                        reservation_left: false,
-                        batch: Vec::new(),
-                    });
-                }
-            }
             return calls.acquire(&self.names, &self.token, terms, client).await;
         };
         // The client's queue entry asks for the largest need among its

@@ -21,12 +21,10 @@ use fred::types::{FromValue, Key, Value};
 
 use crate::error::{timed_out, Error, Result};
 use crate::hold_id::HoldId;
-mod fenced;
 mod replies;
 mod terms;
 mod vanished;
 
-use fenced::Fenced;
 pub(crate) use replies::{
     acquire_reply, release_reply, sem_release_reply, AcquireReply, Released, SemUsage, TryReply,
 };
@@ -35,7 +33,7 @@ use vanished::Vanished;
 
 use crate::scripts::{
     evalsha_reloading, evalsha_within, Kind, Lua, Names, Scripts, HANDOFF_GRACE_MS, RING_CHARS,
-    SEEDED_ABOVE, SIDE_RETENTION_MS,
+    SIDE_RETENTION_MS,
 };
 
 /// A static string argument (`"0"`, `"1"`, `""`): no copy.
@@ -77,8 +75,6 @@ pub(crate) struct Calls {
     lean_args: bool,
     /// The names [`value_vanished`](Self::value_vanished) told lately.
     vanished: Arc<Vanished>,
-    /// The locks that may take the fast path ([`acquire_fast`](Self::acquire_fast)).
-    fenced: Arc<Fenced>,
 }
 
 impl std::fmt::Debug for Calls {
@@ -101,7 +97,6 @@ impl Calls {
         publish: &'static str,
     ) -> Self {
         let fred_times_out = !redis.perf_config().default_command_timeout.is_zero();
-        let fenced = Arc::new(Fenced::new(&redis));
         Calls {
             limit: (!fred_times_out).then_some(command_timeout),
             redis,
@@ -110,7 +105,6 @@ impl Calls {
             publish: Value::String(fred::util::static_str(publish)),
             lean_args: publish == "PUBLISH" && side_retention_ms == SIDE_RETENTION_MS,
             vanished: Arc::default(),
-            fenced,
         }
     }
 
@@ -234,9 +228,6 @@ impl Calls {
         // marker, void index and queue-times names (each used only on a
         // rare or contended path) from it. Every name and id goes as a
         // shared buffer: no argument is copied.
-        // Read before the script is sent: a reconnect during the call
-        // leaves the lock unmarked (see `fenced.rs`).
-        let generation = self.fenced.generation();
         let reply: Vec<i64> = self
             .script_within(&self.scripts.acquire, within, || {
                 let mut args: Vec<Value> = vec![
@@ -256,140 +247,7 @@ impl Calls {
                 (vec![&names.lock], args)
             })
             .await?;
-        // Taken at a call's first try, free and with nobody queued (not
-        // `{2, fence}`): the next call may take the fast path. (Taken after
-        // a wait, from a reservation or with others queued, it is
-        // contended: the next call's first try is this script again.)
-        let free = reply.len() == 1 && reply[0] > 0;
-        if free && terms.first {
-            self.fenced.mark(&names.lock, generation);
-        }
         Ok(TryReply::of_lock(&reply, terms.default_lease))
-    }
-
-    /// The fast path of a lock's try: no script, one `MULTI` of `SET lock
-    /// token NX PX lease`, `HINCRBY <lock>:f f 1` (the record's counter:
-    /// the fencing token) and `PEXPIRE <lock>:f lease + side_retention GT`
-    /// (the record outlives the hold; never shortened). A counter of 2^48 or less means the
-    /// record is new (it expired since the lock was marked): its counter is
-    /// seeded from the server clock ([`SEED`](crate::scripts::SEED), one
-    /// more call, once per record).
-    ///
-    /// Only for a lock a script fenced on the current connection
-    /// (`fenced.rs`: the first fence on each connection comes from the
-    /// server's clock, so a failover cannot reorder fences).
-    ///
-    /// `Ok(Some(fence))` when it took the lock; `Ok(None)`, and the caller
-    /// sends the acquire script, when the lock is not marked so, when the
-    /// lock's name exists (held, reserved, a tombstone: the script queues
-    /// the caller, takes a reservation or recognises a replay), when a
-    /// reconnect came during the call (the script finds the hold its own and
-    /// fences it from the clock), when the hold was gone before its record
-    /// was seeded, or when the command connection is down (the script's
-    /// call is bounded so that it never runs after its deadline; a `MULTI`
-    /// is not). An error only when Redis did not answer (then the `MULTI`
-    /// may have run: the caller's clean-up releases the token, as for the
-    /// script).
-    ///
-    /// The five commands go as one fred pipeline, which fred writes in one
-    /// piece: nothing of another task's comes between a `MULTI` and its
-    /// `EXEC` on the shared connection. (Not fred's `Transaction`, which
-    /// holds the connection's other commands back until its `EXEC` is
-    /// answered.) A reply lost with its connection: fred resends, after the
-    /// reconnect, the command whose reply it awaits, the `EXEC`, which fails
-    /// without its `MULTI`; any reply or error after a reconnect is
-    /// `Ok(None)`, and the acquire script the caller then sends recognises
-    /// the hold as its own if the `MULTI` ran, and gives it a fence (see
-    /// [`ACQUIRE`](crate::scripts::ACQUIRE)), or takes the lock if it did
-    /// not.
-    pub(crate) async fn acquire_fast(
-        &self,
-        names: &Names,
-        token: &Str,
-        terms: TryTerms,
-    ) -> Result<Option<u64>> {
-        use fred::interfaces::{HashesInterface, KeysInterface};
-        use fred::types::{ClusterHash, CustomCommand};
-        let generation = self.fenced.generation();
-        if !self.redis.is_connected() || !self.fenced.holds(&names.lock, generation) {
-            return Ok(None);
-        }
-        let record = names.record();
-        let record_ttl = (terms.lease_ms + self.side_retention_ms) as i64;
-        let slot = fred::util::redis_keyslot(names.lock.as_bytes());
-        let command =
-            |name: &'static str| CustomCommand::new_static(name, ClusterHash::Custom(slot), false);
-        let limit = self
-            .limit
-            .unwrap_or_else(|| self.redis.perf_config().default_command_timeout);
-        let options = fred::types::config::Options {
-            timeout: Some(
-                terms
-                    .within
-                    .map_or(limit, |w| w.min(limit))
-                    .max(Duration::from_millis(1)),
-            ),
-            ..Default::default()
-        };
-        let pipe = self.redis.pipeline();
-        let node = pipe.with_options(&options);
-        // `MULTI` and `EXEC` go as custom commands (fred has no typed ones
-        // outside its `Transaction`), the three between as typed ones, which
-        // fred writes without a flush of their own.
-        node.custom::<(), Value>(command("MULTI"), Vec::new())
-            .await?;
-        let px = Some(fred::types::Expiration::PX(terms.lease_ms as i64));
-        let nx = Some(fred::types::SetOptions::NX);
-        let () = node.set(&names.lock, token.clone(), px, nx, false).await?;
-        let () = node.hincrby(record.as_str(), "f", 1).await?;
-        // `GT`: a refused try with a shorter lease never cuts the record's
-        // TTL under a longer hold. (A record this `HINCRBY` created has no
-        // TTL, which `GT` leaves alone: `SEED` sets it, or the release that
-        // writes its ring does.)
-        let gt = Some(fred::types::ExpireOptions::GT);
-        let () = node.pexpire(record.as_str(), record_ttl, gt).await?;
-        node.custom::<(), Value>(command("EXEC"), Vec::new())
-            .await?;
-        let reply: Result<(Option<Str>, i64, i64)> = match self.limit {
-            None => pipe.last().await.map_err(Into::into),
-            Some(limit) => tokio::time::timeout(limit, pipe.last())
-                .await
-                .unwrap_or_else(|_| Err(timed_out()))
-                .map_err(Into::into),
-        };
-        let (set, counter, _) = match reply {
-            Ok(reply) => reply,
-            // fred resends after a reconnect only the command it awaits a
-            // reply to, the `EXEC` (Redis answers `EXEC without MULTI`): the
-            // `MULTI` may or may not have run. The acquire script resolves
-            // it either way (the hold its own, or the lock taken now).
-            Err(_) if self.fenced.generation() != generation => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        // Taken on another connection than the one the lock was marked on
-        // (a reconnect came between): the acquire script the caller sends
-        // next finds the hold its own and fences it from the clock.
-        if set.is_none() {
-            // Contended: the next call's first try is the script, which
-            // queues it at once (see `fenced.rs`).
-            self.fenced.forget(&names.lock);
-            return Ok(None);
-        }
-        if self.fenced.generation() != generation {
-            return Ok(None);
-        }
-        if counter > SEEDED_ABOVE {
-            return Ok(Some(counter as u64));
-        }
-        let fence: i64 = self
-            .script_within(&self.scripts.seed, terms.within, || {
-                (
-                    vec![&names.lock],
-                    vec![Value::String(token.clone()), record_ttl.into()],
-                )
-            })
-            .await?;
-        Ok((fence > 0).then_some(fence as u64))
     }
 
     /// One [`RELEASE`](crate::scripts::RELEASE) call for `hold` (whose

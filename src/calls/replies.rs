@@ -22,8 +22,6 @@ pub(crate) enum AcquireReply {
 pub(crate) fn acquire_reply(reply: &[i64], default_lease: Duration) -> Result<AcquireReply> {
     match reply {
         [fence] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64, None)),
-        // Taken where other clients wait, or from a reservation: the same.
-        [2, fence] if *fence > 0 => Ok(AcquireReply::Acquired(*fence as u64, None)),
         // The third element (`others`) is for clients that want it.
         [1, fence, 0 | 1, pttl] if *fence > 0 => Ok(AcquireReply::Acquired(
             *fence as u64,

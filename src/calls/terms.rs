@@ -43,10 +43,6 @@ pub(crate) struct TryTerms {
     /// The re-check bound of a refusal when Redis reports no expiry (a key
     /// relaylock did not write, a void marker).
     pub(crate) default_lease: Duration,
-    /// The call's first try: a lock it takes then was free when the call
-    /// came, so its next acquisition may take the fast path
-    /// ([`Calls::acquire_fast`](super::Calls::acquire_fast)).
-    pub(crate) first: bool,
 }
 
 /// How a semaphore try stands in the queue ([`Calls::sem_acquire`]).

@@ -1,13 +1,18 @@
-local v = redis.call('GET', KEYS[1])
 local t, client = ARGV[1], ARGV[3]
 local retention = tonumber(ARGV[6] or '') or 60000
+-- The common acquisition, the fast path: the lock is free (its name absent).
+-- The value is the token alone; the fence comes from the record.
+if redis.call('SET', KEYS[1], t, 'NX', 'PX', ARGV[2]) then
+  return next_fence(0, tonumber(ARGV[2]) + retention)
+end
+local v = redis.call('GET', KEYS[1])
 local head, queue, void = '', '', ''
 if v then
   local a = string.find(v, '|', 1, true)
   local b = a and string.find(v, '|', a + 1, true)
   if not a then
-    -- A hold taken by the fast path's `SET NX`: the token alone, of
-    -- relaylock's shape (anything else is not relaylock's).
+    -- A hold taken by the `SET NX` above: the token alone, of relaylock's
+    -- shape (anything else is not relaylock's).
     if #v == 33 and string.find(v, '^%x+%-%x+$') and string.byte(v, 17) == 45 then head = v end
   elseif b and not string.find(v, '|', b + 1, true) then
     head = string.sub(v, 1, a - 1)
@@ -23,7 +28,7 @@ if v then
     local fence
     if head == t then
       -- Our own fast-path hold, whose reply never came back (fred replayed
-      -- the MULTI): nobody saw its fence, so it takes the next one.
+      -- this call): nobody saw its fence, so it takes the next one.
       fence = next_fence(0, tonumber(ARGV[2]) + retention)
       redis.call('SET', KEYS[1], t .. ':' .. string.format('%d', fence) .. '|' .. queue .. '|' .. void, 'KEEPTTL')
     else
@@ -32,7 +37,7 @@ if v then
     return {1, fence, others, redis.call('PTTL', KEYS[1])}
   end
 end
-local last, pttl, contended = 0, nil, queue ~= ''
+local last, pttl = 0, nil
 local kind = string.sub(head, 1, 1)
 if not v then
 elseif kind == '-' then
@@ -40,9 +45,7 @@ elseif kind == '-' then
 elseif kind == '~' then
   local rc, rf, rk = string.match(head, '^~([^:]*):(%d+):(%d+)$')
   last = tonumber(rf) or 0
-  if rc == client and client ~= '' then
-    contended = true
-  else
+  if not (rc == client and client ~= '') then
     local left = redis.call('PTTL', KEYS[1]) - (tonumber(rk) or 0)
     if left > 0 then pttl = left end
   end
@@ -97,7 +100,4 @@ redis.call('SET', KEYS[1], t .. ':' .. string.format('%d', fence) .. '|' .. queu
 if queue ~= '' then
   redis.pcall(ARGV[5] or 'PUBLISH', (ARGV[4] or KEYS[1] .. ':ch') .. ':' .. string.match(queue, '^[^,]+'), 't:' .. ARGV[2])
 end
--- Taken where others wait, or from a reservation: say so (the caller's
--- next call then starts with this script, not the fast path).
-if contended then return {2, fence} end
 return fence

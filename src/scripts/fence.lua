@@ -5,11 +5,10 @@
 -- plus one, and written back into the counter. The counter keeps the tokens
 -- rising whatever the clock does while the record lives; the clock carries
 -- them past a record that is gone, or that a failover left behind; the
--- remainder makes every fence, the script's as the fast path's (the counter
--- plus one), take the next of the ring's 32 slots. The record then lives
--- `ttl` ms (the lease plus the retention): longer than the hold. With
--- `released`, a release's fence, that fence goes into the ring in the same
--- write.
+-- remainder makes every fence take the next of the ring's 32 slots (see
+-- the release). The record then lives `ttl` ms (the lease plus the
+-- retention): longer than the hold. With `released`, a release's fence,
+-- that fence goes into the ring in the same write.
 local function next_fence(last, ttl, released)
   local record = KEYS[1] .. ':f'
   local c = (tonumber(redis.call('HGET', record, 'f')) or 0) + 1

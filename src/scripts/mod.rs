@@ -40,19 +40,19 @@
 //! `redis-cli -x SCRIPT LOAD < acquire.lua` prints the SHA-1 relaylock
 //! calls the script by (`-x` sends the file whole, its last newline too).
 //!
-//! # Protocol 4: a fast path without Lua, and one short value per lock
+//! # Protocol 4: the fence in a record, and one short value per lock
 //!
-//! A lock call's first try takes an uncontended lock with native commands
-//! (for a lock this client fenced by a script on its current connection),
-//! one `MULTI` ([`Calls::acquire_fast`](crate::calls::Calls::acquire_fast)):
-//! `SET p:4:{k} <token> NX PX <lease>`, `HINCRBY p:4:{k}:f f 1` (the fence),
-//! `PEXPIRE p:4:{k}:f <lease + retention>`. The lock's value is then its
-//! token alone. Lua runs only where a queue may exist: a try the `SET`
-//! refused sends [`ACQUIRE`], which queues it (and writes the queue into the
-//! value), takes a reservation or recognises a replay; every release is
-//! [`RELEASE`], whose first lines free a fast-path hold (`DEL`, and its
-//! fence into the ring: `HSET`). docs/design.md, "Protocol 4",
-//! has the safety argument.
+//! An uncontended acquisition is [`ACQUIRE`]'s fast path: its first command,
+//! `SET p:4:{k} <token> NX PX <lease>`, takes the free lock, and its fence
+//! comes from the lock's record `p:4:{k}:f` (`fence.lua`: `HGET`, `TIME`,
+//! `HSET`, `PEXPIRE`). The lock's value is then its token alone: nothing is
+//! parsed, nothing copied. The rest of the script runs only where the lock
+//! is taken, reserved or queued for: it queues the caller (and writes the
+//! queue into the value), takes a reservation or recognises a replay. Every
+//! release is [`RELEASE`], whose first lines free a fast-path hold (`DEL`,
+//! and the fence into the ring: `HSET`). docs/design.md, "Protocol 4", has
+//! the safety argument, and why the acquisition is one script, not a
+//! `MULTI` of native commands (measured).
 //!
 //! The lock's value at `p:4:{k}` (prefix `p`, user key `k`; the `4` is the
 //! protocol version) is a token alone, or three fields separated by `|`:
@@ -68,9 +68,9 @@
 //! void  = "" | <until>                           void markers may exist until server time <until> (ms)
 //! ```
 //!
-//! The record `p:4:{k}:f` is a hash: `f`, the fence counter (a script's
-//! fence is the larger of the server's `TIME` in µs and the counter plus
-//! one, see `fence.lua`; the fast path's is the counter plus one), and the
+//! The record `p:4:{k}:f` is a hash: `f`, the fence counter (every fence is
+//! the larger of the server's `TIME` in µs and the counter plus one, see
+//! `fence.lua`), and the
 //! ring of released fences: fence `x` in the one-letter field of `x mod 32`
 //! ([`LOCK_RING_SLOTS`]; every fence is the one before it plus one, mod 32,
 //! so the slots are written in turn). It lives the lease plus the retention
@@ -85,8 +85,8 @@
 //! rare abandoned path only, void markers `p:4:{k}:void:<token>`. All share
 //! the hash tag `{k}`, so every script stays valid in Redis Cluster.
 //!
-//! The common paths run few commands: an uncontended acquisition is the
-//! `MULTI` of three, its release `GET`, `DEL`, `HSET`; a hand-over between
+//! The common paths run few commands: an uncontended acquisition is `SET`
+//! and the record's four, its release `GET`, `DEL`, `HSET`; a hand-over between
 //! clients adds one or two `PUBLISH`es on the release's side and one on the
 //! taker's, each to ONE client, however many wait; a hand-over within one
 //! client is a single release call that gives the lock to the next local
@@ -182,8 +182,7 @@ pub const QUEUE_TIMES: &str = ":q";
 /// releases of the semaphore came between it and its first run.
 pub const RELEASE_RING: usize = 32;
 
-/// Acquire: the try after a refused fast path, and every later try of a
-/// waiting call.
+/// Acquire: every try of a lock call.
 ///
 /// KEYS: `[lock, void, voids, since]` (`void` is this token's marker
 /// `p:4:{k}:void:<token>`, `voids` the lock's `p:4:{k}:void`: until when
@@ -212,6 +211,11 @@ pub const RELEASE_RING: usize = 32;
 /// `client` is `''` for a caller that will not wait (try_lock, polling): it
 /// neither queues nor takes a reservation.
 ///
+/// * the lock is free, its name absent (the fast path, the common case):
+///   `SET lock token NX PX lease` takes it, the value is the token alone,
+///   and the fencing token comes from the record as below; no other
+///   command runs, and no void marker is checked (docs/design.md,
+///   "Cancellation", says what that leaves).
 /// * a value that is not relaylock's (neither one field of a token's shape,
 ///   `<16 hex>-<16 hex>`, nor three with a numeric `void` field) counts as
 ///   held by another owner: reply
@@ -231,9 +235,8 @@ pub const RELEASE_RING: usize = 32;
 ///   client that joins is also noted in `since`, see [`QUEUE_TIMES`]), and
 ///   reply `-3 - pttl`, `pttl` being the key's `PTTL` or the reservation's
 ///   remaining grace.
-/// * otherwise the lock is free: absent, a tombstone, a lapsed reservation,
-///   or a reservation for `client`. The `void` field is the value's, or for
-///   an absent key the `voids` key's. If it has not passed and this token's
+/// * otherwise the lock is free: a tombstone, a lapsed reservation, or a
+///   reservation for `client`. The `void` field is the value's. If it has not passed and this token's
 ///   void marker exists, this token's caller gave up and already released it
 ///   (see [`RELEASE`]): a delayed copy of the call must not take the lock,
 ///   reply `-1` (`pttl = -2`). An absent key costs one `GET` of `voids`; a
@@ -323,18 +326,6 @@ pub const RELEASE: &str = concat!(
     include_str!("fence.lua"),
     include_str!("release.lua")
 );
-
-/// Seed a new record: the fast path's `MULTI` took the lock, and its
-/// `HINCRBY` of the record's counter answered at most 2^48
-/// ([`SEEDED_ABOVE`]), so the record was new (it had expired) and its
-/// counter not yet above the tokens of the record before it.
-///
-/// KEYS: `[lock]`; ARGV: `[token, ttl_ms]`. If the lock still holds
-/// `token` (alone, or with a queue behind it), reply the fencing token
-/// [`ACQUIRE`] would have issued (the larger of the server's `TIME` in µs
-/// and the counter plus one, the record kept `ttl_ms`); else `0`: the hold
-/// is gone (its lease ran out first) and the caller did not get the lock.
-pub const SEED: &str = concat!(include_str!("fence.lua"), include_str!("seed.lua"));
 
 /// Leave the queue: a client whose last local waiter of the lock left.
 ///
@@ -651,7 +642,6 @@ impl Lua {
 pub(crate) struct Scripts {
     pub(crate) acquire: Lua,
     pub(crate) release: Lua,
-    pub(crate) seed: Lua,
     pub(crate) renew: Lua,
     pub(crate) peek: Lua,
     pub(crate) leave: Lua,
@@ -676,7 +666,6 @@ impl Scripts {
         Scripts {
             acquire: lua!(ACQUIRE),
             release: lua!(RELEASE),
-            seed: lua!(SEED),
             renew: lua!(RENEW),
             peek: lua!(PEEK),
             leave: lua!(LEAVE),
@@ -800,12 +789,6 @@ where
 /// "Upgrading from protocol 1"). One digit.
 pub const PROTOCOL: u32 = 4;
 
-/// A record's counter at or below this (2^48) was made by the increment
-/// that read it: a new record, whose counter [`SEED`] raises to the
-/// server's clock in µs (about 1.8e15 today; 2^48 µs after the epoch was
-/// in 1978).
-pub const SEEDED_ABOVE: i64 = 1 << 48;
-
 /// The permits a write takes, and the limit every read-write lock call
 /// gives: a read-write lock is a semaphore of this many permits where a
 /// read takes 1 and a write takes all of them, so a write is admitted only
@@ -848,7 +831,6 @@ mod tests {
         let all = [
             &s.acquire,
             &s.release,
-            &s.seed,
             &s.renew,
             &s.peek,
             &s.leave,
@@ -868,10 +850,9 @@ mod tests {
 
     /// Each script and its files, in `concat!`'s order: what the module
     /// docs say to `cat` for `redis-cli --eval`.
-    const FILES: [(&str, &[&str]); 12] = [
+    const FILES: [(&str, &[&str]); 11] = [
         (ACQUIRE, &["fence.lua", "acquire.lua"]),
         (RELEASE, &["release_fast.lua", "fence.lua", "release.lua"]),
-        (SEED, &["fence.lua", "seed.lua"]),
         (LEAVE, &["leave.lua"]),
         (PEEK, &["peek.lua"]),
         (RENEW, &["renew.lua"]),

@@ -85,7 +85,7 @@ if head and (head == t or (string.byte(head, #t + 1) == 58 and string.sub(head, 
   end
   -- Free. Nothing is kept in the lock's name (the record keeps the fence
   -- and the ring), unless a void marker may live: then a tombstone keeps the
-  -- name present, so no `SET NX` of the fast path can take it. An operator's
+  -- name present, so no acquire's first `SET NX` can take it. An operator's
   -- release leaves one too: it tells the holder's wake-up that its value
   -- was unlocked, not evicted.
   if released and redis.call('HSET', record, string.char(65 + tonumber(released) % 32), released) == 1

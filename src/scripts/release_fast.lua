@@ -10,7 +10,8 @@ if v == t and fs ~= '' and (ARGV[9] or '') == '' and ARGV[12] ~= '0' then
   redis.call('DEL', KEYS[1])
   local record = KEYS[1] .. ':f'
   -- A new field (the record's first releases): make sure the record has a
-  -- TTL (one made by a refused fast-path try's HINCRBY alone has none).
+  -- TTL (one re-made by this HSET, after an eviction of the record alone,
+  -- has none).
   if redis.call('HSET', record, string.char(65 + tonumber(fs) % 32), fs) == 1
     and redis.call('PTTL', record) == -1 then
     redis.call('PEXPIRE', record, 60000)
