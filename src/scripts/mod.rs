@@ -213,9 +213,9 @@ pub const RELEASE_RING: usize = 32;
 ///
 /// * the lock is free, its name absent (the fast path, the common case):
 ///   `SET lock token NX PX lease` takes it, the value is the token alone,
-///   and the fencing token comes from the record as below; no other
-///   command runs, and no void marker is checked (docs/design.md,
-///   "Cancellation", says what that leaves).
+///   and the fencing token comes from the record as below. Only when no
+///   void marker of the lock may live (`EXISTS voids`, 0): else the path
+///   below, which checks this token's marker.
 /// * a value that is not relaylock's (neither one field of a token's shape,
 ///   `<16 hex>-<16 hex>`, nor three with a numeric `void` field) counts as
 ///   held by another owner: reply
@@ -372,7 +372,8 @@ pub const PEEK: &str = include_str!("peek.lua");
 /// * `'1'`, grow-only: only if that lengthens it, so a watchdog renewal
 ///   racing an `extend` to a longer lease cannot undo it;
 /// * `'2'`, the write a `min_replicas` check waits for: token `i` is
-///   `<token>:<fence>` and must be the whole head (an acquisition that fred
+///   `<token>:<fence>` and must be the whole head, or its token the whole
+///   value (a fast-path hold, whose fence is not in Redis) (an acquisition that fred
 ///   replayed on another server has the same token with another fence
 ///   there); the lease becomes at least `lease_ms_i` and never shorter (a
 ///   delayed copy of the call cannot undo a later `extend`), and the call
