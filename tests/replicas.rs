@@ -295,6 +295,15 @@ async fn the_replica_check_write_matches_the_head_and_never_shortens() {
         async move { admin.pttl::<i64, _>(key).await.unwrap() }
     };
     let head = format!("{}:{}", g.token(), g.fencing_token());
+    // As a `min_replicas` acquisition writes it (the fast path's value is
+    // the token alone, and a `min_replicas` call takes no fast path).
+    let _: () = admin
+        .custom(
+            fred::types::CustomCommand::new_static("SET", None, false),
+            vec![key.clone(), format!("{head}||"), "KEEPTTL".into()],
+        )
+        .await
+        .unwrap();
 
     let before = command_calls(&admin).await;
     assert_eq!(renew("2", head.clone(), 5_000).await, [1]);

@@ -570,6 +570,7 @@ impl<'a> LockCall<'a> {
             // timeout).
             within: remaining(self.deadline),
             default_lease: self.inner.default_lease,
+            exact: self.replicas.is_some(),
         };
         let calls = &self.inner.calls;
         let Some(asked) = self.permits else {

@@ -237,12 +237,15 @@ impl Calls {
                 ];
                 // The script's defaults stand for the channel (the lock's
                 // `...:ch`), `PUBLISH` and the default retention.
-                if !self.lean_args {
+                if !self.lean_args || terms.exact {
                     args.extend([
                         Value::String(names.channel.clone()),
                         self.publish.clone(),
                         (self.side_retention_ms as i64).into(),
                     ]);
+                }
+                if terms.exact {
+                    args.push(flag("1"));
                 }
                 (vec![&names.lock], args)
             })

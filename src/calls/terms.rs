@@ -43,6 +43,9 @@ pub(crate) struct TryTerms {
     /// The re-check bound of a refusal when Redis reports no expiry (a key
     /// relaylock did not write, a void marker).
     pub(crate) default_lease: Duration,
+    /// A `min_replicas` call: a lock it takes names its fence in its value
+    /// (no fast path), which the replica check matches exactly.
+    pub(crate) exact: bool,
 }
 
 /// How a semaphore try stands in the queue ([`Calls::sem_acquire`]).

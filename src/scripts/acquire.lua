@@ -1,11 +1,17 @@
 local t, client = ARGV[1], ARGV[3]
 local retention = tonumber(ARGV[6] or '') or 60000
--- The common acquisition, the fast path: the lock is free (its name absent)
--- and no void marker of it may live (the `voids` key, which a release of an
--- abandoned acquisition writes, is absent). The value is the token alone;
--- the fence comes from the record.
-if redis.call('EXISTS', KEYS[3] or KEYS[1] .. ':void') == 0
-  and redis.call('SET', KEYS[1], t, 'NX', 'PX', ARGV[2]) then
+-- The common acquisition, the fast path: the lock is free (its name
+-- absent). The value is the token alone; the fence comes from the record.
+-- Not for a `min_replicas` call (`exact`), whose check wants the fence in
+-- the value. While a void marker of the lock may live (its `voids` key,
+-- which a release of an abandoned acquisition writes), this token's own
+-- marker is checked: an abandoned call's late copy takes nothing.
+if ARGV[7] ~= '1' and redis.call('SET', KEYS[1], t, 'NX', 'PX', ARGV[2]) then
+  if redis.call('EXISTS', KEYS[3] or KEYS[1] .. ':void') == 1
+    and redis.call('EXISTS', KEYS[2] or KEYS[1] .. ':void:' .. t) == 1 then
+    redis.call('DEL', KEYS[1])
+    return -1
+  end
   return next_fence(0, tonumber(ARGV[2]) + retention)
 end
 local v = redis.call('GET', KEYS[1])

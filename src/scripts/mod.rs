@@ -193,7 +193,9 @@ pub const RELEASE_RING: usize = 32;
 /// name passed costs Redis; the derived names share the lock's hash tag, so
 /// Redis Cluster accepts them: a script may touch undeclared keys of its
 /// own slot). The record `p:4:{k}:f` is always derived.
-/// ARGV: `[token, lease_ms, client, channel, publish, retention_ms]`, or
+/// ARGV: `[token, lease_ms, client, channel, publish, retention_ms, exact]`
+/// (`exact` `'1'`: a `min_replicas` call, which takes no fast path, so the
+/// value names its fence; optional), or
 /// the lean `[token, lease_ms, client]` relaylock sends when the last three
 /// are their defaults (each argument costs Redis; `channel` is then the
 /// lock's `p:4:{k}:ch`, `publish` is `PUBLISH` and `retention_ms` 60000).
@@ -213,9 +215,10 @@ pub const RELEASE_RING: usize = 32;
 ///
 /// * the lock is free, its name absent (the fast path, the common case):
 ///   `SET lock token NX PX lease` takes it, the value is the token alone,
-///   and the fencing token comes from the record as below. Only when no
-///   void marker of the lock may live (`EXISTS voids`, 0): else the path
-///   below, which checks this token's marker.
+///   and the fencing token comes from the record as below (not for
+///   `exact`). While a void marker of the lock may live (`EXISTS voids`),
+///   a token with its own marker gives the lock back at once (`DEL`) and
+///   gets `-1`.
 /// * a value that is not relaylock's (neither one field of a token's shape,
 ///   `<16 hex>-<16 hex>`, nor three with a numeric `void` field) counts as
 ///   held by another owner: reply
@@ -372,8 +375,7 @@ pub const PEEK: &str = include_str!("peek.lua");
 /// * `'1'`, grow-only: only if that lengthens it, so a watchdog renewal
 ///   racing an `extend` to a longer lease cannot undo it;
 /// * `'2'`, the write a `min_replicas` check waits for: token `i` is
-///   `<token>:<fence>` and must be the whole head, or its token the whole
-///   value (a fast-path hold, whose fence is not in Redis) (an acquisition that fred
+///   `<token>:<fence>` and must be the whole head (an acquisition that fred
 ///   replayed on another server has the same token with another fence
 ///   there); the lease becomes at least `lease_ms_i` and never shorter (a
 ///   delayed copy of the call cannot undo a later `extend`), and the call

@@ -10,9 +10,6 @@ for i = 1, #KEYS do
     local c = string.byte(v, #t + 1)
     if mode == '2' then mine = c == 124 else mine = c == nil or c == 58 or c == 124 end
   end
-  -- Mode '2' for a fast-path hold: the value is the token alone (its fence
-  -- is not in Redis).
-  if not mine and mode == '2' and v and v == string.match(t, '^(.*):%d+$') then mine = true end
   if mine then
     if mode == '2' then
       local p = redis.call('PTTL', lock)
