@@ -82,9 +82,9 @@ pub fn client_of_token(token: &str) -> Option<&str> {
 pub struct Holder {
     /// The acquisition's token ([`LockGuard::token`](crate::LockGuard::token)).
     pub token: String,
-    /// Its fencing token; 0 for a lock taken on the fast path, whose value
-    /// is its token alone (protocol 4: the holder alone knows its fence;
-    /// [`State::last_fence`] is at least it).
+    /// Its fencing token. For a lock taken on the fast path (its value the
+    /// token alone), the lock's record's counter, which no other fence
+    /// moves while the lock is held; 0 if the record is gone.
     pub fencing_token: u64,
     /// What is left of its lease, by the server's clock.
     pub remaining: Duration,
@@ -499,11 +499,12 @@ fn parse_lock(value: &str, pttl: i64, counter: u64) -> State {
             }
         }
     } else {
-        // `<token>:<fence>`, or a fast-path hold's `<token>` (fence 0:
-        // unknown here).
+        // `<token>:<fence>`, or a fast-path hold's `<token>`, whose fence is
+        // the record's counter: nothing issues a fence while a lock is held
+        // (0 when the record is gone).
         let (token, fencing_token) = match head.rsplit_once(':') {
             Some((token, fence)) => (token, fence.parse().unwrap_or(0)),
-            None => (head, 0),
+            None => (head, counter),
         };
         state.last_fence = state.last_fence.max(fencing_token);
         state.holders.push(Holder {
@@ -631,12 +632,12 @@ mod tests {
             ["a", "b"]
         );
         assert_eq!(s.last_fence, 18, "the record's counter");
-        // A fast-path hold: the token alone, its fence only in its holder.
+        // A fast-path hold: the token alone, its fence the record's counter.
         let tok = "0123456789abcdef-0000000000000001";
         let s = parse_lock(tok, 900, 18);
         assert_eq!(
             (s.holders[0].token.as_str(), s.holders[0].fencing_token),
-            (tok, 0)
+            (tok, 18)
         );
         assert_eq!(s.last_fence, 18);
         let s = parse_lock(&format!("{tok}|a|"), 900, 18);

@@ -21,6 +21,7 @@
 
 use relaylock_testkit as support;
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -710,65 +711,88 @@ async fn a_long_silence_causes_no_reconnect_storm() {
     assert_clean(&admin, prefix).await;
 }
 
-/// A reply lost with its connection, for each call that takes or gives
-/// back a lock or a permit: Redis ran
-/// the call, fred reconnects and sends it again. Each replay is recognised as the same call: the acquire returns
-/// the one hold Redis has, the release reports no loss, and another client
-/// finds everything free at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
-    use relaylock::__scripts::{ACQUIRE, RELEASE, SEM_ACQUIRE, SEM_RELEASE};
-    let server = RedisServer::start();
-    let admin = server.admin().await;
-    let proxy = Proxy::start(server.port).await;
-    let lock = lock_client(&proxy.url(), "lost-reply").await;
-    let other = lock_client(&server.url(), "lost-reply").await;
-    // Loaded first, so each cut reply is the script's, not a NOSCRIPT.
-    for script in [ACQUIRE, RELEASE, SEM_ACQUIRE, SEM_RELEASE] {
-        let _: String = admin.script_load(script).await.unwrap();
-    }
-    // Fixed leases: no watchdog, so the scripts below are the only ones.
-    let lease = Duration::from_secs(10);
-    let mut cuts = 0;
-    // Runs `call` with the reply of its `script` cut; Redis must have run
-    // the script twice (the call and its replay).
-    macro_rules! with_reply_lost {
-        ($script:expr, $call:expr) => {{
-            proxy.cut_instead_of_reply_to(fred::util::sha1_hash($script).as_bytes());
-            let before = support::command_runs(&admin).await;
-            let out = $call.await;
-            cuts += 1;
-            assert_eq!(proxy.cuts(), cuts, "the reply was not cut");
-            let after = support::command_runs(&admin).await;
-            assert_eq!(
-                support::delta(&before, &after, "evalsha"),
-                2,
-                "run, then replayed"
-            );
-            out
-        }};
+/// A proxied client whose replies the test cuts, a direct one beside it, and
+/// the count of cuts so far.
+struct LostReplies {
+    _server: RedisServer,
+    admin: Client,
+    proxy: Proxy,
+    lock: relaylock::LockClient,
+    other: relaylock::LockClient,
+    cuts: u64,
+}
+
+impl LostReplies {
+    async fn start() -> Self {
+        use relaylock::__scripts::{ACQUIRE, RELEASE, SEM_ACQUIRE, SEM_RELEASE};
+        let server = RedisServer::start();
+        let admin = server.admin().await;
+        let proxy = Proxy::start(server.port).await;
+        let lock = lock_client(&proxy.url(), "lost-reply").await;
+        let other = lock_client(&server.url(), "lost-reply").await;
+        // Loaded first, so each cut reply is the script's, not a NOSCRIPT.
+        for script in [ACQUIRE, RELEASE, SEM_ACQUIRE, SEM_RELEASE] {
+            let _: String = admin.script_load(script).await.unwrap();
+        }
+        LostReplies {
+            _server: server,
+            admin,
+            proxy,
+            lock,
+            other,
+            cuts: 0,
+        }
     }
 
+    /// Runs `call` with the reply of its `script` cut; Redis must have run
+    /// the script twice (the call and its replay).
+    async fn with_reply_lost<T>(&mut self, script: &str, call: impl Future<Output = T>) -> T {
+        let (proxy, admin) = (&self.proxy, &self.admin);
+        proxy.cut_instead_of_reply_to(fred::util::sha1_hash(script).as_bytes());
+        let before = support::command_runs(admin).await;
+        let out = call.await;
+        self.cuts += 1;
+        assert_eq!(proxy.cuts(), self.cuts, "the reply was not cut");
+        let after = support::command_runs(admin).await;
+        assert_eq!(
+            support::delta(&before, &after, "evalsha"),
+            2,
+            "run, then replayed"
+        );
+        out
+    }
+}
+
+/// Fixed leases: no watchdog, so the scripts of these tests are the only ones.
+const LOST_REPLY_LEASE: Duration = Duration::from_secs(10);
+
+/// A reply lost with its connection, for each call that takes or gives
+/// back a lock: Redis ran the call, fred reconnects and sends it again. Each
+/// replay is recognised as the same call: the acquire returns the one hold
+/// Redis has, the release reports no loss, and another client finds the
+/// lock free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
+    use relaylock::__scripts::{ACQUIRE, RELEASE};
+    let mut t = LostReplies::start().await;
+    let (lock, admin) = (t.lock.clone(), t.admin.clone());
+    let lease = LockOptions::default().lease(LOST_REPLY_LEASE);
     // The fast path (protocol 4): the acquire script's first SET NX took
     // the free lock, its reply is lost, fred sends the call again, and the
     // copy finds the hold its own (the token alone) and gives it its fence.
-    let g = with_reply_lost!(
-        ACQUIRE,
-        lock.lock_with("m", LockOptions::default().lease(lease))
-    )
-    .expect("the replay's reply");
+    let g = t
+        .with_reply_lost(ACQUIRE, lock.lock_with("m", lease.clone()))
+        .await
+        .expect("the replay's reply");
     let value = support::lock_value(&admin, &lock.redis_key("m"))
         .await
         .expect("held");
     assert_eq!(value.token(), Some(g.token()), "the hold Redis has");
     assert_eq!(value.fence(), Some(g.fencing_token()), "the hold Redis has");
-    with_reply_lost!(RELEASE, g.release()).expect("released, not lost");
-    let g = other
-        .try_lock("m")
+    t.with_reply_lost(RELEASE, g.release())
         .await
-        .unwrap()
-        .expect("the lock is free");
-    g.release().await.unwrap();
+        .expect("released, not lost");
+    assert_free(&t.other, "m").await;
 
     // The acquire script's other path: a tombstone makes its SET NX fail,
     // and the reply of the take that follows is lost.
@@ -782,11 +806,10 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         )
         .await
         .unwrap();
-    let g = with_reply_lost!(
-        ACQUIRE,
-        lock.lock_with("m", LockOptions::default().lease(lease))
-    )
-    .expect("the replay's reply");
+    let g = t
+        .with_reply_lost(ACQUIRE, lock.lock_with("m", lease.clone()))
+        .await
+        .expect("the replay's reply");
     let value = support::lock_value(&admin, &lock.redis_key("m"))
         .await
         .expect("held");
@@ -795,23 +818,38 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
     g.release().await.unwrap();
 
     // The common release of a fast-path hold (the value its token alone).
-    let g = lock
-        .lock_with("m", LockOptions::default().lease(lease))
-        .await
-        .unwrap();
+    let g = lock.lock_with("m", lease).await.unwrap();
     let value = support::lock_value(&admin, &lock.redis_key("m")).await;
     assert_eq!(value.map(|v| v.head), Some(g.token().to_owned()));
-    with_reply_lost!(RELEASE, g.release()).expect("released, not lost");
-    let g = other
-        .try_lock("m")
+    t.with_reply_lost(RELEASE, g.release())
+        .await
+        .expect("released, not lost");
+    assert_free(&t.other, "m").await;
+}
+
+/// The lock `key` is free for `client`: taken and released at once.
+async fn assert_free(client: &relaylock::LockClient, key: &str) {
+    let g = client
+        .try_lock(key)
         .await
         .unwrap()
         .expect("the lock is free");
     g.release().await.unwrap();
+}
 
+/// The same for a semaphore's permits: the acquire and the release whose
+/// replies are lost are replayed as the same calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
+    use relaylock::__scripts::{SEM_ACQUIRE, SEM_RELEASE};
+    let mut t = LostReplies::start().await;
+    let (lock, other) = (t.lock.clone(), t.other.clone());
     let sem = lock.semaphore("s", 2).unwrap();
-    let opts = relaylock::SemaphoreOptions::default().lease(lease);
-    let p = with_reply_lost!(SEM_ACQUIRE, sem.acquire_with(opts)).expect("the replay's reply");
+    let opts = relaylock::SemaphoreOptions::default().lease(LOST_REPLY_LEASE);
+    let p = t
+        .with_reply_lost(SEM_ACQUIRE, sem.acquire_with(opts))
+        .await
+        .expect("the replay's reply");
     let both = relaylock::SemaphoreOptions::default().permits(2);
     let taken = other
         .semaphore("s", 2)
@@ -820,7 +858,9 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         .await
         .unwrap();
     assert!(taken.is_none(), "one permit is held: two do not fit");
-    with_reply_lost!(SEM_RELEASE, p.release()).expect("released, not lost");
+    t.with_reply_lost(SEM_RELEASE, p.release())
+        .await
+        .expect("released, not lost");
     let p = other
         .semaphore("s", 2)
         .unwrap()

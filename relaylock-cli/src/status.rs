@@ -424,7 +424,7 @@ fn holder_text(primitive: Primitive, h: &Holder) -> String {
         .since
         .and_then(ago)
         .map_or(String::new(), |d| format!(" for {}", human(d)));
-    // A lock taken on the fast path keeps its fence only in its holder.
+    // A lock taken on the fast path whose record is gone (evicted).
     let fence = match h.fencing_token {
         0 => "known to its holder".to_owned(),
         f => f.to_string(),
