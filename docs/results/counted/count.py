@@ -3,7 +3,8 @@
 for 40 and 80 cycles of harness.py (256 keys: one acquisition per key and cycle).
 The variants are those with files in DIR, in run.sh's order; the ratios to
 the bare lock and the floor, and the parts, need those variants counted
-(the parts: relaylock and any of protocol-3, the floor and the bare lock).
+(the parts: relaylock and any of multi, protocol-3, the floor and the bare
+lock).
 
 usage: count.py DIR"""
 import hashlib
@@ -14,11 +15,11 @@ import sys
 
 d = sys.argv[1]
 PER = 40 * 256  # acquisitions between the run of 40 cycles and the one of 80
-ALL = ['relaylock', 'no-record-ttl', 'multi-always', 'protocol-3', 'floor', 'bare']
+ALL = ['relaylock', 'multi', 'protocol-3', 'floor', 'bare']
 SCENARIOS = ['uncontended', 'contended']
 VARIANTS = [v for v in ALL if os.path.exists(os.path.join(d, f'cg.{v}.{SCENARIOS[0]}.80'))]
 # The breakdown's columns: those of these counted.
-COLUMNS = [v for v in ('relaylock', 'protocol-3', 'floor', 'bare') if v in VARIANTS]
+COLUMNS = [v for v in ('relaylock', 'multi', 'protocol-3', 'floor', 'bare') if v in VARIANTS]
 PARTS = [
     ('processMultibulkBuffer', 'reading the requests (every command)'),
     ('processCommand', 'the commands, from lookup to reply'),
@@ -40,7 +41,9 @@ PARTS = [
     ('setCommand', 'SET, in EXEC or a script'),
     ('getCommand', 'GET, in a script'),
     ('delCommand', 'DEL, in a script'),
-    ('hincrbyCommand', 'HINCRBY, in EXEC or a script'),
+    ('hgetCommand', 'HGET, in a script'),
+    ('timeCommand', 'TIME, in a script'),
+    ('hincrbyCommand', 'HINCRBY, in EXEC'),
     ('hsetCommand', 'HSET, in a script'),
     ('pexpireCommand', 'PEXPIRE, in EXEC or a script'),
     ('serverCron', 'the timer (serverCron)'),

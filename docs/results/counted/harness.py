@@ -8,26 +8,30 @@ counts the whole server's instructions instead, under callgrind).
 
 A variant's mode is the name of a file in its DIR:
 
-  fast   protocol 4, as relaylock sends it (src/calls/mod.rs): a try on
+  script relaylock's protocol 4 as it is (src/calls/mod.rs): every take is
+         the ACQUIRE script (lean: `[lock]`, `[token, lease, client]`),
+         whose first command, `SET p:4:{k} <token> NX PX <lease>`, takes
+         a free lock (then `EXISTS` of the lock's voids key, none here,
+         and the fence from the record: `HGET`, `TIME`, `HSET`,
+         `PEXPIRE`; the value is the token alone); every
+         release is RELEASE (lean: `[lock]`, `[token, fence, client,
+         requeue]`), with the fence the take answered.
+  fast   the `MULTI` design protocol 4 replaced (commit 940c831, as its
+         client sent it: src/calls/mod.rs and fenced.rs there): a try on
          the fast path is the `MULTI` of `SET p:4:{k} <token> NX PX
          <lease>`, `HINCRBY p:4:{k}:f f 1` (the fence) and `PEXPIRE
-         p:4:{k}:f <lease + 60000>`, then `EXEC`; when the `HINCRBY` answers
-         2^48 or less (a new record) the SEED script follows (`[lock]`,
-         `[token, lease + 60000]`). A try whose `SET` was refused sends
-         ACQUIRE (lean: `[lock]`, `[token, lease, client]`), and so does
-         every other try. A call's first try takes the fast path only for a
-         lock marked so (src/calls/fenced.rs): marked when a call's first
-         try took it by ACQUIRE answering a bare fence (free, nobody
-         queued), forgotten when a `MULTI` found it taken; so in a
-         hand-over every try is ACQUIRE (after one refused `MULTI` of the
-         warm-up's holder, in the first cycles, counted in both runs). A
-         file `multi-always` sends the `MULTI` first on every call's first
-         try instead (no marks). Every release is RELEASE (lean: `[lock]`,
-         `[token, fence, client, requeue]`), with the fence the take
-         answered (the `EXEC`'s `HINCRBY` element, or ACQUIRE's reply: a
-         fence, or `{2, fence}` when taken where others wait or from a
-         reservation). DIR holds acquire.lua, release.lua and seed.lua; a
-         file `no-record-ttl` drops the `PEXPIRE` from the `MULTI`.
+         p:4:{k}:f <lease + 60000> GT`, then `EXEC`; when the `HINCRBY`
+         answers 2^48 or less (a new record) the SEED script follows
+         (`[lock]`, `[token, lease + 60000]`; never here). Every other try
+         is ACQUIRE (lean). A call's first try takes the fast path only for
+         a lock marked so: marked when a call's first try took it by
+         ACQUIRE answering a bare fence (free, nobody queued), forgotten
+         when a `MULTI` found it taken; so in a hand-over every try is
+         ACQUIRE (after the first cycles, counted in both runs). Releases
+         as `script`'s, with the fence the take answered (the `EXEC`'s
+         `HINCRBY` element, or ACQUIRE's reply: a fence, or `{2, fence}`
+         when taken where others wait or from a reservation). DIR holds
+         acquire.lua, release.lua and seed.lua.
   lean   protocol 3, as relaylock sent it: every take is the ACQUIRE
          script, every release the RELEASE script, lean argument lists
          (`[token, lease, client]`; `[token, 1, client, 0]`: protocol 3's
@@ -40,30 +44,36 @@ A variant's mode is the name of a file in its DIR:
   bare   the bare lock: the take is `SET key token NX PX`, and the release
          script gets [key] and [token].
 
-  uncontended: a release then a take by one client. With `fast`, the
-               release of a fast-path hold (RELEASE's first lines: `GET`,
-               `DEL`, the fence into the record's ring) and the `MULTI` (the
-               record exists after the warm-up: no SEED).
+  uncontended: a release then a take by one client. With `script`,
+               RELEASE's first lines (`GET`, `DEL`, the fence into the
+               record's ring: `HSET`) and ACQUIRE's `SET NX`, `EXISTS`
+               and the record's four commands; with `fast`, the same
+               release and the `MULTI` (the record exists after the
+               warm-up: no SEED).
   contended:   two clients take turns on each key: the other client's try
-               that the lock refuses (it joins the queue; with `fast`,
-               ACQUIRE, or with `multi-always` a `MULTI` whose `SET`
-               answers nil, then ACQUIRE), the holder's RELEASE (a
-               reservation for the other client), the other client's next
-               try (ACQUIRE: a later try sends no `MULTI`), which takes the
-               reservation: the hand-over between processes.
+               that the lock refuses (ACQUIRE: it joins the queue), the
+               holder's RELEASE (a reservation for the other client), the
+               other client's next try (ACQUIRE, with `fast` too: a later
+               try sends no `MULTI`), which takes the reservation: the
+               hand-over between processes.
 
-Keys are `p:4:{bench:<i>}` for `fast`, else `p:3:{bench:<i>}` (protocol 3's
-names; the floor and the bare lock keep them too). Tokens are relaylock's
-length: `<client id>-<16 hex digits>`, 33 bytes; the lease is 30,000 ms.
+Keys are `p:4:{bench:<i>}` for `script` and `fast`, else `p:3:{bench:<i>}`
+(protocol 3's names; the floor and the bare lock keep them too). Tokens are
+relaylock's length and shape: `<client id>-<16 hex digits>`, the id 16 hex
+digits, 33 bytes; the lease is 30,000 ms.
 
 Every reply is checked (a harness that measured failing calls would be
 worthless), and the run stops at the first unexpected one: a release of an
-uncontended lock answers 1, a `MULTI`'s `SET` answers OK (uncontended) or nil
-(contended), a refused try answers no fence (relaylock's: `-3 - pttl`, it
-queued), a contended release hands over (3 or 5; the floor's and the bare
-lock's answer 1), the taker's ACQUIRE answers a fence, and fences only grow.
-DEBUG=1 prints the first replies of each scenario's first batches (the
-warm-up's and the first cycles') too.
+uncontended lock answers 1, a take answers a fence (> 0; with `fast`, a
+`MULTI`'s `SET` answers OK, its `PEXPIRE` 1 or 0), a refused try answers no fence
+(relaylock's: `-3 - pttl`, it queued), a contended release hands over (3 or
+5; the floor's and the bare lock's answer 1), and fences only grow. After
+the last batch of a scenario, with `script` and `fast`, every key's value is
+read (`GET`, pipelined; the same 256 in a run of 40 cycles as in one of 80,
+so they cancel out of run.sh's counts) and must be the holder's token alone
+(uncontended) or `<token>:<fence>||` with the fence its take answered
+(contended). DEBUG=1 prints the first replies of each scenario's first
+batches (the warm-up's and the first cycles') too.
 
 usage: harness.py DIR [DIR...]
 Environment: PORT (a running server; else one is started from RS,
@@ -125,14 +135,15 @@ token = lambda cl: cl + '-' + secrets.token_hex(8)  # relaylock's length: 33 byt
 class Bad(SystemExit):
     """An unexpected reply: the run stops."""
 
-MODES = ('fast', 'lean', 'floor', 'bare')
+MODES = ('script', 'fast', 'lean', 'floor', 'bare')
 
-def run(c, shas, scenario, cycles, mode, record_ttl=True, multi_always=False):
+def run(c, shas, scenario, cycles, mode):
     """One scenario of CYCLES cycles on every key; returns the µs and calls
     of the lock's commands per acquisition."""
     acq, rel, seed = shas
     fast = mode == 'fast'
-    key = (lambda i: 'p:4:{bench:%d}' % i) if fast else (lambda i: 'p:3:{bench:%d}' % i)
+    p4 = mode in ('script', 'fast')  # protocol 4: its names, its fences sent back
+    key = (lambda i: 'p:4:{bench:%d}' % i) if p4 else (lambda i: 'p:3:{bench:%d}' % i)
     A, B = 'a1b2c3d4e5f60718', '9f8e7d6c5b4a3921'
     debug = os.environ.get('DEBUG')
     sends = [0]  # batches sent: DEBUG prints the first calls of the first ones
@@ -140,30 +151,34 @@ def run(c, shas, scenario, cycles, mode, record_ttl=True, multi_always=False):
     # Each call is (its requests, the check of their replies); a take's
     # check returns (fence, whether SEED must follow).
     def script_take(k, t, cl, first):
-        """ACQUIRE that takes the lock: a fence, or `{2, fence}` (taken
-        where others wait, or from a reservation). A call's first try that
-        answers a bare fence marks the lock for the fast path."""
+        """ACQUIRE that takes the lock: a fence; with `fast` also `{2,
+        fence}` (taken where others wait, or from a reservation), and a
+        call's first try that answers a bare fence marks the lock for the
+        fast path."""
         def ok(rs):
             r = rs[0]
             if isinstance(r, int) and r > 0:
-                if first: marked.add((cl, k))
+                if fast and first: marked.add((cl, k))
                 return r, False
-            if isinstance(r, list) and len(r) == 2 and r[0] == 2 and isinstance(r[1], int) and r[1] > 0:
+            if (fast and isinstance(r, list) and len(r) == 2 and r[0] == 2
+                    and isinstance(r[1], int) and r[1] > 0):
                 return r[1], False
             raise Bad(f'ACQUIRE answered {r!r}, no fence')
         return [resp('EVALSHA', acq, 1, key(k), t, LEASE, cl)], ok
 
     def multi(k, t):
-        cmds = [resp('MULTI'), resp('SET', key(k), t, 'NX', 'PX', LEASE), resp('HINCRBY', key(k) + ':f', 'f', 1)]
-        if record_ttl: cmds.append(resp('PEXPIRE', key(k) + ':f', LEASE + RETENTION))
-        return cmds + [resp('EXEC')]
+        return [resp('MULTI'), resp('SET', key(k), t, 'NX', 'PX', LEASE),
+                resp('HINCRBY', key(k) + ':f', 'f', 1),
+                resp('PEXPIRE', key(k) + ':f', LEASE + RETENTION, 'GT'), resp('EXEC')]
 
     def exec_reply(rs):
-        n = 3 if record_ttl else 2
-        if rs[0] != 'OK' or rs[1:1 + n] != ['QUEUED'] * n: raise Bad(f'MULTI answered {rs[:1 + n]!r}')
-        ex = rs[1 + n]
-        if not (isinstance(ex, list) and len(ex) == n and isinstance(ex[1], int) and ex[1] > 0
-                and (not record_ttl or ex[2] == 1)):
+        if rs[0] != 'OK' or rs[1:4] != ['QUEUED'] * 3: raise Bad(f'MULTI answered {rs[:4]!r}')
+        ex = rs[4]
+        # `PEXPIRE ... GT` answers 1 when it moved the record's expiry
+        # later (the take before set it, a batch earlier), 0 when it was
+        # within the same millisecond.
+        if not (isinstance(ex, list) and len(ex) == 3 and isinstance(ex[1], int) and ex[1] > 0
+                and ex[2] in (0, 1)):
             raise Bad(f'EXEC answered {ex!r}')
         return ex
 
@@ -174,7 +189,7 @@ def run(c, shas, scenario, cycles, mode, record_ttl=True, multi_always=False):
                 if rs[0] != 'OK': raise Bad(f'SET NX answered {rs[0]!r}, not OK')
                 return 0, False
             return [resp('SET', key(k), t, 'NX', 'PX', LEASE)], ok
-        if not (fast and fast_try(cl, k)): return script_take(k, t, cl, True)
+        if not (fast and (cl, k) in marked): return script_take(k, t, cl, True)
         reqs = multi(k, t)
         def ok(rs):
             ex = exec_reply(rs)
@@ -189,12 +204,15 @@ def run(c, shas, scenario, cycles, mode, record_ttl=True, multi_always=False):
                 if rs[0] is not None: raise Bad(f'a refused SET NX answered {rs[0]!r}')
             return [resp('SET', key(k), t, 'NX', 'PX', LEASE)], ok
         queue = [resp('EVALSHA', acq, 1, key(k), t, LEASE, cl)]
-        pre = multi(k, t) if fast and fast_try(cl, k) else []
+        pre = multi(k, t) if fast and (cl, k) in marked else []
         def ok(rs):
             if pre:
-                ex = exec_reply(rs)
-                if ex[0] is not None: raise Bad(f"a refused MULTI's SET answered {ex[0]!r}")
-                marked.discard((cl, k))  # found taken: contended, forgotten
+                # Only the warm-up's holder's first refused try (its mark
+                # from the warm-up): then forgotten, as fenced.rs does.
+                ex = rs[4] if rs[:4] == ['OK'] + ['QUEUED'] * 3 else None
+                if not (isinstance(ex, list) and len(ex) == 3 and ex[0] is None):
+                    raise Bad(f'a refused MULTI answered {rs[:5]!r}')
+                marked.discard((cl, k))
             q = rs[len(pre)]
             # The floor answers 0 (held); relaylock -3 - pttl: queued.
             if q != 0 if mode == 'floor' else not (isinstance(q, int) and q < -3):
@@ -207,7 +225,7 @@ def run(c, shas, scenario, cycles, mode, record_ttl=True, multi_always=False):
 
     def release(k, t, cl, fence, want):
         if mode == 'bare': reqs = [resp('EVALSHA', rel, 1, key(k), t)]
-        else: reqs = [resp('EVALSHA', rel, 1, key(k), t, fence if fast else 1, cl, 0)]
+        else: reqs = [resp('EVALSHA', rel, 1, key(k), t, fence if p4 else 1, cl, 0)]
         def ok(rs):
             if rs[0] not in want: raise Bad(f'RELEASE answered {rs[0]!r}, not one of {want}')
         return reqs, ok
@@ -233,14 +251,13 @@ def run(c, shas, scenario, cycles, mode, record_ttl=True, multi_always=False):
         return out
 
     ks = list(range(KEYS))
-    marked = set()  # (client, key): may take the fast path (src/calls/fenced.rs)
-    fast_try = (lambda cl, k: True) if multi_always else (lambda cl, k: (cl, k) in marked)
+    marked = set()  # (client, key): may take the fast path (940c831's src/calls/fenced.rs)
     holder = {}  # key -> (client, token, fence)
     last = {}    # key -> the newest fence
 
     def took(taken):
         """Note each key's new fence ({key: (fence, seed?)}); send SEED where
-        the MULTI made a new record, as the client does."""
+        the MULTI made a new record, as that client did."""
         need = [k for k, (_, s) in taken.items() if s]
         fences = {k: f for k, (f, _) in taken.items()}
         if need:
@@ -253,7 +270,7 @@ def run(c, shas, scenario, cycles, mode, record_ttl=True, multi_always=False):
 
     c.cmd('FLUSHALL')
     # Warm-up: each key taken by A (with `fast`, by ACQUIRE: a client's first
-    # take of a lock on its connection is the script; unless `multi-always`).
+    # take of a lock on its connection is the script).
     for k in ks: holder[k] = (A, token(A), None)
     took(dict(zip(ks, send([first_take(k, holder[k][1], A) for k in ks]))))
     c.cmd('CONFIG', 'RESETSTAT')
@@ -273,6 +290,15 @@ def run(c, shas, scenario, cycles, mode, record_ttl=True, multi_always=False):
                 holder[k] = (o, t, None)
             took(dict(zip(ks, send(calls)[2::3])))
     n, us = lock_us(c, mode == 'bare')
+    if p4:
+        # Each key's value: the holder's token alone (uncontended: a hold
+        # the `SET NX` took), or its token and fence with an empty queue
+        # (contended: taken from a reservation).
+        c.send(b''.join(resp('GET', key(k)) for k in ks))
+        for k in ks:
+            v = c.read(); _, t, f = holder[k]
+            want = t if scenario == 'uncontended' else f'{t}:{f}||'
+            if v != want: raise Bad(f'{key(k)} holds {v!r}, not {want!r}')
     return us / (cycles * KEYS), n / (cycles * KEYS)
 
 def main():
@@ -293,15 +319,14 @@ def main():
             if len(found) != 1: raise SystemExit(f'{v}: expected one mode file of {MODES}, found {found}')
             modes[v] = found[0]
             if modes[v] == 'fast' and None in shas[v]: raise SystemExit(f'{v}: fast needs acquire, release and seed')
+            if modes[v] == 'script' and None in shas[v][:2]: raise SystemExit(f'{v}: script needs acquire and release')
         rounds = int(os.environ.get('ROUNDS', '5')); cycles = int(os.environ.get('CYCLES', '200'))
         res = {}
         scs = os.environ.get('SCEN', 'uncontended,contended').split(',')
         for r in range(rounds):
             for sc in scs:
                 for v in variants:
-                    ttl = not os.path.exists(os.path.join(v, 'no-record-ttl'))
-                    always = os.path.exists(os.path.join(v, 'multi-always'))
-                    us, calls = run(c, shas[v], sc, cycles, modes[v], ttl, always)
+                    us, calls = run(c, shas[v], sc, cycles, modes[v])
                     res.setdefault((sc, v), []).append(us)
         for sc in scs:
             for v in variants:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Write the variants of run.sh into OUT/<variant>/: their scripts
 ({acquire,release,seed}.lua) and a mode file that tells harness.py how to
-drive them (`fast`: protocol 4's MULTI, SEED, ACQUIRE and RELEASE; `lean`:
-protocol 3's scripts with the lean argument lists; `floor`; `bare`), plus
-the flag files `no-record-ttl` (the MULTI sends no PEXPIRE) and
-`multi-always` (every call's first try is the MULTI).
+drive them (`script`: protocol 4's ACQUIRE and RELEASE, the working tree's;
+`fast`: the MULTI design protocol 4 replaced, its MULTI, SEED, ACQUIRE and
+RELEASE of commit MULTI; `lean`: protocol 3's scripts with the lean
+argument lists; `floor`; `bare`).
 
 usage: variants.py ROOT OUT   (ROOT: the checkout whose scripts are read)"""
 import os
@@ -16,6 +16,8 @@ root, out = sys.argv[1], sys.argv[2]
 
 # The last commit of protocol 3 (its scripts were single files then).
 PROTOCOL_3 = '6b9e907'
+# The last commit of protocol 4's `MULTI` fast path (replaced by dd642ee).
+MULTI = '940c831'
 
 
 def read(path, rev=None):
@@ -52,30 +54,25 @@ def edit(text, old, new):
     return text.replace(old, new)
 
 
-def write(variant, mode, acquire, release, seed=None, flags=()):
+def write(variant, mode, acquire, release, seed=None):
     d = os.path.join(out, variant)
     os.makedirs(d, exist_ok=True)
     for name, text in (('acquire', acquire), ('release', release), ('seed', seed)):
         if text is not None:
             open(os.path.join(d, name + '.lua'), 'w').write(text)
-    for f in (mode,) + tuple(flags):
-        open(os.path.join(d, f), 'w').close()
+    open(os.path.join(d, mode), 'w').close()
 
 
-# Protocol 4, the working tree's scripts, as relaylock sends them: the
-# `MULTI` fast path, SEED for a new record, ACQUIRE (after a refused `SET`,
-# and for every try not on the fast path), RELEASE (harness.py's `fast`).
-acquire, release, seed = lua('ACQUIRE'), lua('RELEASE'), lua('SEED')
-write('relaylock', 'fast', acquire, release, seed)
+# Protocol 4, the working tree's scripts, as relaylock sends them: every
+# take is ACQUIRE (its first command `SET NX PX` takes a free lock), every
+# release RELEASE (harness.py's `script`).
+write('relaylock', 'script', lua('ACQUIRE'), lua('RELEASE'))
 
-# The same, the `MULTI` without its `PEXPIRE` of the record: what the
-# record's TTL costs (a design not kept: a record would outlive its lock).
-write('no-record-ttl', 'fast', acquire, release, seed, flags=('no-record-ttl',))
-
-# The same, the `MULTI` sent first on every call's first try, contended
-# locks too (no marks, src/calls/fenced.rs): a hand-over's refused try is a
-# `MULTI` whose `SET` answers nil, then ACQUIRE (a design not kept).
-write('multi-always', 'fast', acquire, release, seed, flags=('multi-always',))
+# The design protocol 4 replaced, with its scripts (commit MULTI) and driven
+# as its client drove them: the `MULTI` fast path for a marked lock, SEED
+# for a new record, ACQUIRE for every other try, RELEASE (harness.py's
+# `fast`). Measured, not kept.
+write('multi', 'fast', lua('ACQUIRE', MULTI), lua('RELEASE', MULTI), lua('SEED', MULTI))
 
 # Protocol 3: the scripts of its last commit, driven as relaylock drove them
 # (every take is ACQUIRE, every release RELEASE, lean argument lists).
