@@ -7,17 +7,11 @@
 
 use relaylock_testkit as support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use fred::prelude::*;
 use relaylock::LockClient;
 use support::{Admin, RedisServer};
-
-/// The lock's record: its fence counter `f` and its ring of released fences.
-async fn record(admin: &Client, key: &str) -> HashMap<String, String> {
-    admin.hgetall(format!("{key}:f")).await.unwrap()
-}
 
 /// An uncontended acquisition is one script call whose value is the token
 /// alone; its fence is the record's counter (at least the server's clock);
@@ -43,13 +37,16 @@ async fn an_uncontended_acquisition_is_the_token_alone_and_its_release_deletes_i
             g.fencing_token()
         );
         last = g.fencing_token();
-        assert_eq!(record(&admin, &key).await.get("f"), Some(&last.to_string()));
+        assert_eq!(
+            support::lock_record(&admin, &key).await.get("f"),
+            Some(&last.to_string())
+        );
         g.release().await.unwrap();
         let gone: Option<String> = admin.get(&key).await.unwrap();
         assert_eq!(gone, None, "freed with nobody waiting: deleted");
         let slot = char::from(b'A' + (last % 32) as u8).to_string();
         assert_eq!(
-            record(&admin, &key).await.get(&slot),
+            support::lock_record(&admin, &key).await.get(&slot),
             Some(&last.to_string()),
             "the ring keeps {last}"
         );
@@ -108,7 +105,7 @@ async fn consecutive_releases_fill_the_ring_in_turn() {
             tokio::time::sleep(Duration::from_millis(3)).await;
         }
     }
-    let ring = record(&admin, &key).await;
+    let ring = support::lock_record(&admin, &key).await;
     for f in &fences {
         let slot = char::from(b'A' + (f % 32) as u8).to_string();
         assert_eq!(ring.get(&slot), Some(&f.to_string()), "{fences:?}");

@@ -784,11 +784,7 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         .with_reply_lost(ACQUIRE, lock.lock_with("m", lease.clone()))
         .await
         .expect("the replay's reply");
-    let value = support::lock_value(&admin, &lock.redis_key("m"))
-        .await
-        .expect("held");
-    assert_eq!(value.token(), Some(g.token()), "the hold Redis has");
-    assert_eq!(value.fence(), Some(g.fencing_token()), "the hold Redis has");
+    assert_redis_has(&admin, &lock.redis_key("m"), &g).await;
     t.with_reply_lost(RELEASE, g.release())
         .await
         .expect("released, not lost");
@@ -810,11 +806,7 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         .with_reply_lost(ACQUIRE, lock.lock_with("m", lease.clone()))
         .await
         .expect("the replay's reply");
-    let value = support::lock_value(&admin, &lock.redis_key("m"))
-        .await
-        .expect("held");
-    assert_eq!(value.token(), Some(g.token()), "the hold Redis has");
-    assert_eq!(value.fence(), Some(g.fencing_token()), "the hold Redis has");
+    assert_redis_has(&admin, &lock.redis_key("m"), &g).await;
     g.release().await.unwrap();
 
     // The common release of a fast-path hold (the value its token alone).
@@ -825,6 +817,13 @@ async fn a_call_whose_reply_is_lost_is_replayed_as_the_same_call() {
         .await
         .expect("released, not lost");
     assert_free(&t.other, "m").await;
+}
+
+/// The lock named `name` holds the hold of `g`: its token and its fence.
+async fn assert_redis_has(admin: &Client, name: &str, g: &relaylock::LockGuard) {
+    let value = support::lock_value(admin, name).await.expect("held");
+    assert_eq!(value.token(), Some(g.token()), "the hold Redis has");
+    assert_eq!(value.fence(), Some(g.fencing_token()), "the hold Redis has");
 }
 
 /// The lock `key` is free for `client`: taken and released at once.

@@ -169,9 +169,8 @@ async fn a_hot_keys_ring_holds_30_releases() {
 /// The released fences in the ring of the lock named `key`: its record's
 /// fields but `f` (its fence counter).
 async fn ring_of(admin: &Client, key: &str) -> Vec<String> {
-    let record: std::collections::HashMap<String, String> =
-        admin.hgetall(format!("{key}:f")).await.unwrap();
-    record
+    support::lock_record(admin, key)
+        .await
         .into_iter()
         .filter(|(field, _)| field != "f")
         .map(|(_, fence)| fence)

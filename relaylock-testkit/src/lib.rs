@@ -409,6 +409,13 @@ impl LockValue {
     }
 }
 
+/// The record of the lock named `name` (protocol 4's `<name>:f`): its fence
+/// counter `f`, its ring of released fences, and `u`, the token an
+/// operator's unlock released last.
+pub async fn lock_record(admin: &Client, name: &str) -> HashMap<String, String> {
+    admin.hgetall(format!("{name}:f")).await.unwrap()
+}
+
 /// Whether a lock's raw value holds `token`: the token alone (a fast-path
 /// hold) or a head of the token with or without its fence.
 pub fn holds_token(value: &str, token: &str) -> bool {
