@@ -12,6 +12,7 @@ use crate::builder::LockClientBuilder;
 use crate::error::{Error, Result};
 use crate::guard::{run_holding, LockGuard};
 use crate::inner::ClientInner;
+use crate::multi::MultiGuard;
 use crate::options::LockOptions;
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
@@ -248,6 +249,183 @@ impl LockClient {
     {
         let guard = self.lock_with(key, options).await?;
         run_holding(guard, work).await
+    }
+
+    /// Take the locks on every key of `keys` together: a multi-key lock.
+    /// The same as [`lock_all_with`](Self::lock_all_with) with the default
+    /// options.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_all_with`](Self::lock_all_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_all_with`](Self::lock_all_with).
+    pub async fn lock_all<I, K>(&self, keys: I) -> Result<MultiGuard>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        self.lock_all_with(keys, LockOptions::default()).await
+    }
+
+    /// Take the locks on every key of `keys` together, with `options` (one
+    /// wait for the whole set, one lease for every key, one metrics name).
+    ///
+    /// Deadlock-free whatever order callers give the keys in: they are
+    /// deduplicated and taken in one order every client uses (hash slot,
+    /// then key). While no key is busy it costs one request per slot group
+    /// (one on a single server, whatever the number of keys), and one to
+    /// release. On a busy key the call waits in that key's FIFO queue as a
+    /// [`lock`](Self::lock) of it would, keeping the keys it already holds
+    /// (safe, as every caller takes keys in the same order), woken by the
+    /// release message sent to it alone. Each key is an ordinary lock: a
+    /// single-key `lock` of one of them waits for the multi-key hold, and
+    /// the reverse.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// use std::time::Duration;
+    /// use relaylock::LockOptions;
+    ///
+    /// let seats = ["show:9:seat:14", "show:9:seat:15", "show:9:seat:16"];
+    /// let opts = LockOptions::default().wait(Duration::from_secs(2));
+    /// let guard = client.lock_all_with(seats, opts).await?;
+    /// for (seat, fence) in guard.fencing_tokens() {
+    ///     // ... book `seat`, fenced by `fence` ...
+    /// #   let _ = (seat, fence);
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::InvalidArgument`] for no key, more than
+    ///   [`MAX_KEYS`](crate::MAX_KEYS), a key a single lock would refuse, a
+    ///   lease out of range, or [`LockOptions::min_replicas`] (not available
+    ///   for a multi-key lock), before anything is sent;
+    /// * [`Error::Timeout`] (naming the key waited for) when the wait limit
+    ///   passes first, or [`Error::Unavailable`] when it passes while Redis
+    ///   cannot be reached;
+    /// * [`Error::Redis`], [`Error::UnexpectedReply`] and [`Error::Shutdown`]
+    ///   as for [`lock_with`](Self::lock_with).
+    ///
+    /// On any error no key is left held: those taken are released (in the
+    /// background).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe. Dropping the future at any await point leaves no key
+    /// held and no queue entry: the keys taken are released in the
+    /// background, a script call in flight is followed by a release of its
+    /// token on each of its keys, and a wait on a busy key ends as a
+    /// dropped [`lock_with`](Self::lock_with) does.
+    pub async fn lock_all_with<I, K>(&self, keys: I, options: LockOptions) -> Result<MultiGuard>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        let set = acquire::KeySet::new(&self.inner, keys)?;
+        let held = Box::pin(acquire::lock_all(&self.inner, set, &options, true)).await?;
+        held.ok_or_else(|| Error::UnexpectedReply("a waiting multi-key call gave up".into()))
+    }
+
+    /// One attempt at every key of `keys`, never waiting: `Ok(None)` (and no
+    /// key held) when any of them is busy.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_all_with`](Self::lock_all_with), without
+    /// [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_all_with`](Self::lock_all_with).
+    pub async fn try_lock_all<I, K>(&self, keys: I) -> Result<Option<MultiGuard>>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        self.try_lock_all_with(keys, LockOptions::default()).await
+    }
+
+    /// [`try_lock_all`](Self::try_lock_all) with `options` (the wait is
+    /// ignored).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_all`](Self::try_lock_all).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_all_with`](Self::lock_all_with).
+    pub async fn try_lock_all_with<I, K>(
+        &self,
+        keys: I,
+        options: LockOptions,
+    ) -> Result<Option<MultiGuard>>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        let set = acquire::KeySet::new(&self.inner, keys)?;
+        Box::pin(acquire::lock_all(&self.inner, set, &options, false)).await
+    }
+
+    /// Run `work` holding every key of `keys`: take them (with `options`),
+    /// run the closure, release them, and return the closure's value.
+    ///
+    /// If any key is found lost while `work` runs, the closure's future is
+    /// dropped at its next await point and the call fails with
+    /// [`Error::LockLost`]; so it does when the release finds a key lost.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+    /// use relaylock::LockOptions;
+    ///
+    /// let moved = client
+    ///     .with_lock_all(["account:7", "account:3"], LockOptions::default(), async |guard| {
+    ///         // ... both accounts are ours ...
+    ///         guard.fencing_token("account:3").is_some()
+    ///     })
+    ///     .await?;
+    /// # let _ = moved; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`lock_all_with`](Self::lock_all_with), of
+    /// [`MultiGuard::release`], and [`Error::LockLost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while waiting: as [`lock_all_with`](Self::lock_all_with).
+    /// Dropped while the closure runs: the closure's future is dropped with
+    /// it and every key is released in the background.
+    pub async fn with_lock_all<I, K, F, T>(&self, keys: I, options: LockOptions, work: F) -> Result<T>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+        F: AsyncFnOnce(&MultiGuard) -> T,
+    {
+        let held = self.lock_all_with(keys, options).await?;
+        let outcome = {
+            let work = work(&held);
+            tokio::select! {
+                biased;
+                _ = held.lost() => None,
+                value = work => Some(value),
+            }
+        };
+        match outcome {
+            Some(value) => held.release().await.map(|()| value),
+            None if self.inner.closing.is_cancelled() => Err(Error::Shutdown),
+            None => Err(Error::LockLost {
+                key: held.lost_key().unwrap_or_default(),
+            }),
+        }
     }
 
     /// One attempt, never waits: `Ok(None)` when another owner holds the lock.

@@ -384,6 +384,21 @@ impl LockGuard {
         outcome
     }
 
+    /// Take the hold out for a release its caller sends (a multi-key
+    /// lock's, one call per slot group): it leaves the watchdog and the
+    /// client's holds, [`lost`](Self::lost) fires, and dropping the guard
+    /// does nothing more. With it, its lease state, for the release's
+    /// outcome. `None` when the shutdown took the hold (and releases it).
+    pub(crate) fn detach(&mut self) -> Option<(HoldId, Arc<Lease>)> {
+        if self.state != GuardState::Held {
+            return None;
+        }
+        let ours = self.inner.watchdog.holds.remove(self.hold);
+        self.close();
+        self.state = GuardState::Done;
+        ours.then(|| (self.id.take(), Arc::clone(&self.lease_state)))
+    }
+
     /// The body of [`release`](Self::release).
     async fn release_now(&mut self) -> Result<()> {
         let ours = self.inner.watchdog.holds.remove(self.hold);

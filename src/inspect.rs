@@ -290,7 +290,7 @@ async fn listeners(
             vec![r, w]
         }
         Kind::Semaphore => vec![names.channel.to_string()],
-        Kind::Mutex => state
+        Kind::Mutex | Kind::Multi => state
             .reservations
             .iter()
             .map(|r| &r.client)

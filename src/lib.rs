@@ -60,6 +60,7 @@ mod identity;
 mod inner;
 pub mod inspect;
 pub mod metrics;
+mod multi;
 mod options;
 mod registry;
 mod release;
@@ -87,6 +88,7 @@ pub use client::LockClient;
 pub use error::{Error, Result};
 pub use eviction::OnEvictingServer;
 pub use guard::LockGuard;
+pub use multi::{MultiGuard, MAX_KEYS};
 pub use options::{
     LockOptions, SemaphoreOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN,
 };

@@ -58,6 +58,8 @@ pub const RENEWALS_TOTAL: &str = "relaylock_renewals_total";
 pub const WAKEUPS_TOTAL: &str = "relaylock_wakeups_total";
 /// Gauge of tasks currently waiting.
 pub const WAITERS: &str = "relaylock_waiters";
+/// Histogram of the keys each multi-key lock acquired.
+pub const MULTI_KEYS: &str = "relaylock_multi_keys";
 
 /// Every metric name relaylock emits.
 pub const ALL: &[&str] = &[
@@ -71,6 +73,7 @@ pub const ALL: &[&str] = &[
     RENEWALS_TOTAL,
     WAKEUPS_TOTAL,
     WAITERS,
+    MULTI_KEYS,
 ];
 
 /// Why a waiter woke up. (The discriminants index [`Keys::wakeups`].)
@@ -186,6 +189,7 @@ static MUTEX: Keys = keys!(Kind::Mutex.label());
 static SEMAPHORE: Keys = keys!(Kind::Semaphore.label());
 static READ: Keys = keys!(Kind::Read.label());
 static WRITE: Keys = keys!(Kind::Write.label());
+static MULTI: Keys = keys!(Kind::Multi.label());
 
 /// The keys of `kind`'s series.
 fn keys(kind: Kind) -> &'static Keys {
@@ -194,6 +198,7 @@ fn keys(kind: Kind) -> &'static Keys {
         Kind::Semaphore => &SEMAPHORE,
         Kind::Read => &READ,
         Kind::Write => &WRITE,
+        Kind::Multi => &MULTI,
     }
 }
 
@@ -235,6 +240,7 @@ fn slot(kind: Kind, column: usize) -> usize {
         Kind::Semaphore => 1,
         Kind::Read => 2,
         Kind::Write => 3,
+        Kind::Multi => 4,
     };
     row * SERIES + column
 }
@@ -312,7 +318,7 @@ mod handles {
     /// The longest wait between two probes.
     const PROBE_GAP_MAX: Duration = Duration::from_secs(60);
 
-    const SLOTS: usize = 4 * SERIES;
+    const SLOTS: usize = 5 * SERIES;
 
     type Cache<H> = RefCell<Vec<Option<(Instant, H)>>>;
 
@@ -467,6 +473,11 @@ pub(crate) fn describe() {
         );
         metrics::describe_counter!(WAKEUPS_TOTAL, Unit::Count, "Waiter wake-ups by cause");
         metrics::describe_gauge!(WAITERS, Unit::Count, "Tasks waiting for a lock");
+        metrics::describe_histogram!(
+            MULTI_KEYS,
+            Unit::Count,
+            "Keys each multi-key lock acquired"
+        );
     });
 }
 
@@ -506,6 +517,13 @@ pub(crate) fn held(name: Option<&SharedString>, kind: Kind, held: Duration) {
 
 pub(crate) fn wakeup(name: Option<&SharedString>, kind: Kind, cause: WakeCause) {
     increment(kind, WAKEUPS + cause as usize, name);
+}
+
+/// A multi-key lock acquired `keys` keys.
+pub(crate) fn multi_keys(name: Option<&SharedString>, keys: usize) {
+    static KEY: Key = Key::from_static_name(MULTI_KEYS);
+    let key = named(&KEY, name);
+    metrics::with_recorder(|r| r.register_histogram(&key, &METADATA)).record(keys as f64);
 }
 
 pub(crate) fn waiters(name: Option<&SharedString>, kind: Kind, delta: f64) {
@@ -550,7 +568,13 @@ mod tests {
     /// with.
     #[test]
     fn every_column_is_one_series_in_one_slot() {
-        let kinds = [Kind::Mutex, Kind::Semaphore, Kind::Read, Kind::Write];
+        let kinds = [
+            Kind::Mutex,
+            Kind::Semaphore,
+            Kind::Read,
+            Kind::Write,
+            Kind::Multi,
+        ];
         let mut seen_keys = Vec::new();
         let mut seen_slots = std::collections::HashSet::new();
         for kind in kinds {
@@ -562,7 +586,7 @@ mod tests {
                 );
                 seen_keys.push(key);
                 assert!(seen_slots.insert(slot(kind, column)));
-                assert!(slot(kind, column) < 4 * SERIES);
+                assert!(slot(kind, column) < 5 * SERIES);
             }
         }
         assert_eq!(

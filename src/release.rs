@@ -154,20 +154,78 @@ pub(crate) fn account(
             m::released(name, kind)
         }
         Ok(Released::NotOurs) => match lease {
-            Some(lease) => {
-                let early = Instant::now() < lease.record().safe_until();
-                // Only the first to find the loss tells (the watchdog may
-                // have, before this release).
-                if lease.mark_lost(|| m::lost(name, kind)) && early {
-                    inner
-                        .calls
-                        .value_vanished(&hold.names, hold.fence, &hold.token);
-                }
-            }
+            Some(lease) => found_lost(inner, name, hold, lease),
             None => m::lost(name, kind),
         },
         Err(_) => {}
     }
+}
+
+/// A release found `hold` lost: count it (once, if nobody counted it
+/// before: the watchdog, `extend`), and if its lease should still run (by
+/// this process's clock), tell every waiting client to re-check.
+pub(crate) fn found_lost(
+    inner: &ClientInner,
+    name: Option<&SharedString>,
+    hold: &HoldId,
+    lease: &Lease,
+) {
+    let early = Instant::now() < lease.record().safe_until();
+    // Only the first to find the loss tells (the watchdog may have, before
+    // this release).
+    if lease.mark_lost(|| m::lost(name, hold.names.kind)) && early {
+        inner
+            .calls
+            .value_vanished(&hold.names, hold.fence, &hold.token);
+    }
+}
+
+/// Release the holds `group` of one multi-key lock, all in one slot in a
+/// cluster, with one [`RELEASE_ALL`](crate::scripts::RELEASE_ALL) call:
+/// each key as [`release`] releases one whose fence is known, except that
+/// no local waiter is handed a key directly (each key's local waiters are
+/// woken when it is freed, and this client queues again for a key that
+/// still has some). Each key's outcome, in order.
+///
+/// # Cancel safety
+///
+/// The script may or may not have run when the future is dropped; a
+/// repeated call is recognised key by key (the ring of released fences).
+pub(crate) async fn release_group(
+    inner: &Arc<ClientInner>,
+    group: &[HoldId],
+) -> Result<Vec<Released>> {
+    let Some(first) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let registry = &inner.registry;
+    let closing = inner.closing.is_cancelled();
+    let mut pending: Vec<InFlight<'_>> = group
+        .iter()
+        .map(|hold| InFlight {
+            releasing: registry.begin_release(&hold.names.channel, closing, false),
+            inner,
+            names: &hold.names,
+        })
+        .collect();
+    let requeue: Vec<bool> = pending.iter().map(|p| p.releasing.requeued()).collect();
+    let names: Vec<&Names> = group.iter().map(|hold| &hold.names).collect();
+    let fences: Vec<u64> = group.iter().map(|hold| hold.fence.unwrap_or(0)).collect();
+    let sent = Instant::now();
+    let client = registry.client_id();
+    let outcome = inner
+        .calls
+        .release_all(&names, &first.token, &fences, &requeue, client)
+        .await;
+    for (i, p) in pending.iter_mut().enumerate() {
+        let (released, standby) = match &outcome {
+            Ok(each) => (Some(each[i].0), each[i].1),
+            Err(_) => (None, false),
+        };
+        // No waiter was claimed: nothing is returned to release.
+        let _ = p.releasing.finish_lock(released, standby, sent);
+    }
+    outcome.map(|each| each.into_iter().map(|(released, _)| released).collect())
 }
 
 /// What a dropped guard's background release reports to: its `name` label

@@ -19,6 +19,7 @@
 //!   lease.
 
 mod guards;
+mod multi;
 mod state;
 
 use std::pin::Pin;
@@ -44,6 +45,7 @@ use crate::replicas::{acknowledged, Acquisition};
 use crate::scripts::{Kind, Names, HANDOFF_GRACE_MS, RW_WRITE};
 use crate::state::handoff::{Gate, Handed, Offer};
 use guards::{Offered, OnDrop, ReadBatch};
+pub(crate) use multi::{lock_all, KeySet};
 use state::{Turn, WaitState};
 
 /// How long after a wait's deadline its timer ends the call whatever it
@@ -136,6 +138,10 @@ struct LockCall<'a> {
     /// panic) releases it: ownership of a lock is never only a value on the
     /// stack.
     owned: std::sync::Mutex<Option<u64>>,
+    /// A wait for one key of a multi-key lock ([`park`]): its tries and
+    /// wake-ups count as the multi-key lock's, and its outcome is the
+    /// multi-key call's to record.
+    part: bool,
 }
 
 impl Drop for LockCall<'_> {
@@ -225,6 +231,32 @@ pub(crate) async fn lock(
     outcome.and_then(|(fence, sent)| call.into_guard(fence, sent))
 }
 
+/// Wait for one key of a multi-key lock, with the multi-key call's
+/// `token` (every key of it has the one token) and `options` (their wait
+/// is what is left of the call's deadline): the lock loop of [`lock`],
+/// which queues this client in the key's FIFO queue as any lock call.
+///
+/// # Cancel safety
+///
+/// As [`lock`]: dropped, it leaves no queue entry, and what a try in flight
+/// may have taken is released in the background.
+pub(crate) async fn park(
+    inner: &Arc<ClientInner>,
+    key: &str,
+    names: Names,
+    token: Str,
+    options: &LockOptions,
+) -> Result<LockGuard> {
+    let mut call = LockCall::with_token(inner, key, options, Want::LOCK, names, token)?;
+    call.part = true;
+    let outcome = tokio::select! {
+        biased;
+        _ = inner.closing.cancelled() => Err(Error::Shutdown),
+        outcome = call.wait(options) => outcome,
+    };
+    outcome.and_then(|(fence, sent)| call.into_guard(fence, sent))
+}
+
 /// A lock call's outcome, in its span.
 fn record_outcome(span: &tracing::Span, outcome: &Result<(u64, Instant)>) {
     if span.is_disabled() {
@@ -271,7 +303,21 @@ impl<'a> LockCall<'a> {
         want: Want,
     ) -> Result<Self> {
         inner.check_key(key)?;
-        let Want { kind, permits } = want;
+        let (names, token) =
+            Names::for_call(&inner.prefix, key, want.kind, inner.registry.client_id());
+        Self::with_token(inner, key, options, want, names, token)
+    }
+
+    /// A call for `names` with a token made by the caller.
+    fn with_token(
+        inner: &'a Arc<ClientInner>,
+        key: &'a str,
+        options: &'a LockOptions,
+        want: Want,
+        names: Names,
+        token: Str,
+    ) -> Result<Self> {
+        let Want { kind: _, permits } = want;
         if let Some((n, limit)) = permits.filter(|(n, limit)| *n == 0 || *limit == 0 || n > limit) {
             return Err(Error::InvalidArgument(format!(
                 "a semaphore call takes 1..=limit permits and a limit of at least 1 (asked for {n} of {limit})"
@@ -283,7 +329,6 @@ impl<'a> LockCall<'a> {
             Some((n, timeout)) => Some((n, validate_replicas(n, timeout, lease)?)),
             None => None,
         };
-        let (names, token) = Names::for_call(&inner.prefix, key, kind, inner.registry.client_id());
         let started = Instant::now();
         let deadline = options
             .wait
@@ -304,7 +349,18 @@ impl<'a> LockCall<'a> {
             replicas,
             permits,
             owned: std::sync::Mutex::new(None),
+            part: false,
         })
+    }
+
+    /// The primitive of this call's metrics: a multi-key lock's for a wait
+    /// that is part of one.
+    fn metered(&self) -> Kind {
+        if self.part {
+            Kind::Multi
+        } else {
+            self.names.kind
+        }
     }
 
     /// The error of a wait whose deadline passed: [`Error::Unavailable`]
@@ -376,7 +432,9 @@ impl<'a> LockCall<'a> {
             Err(Error::Timeout { .. } | Error::Unavailable { .. }) => Outcome::Timeout,
             Err(_) => Outcome::Error,
         };
-        m::finished(self.name, self.names.kind, kind, self.started.elapsed());
+        if !self.part {
+            m::finished(self.name, self.names.kind, kind, self.started.elapsed());
+        }
         outcome
     }
 
@@ -499,7 +557,7 @@ impl<'a> LockCall<'a> {
     /// registration) registers this client in the key's queue when the lock
     /// is taken, and may take a reservation made for this client.
     async fn attempt(&self, queue: Option<&Waiter>, fresh: bool) -> Result<Attempt> {
-        m::attempt(self.name, self.names.kind);
+        m::attempt(self.name, self.metered());
         // An acquire script whose outcome we never learn (future dropped,
         // reply lost, timeout) may have taken the lock: release that token.
         let orphan = OnDrop(Some(|| {
@@ -678,7 +736,7 @@ impl<'a> LockCall<'a> {
         if self.permits.is_none() {
             waiter.note_acquired(sent, self.lease);
         }
-        m::wakeup(self.name, self.names.kind, WakeCause::Handover);
+        m::wakeup(self.name, self.metered(), WakeCause::Handover);
         (fence, sent)
     }
 
@@ -854,7 +912,7 @@ impl<'a> LockCall<'a> {
             match woken.await {
                 Woken::Granted(fence, sent) => return Ok(self.granted(waiter, fence, sent)),
                 Woken::Deadline => return self.at_deadline(waiter, offer),
-                Woken::By(cause) if state.tries() => m::wakeup(self.name, self.names.kind, cause),
+                Woken::By(cause) if state.tries() => m::wakeup(self.name, self.metered(), cause),
                 Woken::By(_) | Woken::Again => {}
             }
         }

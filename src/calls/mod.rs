@@ -21,6 +21,7 @@ use fred::types::{FromValue, Key, Value};
 
 use crate::error::{timed_out, Error, Result};
 use crate::hold_id::HoldId;
+mod multi;
 mod replies;
 mod terms;
 mod vanished;
@@ -29,6 +30,7 @@ pub(crate) use replies::{
     acquire_reply, release_reply, sem_release_reply, AcquireReply, Released, SemUsage, TryReply,
 };
 pub(crate) use terms::{HandOver, QueuePlace, ReleaseCall, TryTerms};
+pub(crate) use multi::TakenRun;
 use vanished::Vanished;
 
 use crate::scripts::{

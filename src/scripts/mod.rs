@@ -330,6 +330,46 @@ pub const RELEASE: &str = concat!(
     include_str!("release.lua")
 );
 
+/// Multi-key acquire: every key of a multi-key lock's slot group in one
+/// call, for [`LockClient::lock_all`](crate::LockClient::lock_all).
+///
+/// KEYS: `[lock_1, lock_2, ...]`, in the lock's global order (hash slot,
+/// then key; in Redis Cluster all of one slot). ARGV: `[token, lease_ms,
+/// publish, retention_ms]`, one token for every key.
+///
+/// Each key is tried as [`ACQUIRE`] tries it for a caller that will not
+/// wait (`client` `''`: no queue entry, no reservation taken), in order,
+/// until the first key that is not taken; no key after it is touched. The
+/// reply is two integers per key tried: `fence, -1` for a key taken (its
+/// lease runs from this call), `fence, pttl` for a replayed take (the
+/// lease's remaining ms; fred replayed the call after a lost reply), and
+/// `code, 0` for the first key not taken, `code` being [`ACQUIRE`]'s
+/// integer reply (`-3 - pttl`, `-1` for a voided token).
+pub const ACQUIRE_ALL: &str = concat!(
+    include_str!("one_key.lua"),
+    include_str!("fence.lua"),
+    include_str!("acquire.lua"),
+    include_str!("acquire_all.lua")
+);
+
+/// Multi-key release: every key of a multi-key hold's slot group in one
+/// call.
+///
+/// KEYS: `[lock_1, lock_2, ...]` (in Redis Cluster all of one slot).
+/// ARGV: `[token, retention_ms, client, grace_ms, publish, requeue,
+/// fence_1, fence_2, ...]`, `requeue` one character per key, `'1'` when
+/// this client still has local waiters of that key. Each key is released
+/// as [`RELEASE`] releases one hold whose fence is known, with no `next`:
+/// freed, or reserved for the client queued first and that client told.
+/// The reply is [`RELEASE`]'s code for each key, in order.
+pub const RELEASE_ALL: &str = concat!(
+    include_str!("one_key.lua"),
+    include_str!("release_fast.lua"),
+    include_str!("fence.lua"),
+    include_str!("release.lua"),
+    include_str!("release_all.lua")
+);
+
 /// Leave the queue: a client whose last local waiter of the lock left.
 ///
 /// KEYS: `[lock]`; ARGV: `[client, channel, publish, free]` (`channel` and
@@ -654,6 +694,8 @@ pub(crate) struct Scripts {
     pub(crate) sem_peek: Lua,
     pub(crate) sem_leave: Lua,
     pub(crate) wake: Lua,
+    pub(crate) acquire_all: Lua,
+    pub(crate) release_all: Lua,
 }
 
 impl Scripts {
@@ -678,6 +720,8 @@ impl Scripts {
             sem_peek: lua!(SEM_PEEK),
             sem_leave: lua!(SEM_LEAVE),
             wake: lua!(WAKE),
+            acquire_all: lua!(ACQUIRE_ALL),
+            release_all: lua!(RELEASE_ALL),
         }
     }
 }
@@ -843,6 +887,8 @@ mod tests {
             &s.sem_peek,
             &s.sem_leave,
             &s.wake,
+            &s.acquire_all,
+            &s.release_all,
         ];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
@@ -853,7 +899,7 @@ mod tests {
 
     /// Each script and its files, in `concat!`'s order: what the module
     /// docs say to `cat` for `redis-cli --eval`.
-    const FILES: [(&str, &[&str]); 11] = [
+    const FILES: [(&str, &[&str]); 13] = [
         (ACQUIRE, &["fence.lua", "acquire.lua"]),
         (RELEASE, &["release_fast.lua", "fence.lua", "release.lua"]),
         (LEAVE, &["leave.lua"]),
@@ -879,6 +925,20 @@ mod tests {
         (SEM_PEEK, &["sem_peek.lua"]),
         (SEM_LEAVE, &["sem_prelude.lua", "sem_leave_body.lua"]),
         (WAKE, &["wake.lua"]),
+        (
+            ACQUIRE_ALL,
+            &["one_key.lua", "fence.lua", "acquire.lua", "acquire_all.lua"],
+        ),
+        (
+            RELEASE_ALL,
+            &[
+                "one_key.lua",
+                "release_fast.lua",
+                "fence.lua",
+                "release.lua",
+                "release_all.lua",
+            ],
+        ),
     ];
 
     #[test]

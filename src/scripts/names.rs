@@ -21,29 +21,33 @@ pub(crate) enum Kind {
     Read,
     /// A read-write lock's writers: the same value, channel `...:rw:w:ch`.
     Write,
+    /// A multi-key lock, in the metrics' `primitive` label only: each of
+    /// its keys is a lock ([`Kind::Mutex`]) in Redis.
+    Multi,
 }
 
 impl Kind {
     /// Whether the scripts are the semaphore's (everything but a lock).
     pub(crate) fn counted(self) -> bool {
-        self != Kind::Mutex
+        matches!(self, Kind::Semaphore | Kind::Read | Kind::Write)
     }
 
     /// The primitive's name in spans and in the metrics' `primitive` label:
-    /// `mutex`, `semaphore`, `read`, `write`.
+    /// `mutex`, `semaphore`, `read`, `write`, `multi`.
     pub(crate) const fn label(self) -> &'static str {
         match self {
             Kind::Mutex => "mutex",
             Kind::Semaphore => "semaphore",
             Kind::Read => "read",
             Kind::Write => "write",
+            Kind::Multi => "multi",
         }
     }
 
     /// What follows `<prefix>:4:{<key>}` in the value's name.
     fn suffix(self) -> &'static str {
         match self {
-            Kind::Mutex => "",
+            Kind::Mutex | Kind::Multi => "",
             Kind::Semaphore => ":sem",
             Kind::Read | Kind::Write => ":rw",
         }

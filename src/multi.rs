@@ -1,0 +1,391 @@
+//! [`MultiGuard`]: the hold of a multi-key lock
+//! ([`LockClient::lock_all`](crate::LockClient::lock_all)).
+//!
+//! # Implementation details
+//!
+//! Each key is an ordinary held lock with its own [`LockGuard`], all with
+//! one token: the watchdog renews them as it renews every lock of the
+//! client (the due ones in one call per slot, so a multi-key hold taken at
+//! once is renewed at once), and a single-key `lock` of one of the keys
+//! waits in the key's queue as behind any holder. What the multi-key guard
+//! adds is the release: one call per slot group
+//! ([`release_group`]), spawned as a task so that it completes whether or
+//! not the caller waits for it.
+
+use std::future::Future;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use fred::interfaces::ClientLike;
+use fred::util::redis_keyslot;
+use metrics::SharedString;
+
+use crate::calls::Released;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::hold_id::HoldId;
+use crate::holds::Lease;
+use crate::inner::ClientInner;
+use crate::metrics as m;
+use crate::release::{found_lost, release_group};
+use crate::scripts::Kind;
+
+/// The most keys one multi-key call takes
+/// ([`LockClient::lock_all`](crate::LockClient::lock_all)); more is an
+/// [`Error::InvalidArgument`].
+pub const MAX_KEYS: usize = 10_000;
+
+/// A held multi-key lock: every key of the set, each one an ordinary lock
+/// with its own fencing token. Dropping it releases every key in the
+/// background, one call per slot group; [`release`](Self::release) does
+/// the same and reports whether any key was lost.
+///
+/// ```no_run
+/// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+/// // Both accounts of a transfer, whatever order the caller names them in.
+/// let guard = client.lock_all(["account:7", "account:3"]).await?;
+/// let keys: Vec<&str> = guard.keys().collect();
+/// assert_eq!(keys.len(), 2);
+/// let fence = guard.fencing_token("account:7");
+/// // ... move the money, each write fenced by its key's token ...
+/// guard.release().await?;
+/// # let _ = fence; Ok(()) }
+/// ```
+#[must_use = "dropping a guard releases its locks (in the background)"]
+pub struct MultiGuard {
+    inner: Arc<ClientInner>,
+    /// The keys' guards, in the lock's global order (hash slot, then key).
+    guards: Vec<LockGuard>,
+    name: Option<SharedString>,
+    acquired_at: Instant,
+}
+
+impl std::fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiGuard")
+            .field("keys", &self.guards.len())
+            .field("token", &self.token())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MultiGuard {
+    /// An empty hold, which the acquisition fills key by key (dropped part
+    /// way, it releases what it has).
+    pub(crate) fn new(inner: Arc<ClientInner>, name: Option<SharedString>) -> Self {
+        MultiGuard {
+            inner,
+            guards: Vec::new(),
+            name,
+            acquired_at: Instant::now(),
+        }
+    }
+
+    /// Add the next key's hold, in the global order.
+    pub(crate) fn push(&mut self, guard: LockGuard) {
+        self.guards.push(guard);
+    }
+
+    /// The acquisition is complete: the hold counts from now.
+    pub(crate) fn acquired(&mut self) {
+        self.acquired_at = Instant::now();
+    }
+
+    /// The keys held, deduplicated, in the order they were taken: by hash
+    /// slot, then by key.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.guards.iter().map(LockGuard::key)
+    }
+
+    /// How many keys are held.
+    pub fn len(&self) -> usize {
+        self.guards.len()
+    }
+
+    /// Whether the hold has no key (never so for a hold
+    /// [`lock_all`](crate::LockClient::lock_all) returned: an empty set is
+    /// an error).
+    pub fn is_empty(&self) -> bool {
+        self.guards.is_empty()
+    }
+
+    /// The fencing token of `key`'s lock (each key has its own, as a single
+    /// lock's); `None` for a key this hold does not have.
+    pub fn fencing_token(&self, key: &str) -> Option<u64> {
+        self.guard(key).map(LockGuard::fencing_token)
+    }
+
+    /// Every key with its fencing token, in the order of [`keys`](Self::keys).
+    pub fn fencing_tokens(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.guards.iter().map(|g| (g.key(), g.fencing_token()))
+    }
+
+    /// The token of this acquisition, the same for every key: `relaylock
+    /// status` shows the keys it holds together.
+    pub fn token(&self) -> &str {
+        self.guards.first().map_or("", LockGuard::token)
+    }
+
+    /// The guard of one key.
+    fn guard(&self, key: &str) -> Option<&LockGuard> {
+        self.guards.iter().find(|g| g.key() == key)
+    }
+
+    /// Whether every key is still held, by this process's knowledge (as
+    /// [`LockGuard::is_held`]).
+    pub fn is_held(&self) -> bool {
+        self.guards.iter().all(LockGuard::is_held)
+    }
+
+    /// The first key (in [`keys`](Self::keys)' order) this process no
+    /// longer counts as held; `None` while every key is.
+    pub fn lost_key(&self) -> Option<String> {
+        self.guards
+            .iter()
+            .find(|g| !g.is_held())
+            .map(|g| g.key().to_owned())
+    }
+
+    /// Completes when any key is found lost or its lease runs out (as
+    /// [`LockGuard::lost`]), or when the hold is released.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future changes nothing.
+    pub async fn lost(&self) {
+        let mut each: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = self
+            .guards
+            .iter()
+            .map(|g| Box::pin(g.lost()) as Pin<Box<dyn Future<Output = ()> + Send>>)
+            .collect();
+        if each.is_empty() {
+            return;
+        }
+        std::future::poll_fn(|cx| {
+            for lost in &mut each {
+                if lost.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+
+    /// Set every key's remaining lease to `lease` from now (as
+    /// [`LockGuard::extend`], all keys at once).
+    ///
+    /// # Errors
+    ///
+    /// The first error of a key's extend: [`Error::LockLost`] when a key no
+    /// longer holds this token (the other keys are still extended),
+    /// [`Error::InvalidArgument`] for a lease out of range, [`Error::Redis`]
+    /// for a connection error or a command timeout. Safe to retry.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockGuard::extend`], for each key.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let each = self.guards.iter().map(|g| g.extend(lease)).collect();
+        join_all(each).await.into_iter().collect()
+    }
+
+    /// Release every key, one call per slot group, waking each key's next
+    /// waiter.
+    ///
+    /// # Errors
+    ///
+    /// * [`Error::LockLost`] (naming the first such key) when any key's lease
+    ///   had run out before the release: another owner may have run
+    ///   concurrently. The other keys are released all the same;
+    /// * [`Error::Redis`] for a connection error or a command timeout: the
+    ///   keys of that group may stay held until their leases end;
+    /// * [`Error::Shutdown`] when the client's shutdown took the hold (and
+    ///   released it).
+    ///
+    /// # Cancel safety
+    ///
+    /// The release runs in a task of its own: dropping the future lets it
+    /// complete in the background.
+    pub async fn release(mut self) -> Result<()> {
+        let taken = self.detach();
+        let shut = taken.len() < self.guards.len();
+        let task = spawn_release(&self.inner, taken, self.name.take(), self.acquired_at);
+        let outcome = match task {
+            Some(task) => task
+                .await
+                .unwrap_or_else(|e| Err(Error::UnexpectedReply(format!("release task: {e}")))),
+            None => Ok(()),
+        };
+        match outcome {
+            Ok(()) if shut => Err(Error::Shutdown),
+            other => other,
+        }
+    }
+
+    /// Take every key's hold out of its guard (see [`LockGuard::detach`]).
+    fn detach(&mut self) -> Vec<(HoldId, Arc<Lease>)> {
+        self.guards.iter_mut().filter_map(LockGuard::detach).collect()
+    }
+}
+
+impl Drop for MultiGuard {
+    fn drop(&mut self) {
+        // Held from before the holds leave the registry until the release
+        // is spawned: a shutdown in between waits for it.
+        let _busy = self.inner.background.token();
+        let taken = self.detach();
+        let _ = spawn_release(&self.inner, taken, self.name.take(), self.acquired_at);
+    }
+}
+
+/// Release `taken` (one multi-key hold's keys, in order) in a task of the
+/// client's background: one [`release_group`] per slot group, then each
+/// key's outcome counted. `None` without a runtime (the keys stay held
+/// until their leases end) or with nothing to release.
+fn spawn_release(
+    inner: &Arc<ClientInner>,
+    taken: Vec<(HoldId, Arc<Lease>)>,
+    name: Option<SharedString>,
+    since: Instant,
+) -> Option<tokio::task::JoinHandle<Result<()>>> {
+    if taken.is_empty() {
+        return None;
+    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(
+            keys = taken.len(),
+            "relaylock: multi-key lock dropped outside a tokio runtime; its keys stay held until their leases end"
+        );
+        return None;
+    };
+    let background = inner.background.clone();
+    let inner = Arc::clone(inner);
+    let task = async move {
+        m::held(name.as_ref(), Kind::Multi, since.elapsed());
+        let clustered = inner.calls.redis().is_clustered();
+        let (holds, leases): (Vec<HoldId>, Vec<Arc<Lease>>) = taken.into_iter().unzip();
+        let mut first_error = None;
+        for range in slot_groups(&holds, clustered) {
+            let group = &holds[range.clone()];
+            let outcome = release_group(&inner, group).await;
+            let error = count_group(&inner, name.as_ref(), group, &leases[range], outcome);
+            first_error = first_error.or(error);
+        }
+        match first_error {
+            None => {
+                m::released(name.as_ref(), Kind::Multi);
+                Ok(())
+            }
+            Some(e) => {
+                tracing::warn!(error = %e, "relaylock: a multi-key release did not release every key");
+                Err(e)
+            }
+        }
+    };
+    // On the client's background: a shutdown waits for it.
+    Some(background.spawn_on(task, &handle))
+}
+
+/// Count one group's outcome: each key found lost (as a lock's release
+/// counts one); the error for the caller: the group's, or
+/// [`Error::LockLost`] naming its first lost key.
+fn count_group(
+    inner: &ClientInner,
+    name: Option<&SharedString>,
+    group: &[HoldId],
+    leases: &[Arc<Lease>],
+    outcome: Result<Vec<Released>>,
+) -> Option<Error> {
+    let each = match outcome {
+        Ok(each) => each,
+        Err(e) => return Some(e),
+    };
+    let mut lost = None;
+    for ((hold, lease), released) in group.iter().zip(leases).zip(each) {
+        if released == Released::NotOurs {
+            found_lost(inner, name, hold, lease);
+            lost.get_or_insert_with(|| Error::LockLost {
+                key: key_of(&inner.prefix, hold).to_owned(),
+            });
+        }
+    }
+    lost
+}
+
+/// The key of a lock's hold, from its value's name `<prefix>:4:{<key>}`.
+fn key_of<'h>(prefix: &str, hold: &'h HoldId) -> &'h str {
+    let lock = &*hold.names.lock;
+    lock.get(prefix.len() + 4..lock.len().saturating_sub(1))
+        .unwrap_or(lock)
+}
+
+/// The slot groups of `holds` (in the global order): runs of one hash slot
+/// in a cluster, else one group.
+pub(crate) fn slot_groups(holds: &[HoldId], clustered: bool) -> Vec<Range<usize>> {
+    let slots: Vec<u16> = holds
+        .iter()
+        .map(|h| redis_keyslot(h.names.lock.as_bytes()))
+        .collect();
+    groups(&slots, clustered)
+}
+
+/// Runs of equal slots in `slots` (sorted), or everything in one run when
+/// not `clustered`.
+pub(crate) fn groups(slots: &[u16], clustered: bool) -> Vec<Range<usize>> {
+    if slots.is_empty() {
+        return Vec::new();
+    }
+    if !clustered {
+        return vec![0..slots.len()];
+    }
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=slots.len() {
+        if i == slots.len() || slots[i] != slots[start] {
+            out.push(start..i);
+            start = i;
+        }
+    }
+    out
+}
+
+/// Run `futures` at once; their outputs in order.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut each: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = each.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in each.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_groups_are_runs_of_one_slot_in_a_cluster_only() {
+        assert_eq!(groups(&[], true), Vec::<Range<usize>>::new());
+        assert_eq!(groups(&[3, 3, 9, 12, 12], true), vec![0..2, 2..3, 3..5]);
+        assert_eq!(groups(&[3, 3, 9, 12, 12], false), vec![0..5]);
+        assert_eq!(groups(&[7], true), vec![0..1]);
+    }
+}
