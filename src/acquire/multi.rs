@@ -197,6 +197,11 @@ async fn take_all(
             }
         }
     }
+    // A fixed lease (no watchdog) runs from when its key was taken: one
+    // that ran out while a later key was awaited makes the set incomplete.
+    if let Some(key) = held.lost_key() {
+        return Err(Error::LockLost { key });
+    }
     held.acquired();
     Ok(Some(held))
 }

@@ -138,7 +138,8 @@ mod tests {
         assert_eq!(run.busy, Some(Some(Duration::from_millis(1000))));
         let all = taken_run(&[5, -1, 6, -1], 2).unwrap();
         assert_eq!(all.busy, None);
-        assert_eq!(taken_run(&[-4, 0], 3).unwrap().busy, Some(None));
+        assert_eq!(taken_run(&[-2, 0], 3).unwrap().busy, Some(None));
+        assert_eq!(taken_run(&[-1, 0], 3).unwrap().busy, Some(None));
         // Malformed: short of the keys sent, odd, a key after the busy one.
         assert!(taken_run(&[5, -1], 2).is_err());
         assert!(taken_run(&[5], 1).is_err());

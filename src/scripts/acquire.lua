@@ -12,7 +12,7 @@ if ARGV[7] ~= '1' and redis.call('SET', KEYS[1], t, 'NX', 'PX', ARGV[2]) then
     redis.call('DEL', KEYS[1])
     return -1
   end
-  return next_fence(0, tonumber(ARGV[2]) + retention)
+  return next_fence(KEYS[1], 0, tonumber(ARGV[2]) + retention)
 end
 local v = redis.call('GET', KEYS[1])
 local head, queue, void = '', '', ''
@@ -38,7 +38,7 @@ if v then
     if head == t then
       -- Our own fast-path hold, whose reply never came back (fred replayed
       -- this call): nobody saw its fence, so it takes the next one.
-      fence = next_fence(0, tonumber(ARGV[2]) + retention)
+      fence = next_fence(KEYS[1], 0, tonumber(ARGV[2]) + retention)
       redis.call('SET', KEYS[1], t .. ':' .. string.format('%d', fence) .. '|' .. queue .. '|' .. void, 'KEEPTTL')
     else
       fence = tonumber(string.sub(head, #t + 2))
@@ -99,7 +99,7 @@ if void ~= '' then
     return -1
   end
 end
-local fence = next_fence(last, tonumber(ARGV[2]) + retention)
+local fence = next_fence(KEYS[1], last, tonumber(ARGV[2]) + retention)
 if client ~= '' and queue ~= '' then
   local q = ',' .. queue .. ','
   local s, e = string.find(q, ',' .. client .. ',', 1, true)

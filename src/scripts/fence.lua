@@ -1,6 +1,6 @@
 
--- The next fencing token of the lock KEYS[1]: the larger of the server's
--- TIME in microseconds and its record's counter `f` plus one, raised above
+-- The next fencing token of the lock `key`: the larger of the server's
+-- TIME in microseconds (`now`, when the caller read it already) and its record's counter `f` plus one, raised above
 -- `last`, then to the next number with the remainder mod 32 of the counter
 -- plus one, and written back into the counter. The counter keeps the tokens
 -- rising whatever the clock does while the record lives; the clock carries
@@ -9,11 +9,14 @@
 -- the release). The record then lives `ttl` ms (the lease plus the
 -- retention): longer than the hold. With `released`, a release's fence,
 -- that fence goes into the ring in the same write.
-local function next_fence(last, ttl, released)
-  local record = KEYS[1] .. ':f'
+local function next_fence(key, last, ttl, released, now)
+  local record = key .. ':f'
   local c = (tonumber(redis.call('HGET', record, 'f')) or 0) + 1
-  local t = redis.call('TIME')
-  local f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local f = now
+  if not f then
+    local t = redis.call('TIME')
+    f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
   if c > f then f = c end
   if last >= f then f = last + 1 end
   f = f + (c - f) % 32

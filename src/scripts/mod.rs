@@ -346,8 +346,8 @@ pub const RELEASE: &str = concat!(
 /// `code, 0` for the first key not taken, `code` being [`ACQUIRE`]'s
 /// integer reply (`-3 - pttl`, `-1` for a voided token).
 pub const ACQUIRE_ALL: &str = concat!(
-    include_str!("one_key.lua"),
     include_str!("fence.lua"),
+    include_str!("one_key.lua"),
     include_str!("acquire.lua"),
     include_str!("acquire_all.lua")
 );
@@ -363,9 +363,9 @@ pub const ACQUIRE_ALL: &str = concat!(
 /// freed, or reserved for the client queued first and that client told.
 /// The reply is [`RELEASE`]'s code for each key, in order.
 pub const RELEASE_ALL: &str = concat!(
+    include_str!("fence.lua"),
     include_str!("one_key.lua"),
     include_str!("release_fast.lua"),
-    include_str!("fence.lua"),
     include_str!("release.lua"),
     include_str!("release_all.lua")
 );
@@ -927,14 +927,14 @@ mod tests {
         (WAKE, &["wake.lua"]),
         (
             ACQUIRE_ALL,
-            &["one_key.lua", "fence.lua", "acquire.lua", "acquire_all.lua"],
+            &["fence.lua", "one_key.lua", "acquire.lua", "acquire_all.lua"],
         ),
         (
             RELEASE_ALL,
             &[
+                "fence.lua",
                 "one_key.lua",
                 "release_fast.lua",
-                "fence.lua",
                 "release.lua",
                 "release_all.lua",
             ],

@@ -76,7 +76,7 @@ if head and (head == t or (string.byte(head, #t + 1) == 58 and string.sub(head, 
       if (tonumber(void) or 0) < tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) then void = '' end
     end
     if void == '' or redis.call('EXISTS', KEYS[4]) == 0 then
-      local nf = next_fence(tonumber(fence), tonumber(ARGV[10]) + tonumber(retention), released)
+      local nf = next_fence(KEYS[1], tonumber(fence), tonumber(ARGV[10]) + tonumber(retention), released)
       local q = ''
       if (ARGV[11] or requeue) == '1' then q = client end
       redis.call('SET', KEYS[1], nxt .. ':' .. string.format('%d', nf) .. '|' .. q .. '|' .. void, 'PX', ARGV[10])

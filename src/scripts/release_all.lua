@@ -4,10 +4,24 @@ end
 -- ARGV `[token, retention_ms, client, grace_ms, publish, requeue, fence_1,
 -- fence_2, ...]`, `requeue` one character per key (`'1'`: this client
 -- still has local waiters of that key). The reply is RELEASE's code for
--- each key, in order.
+-- each key, in order. A fast-path hold (the value is the token alone:
+-- nobody queued) is released here as RELEASE's first lines release it;
+-- any other key goes through RELEASE itself (`one`).
+local t, retention = ARGV[1], ARGV[2]
 local out = {}
 for i = 1, #KEYS do
-  out[i] = one({KEYS[i]}, {ARGV[1], ARGV[6 + i], KEYS[i] .. ':ch', ARGV[2], ARGV[3], ARGV[4],
-    ARGV[5], string.sub(ARGV[6], i, i)})
+  local k, fs = KEYS[i], ARGV[6 + i]
+  if redis.call('GET', k) == t then
+    redis.call('DEL', k)
+    local record = k .. ':f'
+    if redis.call('HSET', record, string.char(65 + tonumber(fs) % 32), fs) == 1
+      and redis.call('PTTL', record) == -1 then
+      redis.call('PEXPIRE', record, retention)
+    end
+    out[i] = 1
+  else
+    out[i] = one({k}, {t, fs, k .. ':ch', retention, ARGV[3], ARGV[4], ARGV[5],
+      string.sub(ARGV[6], i, i)})
+  end
 end
 return out
