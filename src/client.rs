@@ -404,7 +404,12 @@ impl LockClient {
     /// Dropped while waiting: as [`lock_all_with`](Self::lock_all_with).
     /// Dropped while the closure runs: the closure's future is dropped with
     /// it and every key is released in the background.
-    pub async fn with_lock_all<I, K, F, T>(&self, keys: I, options: LockOptions, work: F) -> Result<T>
+    pub async fn with_lock_all<I, K, F, T>(
+        &self,
+        keys: I,
+        options: LockOptions,
+        work: F,
+    ) -> Result<T>
     where
         I: IntoIterator<Item = K>,
         K: AsRef<str>,

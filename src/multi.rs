@@ -228,7 +228,10 @@ impl MultiGuard {
 
     /// Take every key's hold out of its guard (see [`LockGuard::detach`]).
     fn detach(&mut self) -> Vec<(HoldId, Arc<Lease>)> {
-        self.guards.iter_mut().filter_map(LockGuard::detach).collect()
+        self.guards
+            .iter_mut()
+            .filter_map(LockGuard::detach)
+            .collect()
     }
 }
 

@@ -38,7 +38,11 @@ async fn a_free_set_costs_one_request_to_take_and_one_to_release() {
         let before = support::command_runs(&admin).await;
         let g = lock.lock_all(&keys).await.unwrap();
         let taken = support::command_runs(&admin).await;
-        assert_eq!(support::delta(&before, &taken, "evalsha"), 1, "{k} keys: one call");
+        assert_eq!(
+            support::delta(&before, &taken, "evalsha"),
+            1,
+            "{k} keys: one call"
+        );
         assert_eq!(g.len(), k);
         for key in &keys {
             let value: String = admin.get(lock.redis_key(key)).await.unwrap();
@@ -48,7 +52,11 @@ async fn a_free_set_costs_one_request_to_take_and_one_to_release() {
         assert!(g.is_held());
         g.release().await.unwrap();
         let released = support::command_runs(&admin).await;
-        assert_eq!(support::delta(&taken, &released, "evalsha"), 1, "{k} keys: one release");
+        assert_eq!(
+            support::delta(&taken, &released, "evalsha"),
+            1,
+            "{k} keys: one release"
+        );
         assert!(!any_taken(&admin, &lock, &keys).await);
     }
 }
@@ -81,17 +89,29 @@ async fn empty_oversized_and_bad_sets_are_typed_errors() {
     let server = RedisServer::start();
     let lock = support::client(&server.url()).await;
     let none: [&str; 0] = [];
-    assert!(matches!(lock.lock_all(none).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        lock.lock_all(none).await,
+        Err(Error::InvalidArgument(_))
+    ));
     let many: Vec<String> = (0..=MAX_KEYS).map(|i| format!("k{i}")).collect();
-    assert!(matches!(lock.lock_all(&many).await, Err(Error::InvalidArgument(_))));
-    assert!(matches!(lock.try_lock_all(["a", ""]).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        lock.lock_all(&many).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        lock.try_lock_all(["a", ""]).await,
+        Err(Error::InvalidArgument(_))
+    ));
     let replicas = LockOptions::default().min_replicas(1, Duration::from_millis(10));
     assert!(matches!(
         lock.lock_all_with(["a"], replicas).await,
         Err(Error::InvalidArgument(_))
     ));
     let zero = LockOptions::default().lease(Duration::ZERO);
-    assert!(matches!(lock.lock_all_with(["a"], zero).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        lock.lock_all_with(["a"], zero).await,
+        Err(Error::InvalidArgument(_))
+    ));
     // Nothing was taken by any of them.
     assert!(lock.try_lock_all(["a"]).await.unwrap().is_some());
 }
@@ -156,9 +176,16 @@ async fn opposite_orders_never_deadlock_and_never_share_a_key() {
         }
     })
     .await;
-    assert!(all.is_ok(), "stalled after {} calls", done.load(Ordering::Relaxed));
+    assert!(
+        all.is_ok(),
+        "stalled after {} calls",
+        done.load(Ordering::Relaxed)
+    );
     let admin = server.admin().await;
-    assert!(!any_taken(&admin, &clients[0], &keys).await, "every key free at the end");
+    assert!(
+        !any_taken(&admin, &clients[0], &keys).await,
+        "every key free at the end"
+    );
 }
 
 /// A multi-key call waits on its first busy key in that key's FIFO queue,
@@ -183,7 +210,10 @@ async fn a_busy_key_parks_the_set_and_single_locks_wait_for_a_set() {
     let released = Instant::now();
     single.release().await.unwrap();
     let set = set.await.unwrap();
-    assert!(released.elapsed() < Duration::from_secs(5), "woken, not a lease later");
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "woken, not a lease later"
+    );
     assert_eq!(set.len(), 3);
     // The reverse.
     let waiter = {
@@ -194,7 +224,11 @@ async fn a_busy_key_parks_the_set_and_single_locks_wait_for_a_set() {
     assert!(!waiter.is_finished());
     set.release().await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
-    got.expect("the single lock was handed the key").unwrap().release().await.unwrap();
+    got.expect("the single lock was handed the key")
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 /// One deadline for the whole set: a set whose last key stays busy times
@@ -211,7 +245,10 @@ async fn one_deadline_for_the_set_and_nothing_held_after_it() {
     let started = Instant::now();
     let opts = LockOptions::default().wait(Duration::from_millis(300));
     let out = two.lock_all_with(["k1", "k2", "k9"], opts).await;
-    assert!(matches!(&out, Err(Error::Timeout { key }) if key == "k9"), "{out:?}");
+    assert!(
+        matches!(&out, Err(Error::Timeout { key }) if key == "k9"),
+        "{out:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(3));
     let keys = ["k1".to_owned(), "k2".to_owned()];
     assert!(
@@ -243,7 +280,10 @@ async fn a_dropped_call_leaves_no_key_held_and_no_queue_entry() {
         support::client(&server.url()).await,
     );
     let blocker = one.lock("q5").await.unwrap();
-    let keys: Vec<String> = ["q1", "q2", "q5", "q7"].iter().map(|s| s.to_string()).collect();
+    let keys: Vec<String> = ["q1", "q2", "q5", "q7"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     for wait_ms in [0u64, 1, 2, 5, 20, 50] {
         let call = two.lock_all(&keys);
         let _ = tokio::time::timeout(Duration::from_millis(wait_ms), call).await;
@@ -284,7 +324,10 @@ async fn a_lost_key_fires_lost_and_release_reports_it() {
         .await
     );
     let g = lock
-        .lock_all_with(&keys, LockOptions::default().lease(Duration::from_millis(300)))
+        .lock_all_with(
+            &keys,
+            LockOptions::default().lease(Duration::from_millis(300)),
+        )
         .await
         .unwrap();
     let _: i64 = admin.del(lock.redis_key("d2")).await.unwrap();
@@ -296,7 +339,10 @@ async fn a_lost_key_fires_lost_and_release_reports_it() {
     let other = support::client(&server.url()).await;
     let d2 = other.lock("d2").await.unwrap();
     let out = g.release().await;
-    assert!(matches!(&out, Err(Error::LockLost { key }) if key == "d2" || key == "d1" || key == "d3"), "{out:?}");
+    assert!(
+        matches!(&out, Err(Error::LockLost { key }) if key == "d2" || key == "d1" || key == "d3"),
+        "{out:?}"
+    );
     d2.release().await.unwrap();
 }
 
@@ -308,7 +354,10 @@ async fn extend_and_with_lock_all() {
     let admin = server.admin().await;
     let lock = support::client(&server.url()).await;
     let g = lock
-        .lock_all_with(["e1", "e2"], LockOptions::default().lease(Duration::from_secs(2)))
+        .lock_all_with(
+            ["e1", "e2"],
+            LockOptions::default().lease(Duration::from_secs(2)),
+        )
         .await
         .unwrap();
     g.extend(Duration::from_secs(60)).await.unwrap();
@@ -319,7 +368,9 @@ async fn extend_and_with_lock_all() {
     g.release().await.unwrap();
     let fences = lock
         .with_lock_all(["w2", "w1"], LockOptions::default(), async |g| {
-            g.fencing_tokens().map(|(k, f)| (k.to_owned(), f)).collect::<Vec<_>>()
+            g.fencing_tokens()
+                .map(|(k, f)| (k.to_owned(), f))
+                .collect::<Vec<_>>()
         })
         .await
         .unwrap();

@@ -1,6 +1,7 @@
 //! `relaylock run`: a distributed flock(1).
 //!
-//! Takes the lock, runs the command as a child with the fencing token in its
+//! Takes the lock (several keys: a multi-key lock, all of them or none,
+//! deadlock-free whatever order other callers name them in), runs the command as a child with the fencing token in its
 //! environment, keeps the lock renewed (the library's watchdog) while the
 //! command runs, releases it when the command exits, and exits with the
 //! command's status. The exit statuses of its own (see [`exit`]) are
@@ -28,7 +29,7 @@ use clap::Args;
 use nix::libc;
 use nix::sys::signal::{killpg, raise, Signal as Sig};
 use nix::unistd::{getpgrp, tcgetpgrp, Pid};
-use relaylock::{Error, LockClient, LockGuard, LockOptions};
+use relaylock::{Error, LockClient, LockGuard, LockOptions, MultiGuard};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -63,7 +64,11 @@ SIGINT, 143 for SIGTERM); nothing ran, and nothing is left held.
 
 The command's environment has RELAYLOCK_FENCE (the fencing token: pass it to
 what the command writes), RELAYLOCK_KEY (KEY) and RELAYLOCK_TOKEN (this
-acquisition's token).")]
+acquisition's token). With several keys (one multi-key lock: all are taken
+together, in one order every caller uses, so callers naming them in other
+orders never deadlock), RELAYLOCK_FENCES holds each key's fencing token as
+`key=fence` pairs separated by spaces (also set for one key), and
+RELAYLOCK_FENCE and RELAYLOCK_KEY are those of the first key taken.")]
 pub struct RunArgs {
     /// The Redis URL: the global `--url` (before or after the subcommand),
     /// else `RELAYLOCK_URL`, else `redis://127.0.0.1:6379`.
@@ -90,9 +95,10 @@ pub struct RunArgs {
     /// Exit status when the lock was not taken within --wait.
     #[arg(short = 'E', long, default_value_t = exit::TIMEOUT)]
     pub conflict_exit_code: u8,
-    /// The lock's name (the same KEY in every process that must not overlap).
-    #[arg(value_parser = crate::parse::key)]
-    pub key: String,
+    /// The lock's name (the same KEY in every process that must not
+    /// overlap); several keys take them all together (a multi-key lock).
+    #[arg(value_name = "KEY", required = true, num_args = 1.., value_parser = crate::parse::key)]
+    pub keys: Vec<String>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<OsString>,
@@ -189,8 +195,9 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
     if let Some(wait) = wait {
         options = options.wait(wait);
     }
+    let named = args.keys.join(" ");
     let guard = tokio::select! {
-        g = client.lock_with(&args.key, options) => match g {
+        g = Held::take(&client, &args.keys, options) => match g {
             Ok(g) => g,
             Err(Error::Timeout { .. }) => {
                 let wait = wait.unwrap_or_default();
@@ -199,9 +206,9 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
                 } else {
                     format!("not acquired within {wait:?}")
                 };
-                return Err((args.conflict_exit_code, format!("{}: {why}", args.key)));
+                return Err((args.conflict_exit_code, format!("{named}: {why}")));
             }
-            Err(e) => return Err((exit::REDIS, format!("{}: {e}", args.key))),
+            Err(e) => return Err((exit::REDIS, format!("{named}: {e}"))),
         },
         // Dropping the lock call leaves nothing held (it is cancel-safe):
         // its clean-up runs in the background, given a moment to finish.
@@ -220,14 +227,72 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
     supervise(child, guard, &args, &mut signals).await
 }
 
+/// What `run` holds: one key's lock, or several keys' multi-key lock.
+enum Held {
+    One(LockGuard),
+    Many(MultiGuard),
+}
+
+impl Held {
+    /// Take `keys` (one: a lock; several: a multi-key lock).
+    async fn take(
+        client: &LockClient,
+        keys: &[String],
+        options: LockOptions,
+    ) -> relaylock::Result<Held> {
+        match keys {
+            [key] => client.lock_with(key, options).await.map(Held::One),
+            keys => client.lock_all_with(keys, options).await.map(Held::Many),
+        }
+    }
+
+    /// Each key with its fencing token, in the order taken.
+    fn fences(&self) -> Vec<(&str, u64)> {
+        match self {
+            Held::One(g) => vec![(g.key(), g.fencing_token())],
+            Held::Many(g) => g.fencing_tokens().collect(),
+        }
+    }
+
+    fn token(&self) -> &str {
+        match self {
+            Held::One(g) => g.token(),
+            Held::Many(g) => g.token(),
+        }
+    }
+
+    async fn lost(&self) {
+        match self {
+            Held::One(g) => g.lost().await,
+            Held::Many(g) => g.lost().await,
+        }
+    }
+
+    async fn release(self) -> relaylock::Result<()> {
+        match self {
+            Held::One(g) => g.release().await,
+            Held::Many(g) => g.release().await,
+        }
+    }
+}
+
+/// `RELAYLOCK_FENCES`: `key=fence` pairs separated by spaces.
+fn fences_env(fences: &[(&str, u64)]) -> String {
+    let pairs: Vec<String> = fences.iter().map(|(k, f)| format!("{k}={f}")).collect();
+    pairs.join(" ")
+}
+
 /// The command, with the lock's identity in its environment, in its own
 /// process group, given the terminal if `run` has it.
-fn spawn(args: &RunArgs, guard: &LockGuard) -> Result<(Child, Terminal), (u8, String)> {
+fn spawn(args: &RunArgs, guard: &Held) -> Result<(Child, Terminal), (u8, String)> {
     let mut command = Command::new(&args.command[0]);
+    let fences = guard.fences();
+    let (key, fence) = fences.first().copied().unwrap_or(("", 0));
     command
         .args(&args.command[1..])
-        .env("RELAYLOCK_FENCE", guard.fencing_token().to_string())
-        .env("RELAYLOCK_KEY", guard.key())
+        .env("RELAYLOCK_FENCE", fence.to_string())
+        .env("RELAYLOCK_KEY", key)
+        .env("RELAYLOCK_FENCES", fences_env(&fences))
         .env("RELAYLOCK_TOKEN", guard.token());
     // Its own process group (see the module docs).
     command.process_group(0);
@@ -303,7 +368,7 @@ impl Drop for Terminal {
 /// the command when the lock is lost.
 async fn supervise(
     (mut child, _terminal): (Child, Terminal),
-    guard: LockGuard,
+    guard: Held,
     args: &RunArgs,
     signals: &mut [(Signal, i32)],
 ) -> Result<u8, (u8, String)> {
@@ -314,7 +379,7 @@ async fn supervise(
             () = guard.lost() => {
                 eprintln!(
                     "relaylock run: {}: the lock was lost; stopping the command (SIGTERM, SIGKILL after {:?})",
-                    args.key, args.kill_after
+                    args.keys.join(" "), args.kill_after
                 );
                 send(&child, libc::SIGTERM);
                 if tokio::time::timeout(args.kill_after, child.wait()).await.is_err() {
@@ -335,12 +400,15 @@ async fn supervise(
             exit::LOST,
             format!(
                 "{}: the lock was lost before the command ended (its status was {code})",
-                args.key
+                args.keys.join(" ")
             ),
         )),
         // The command ran under the lock; the key frees within its lease.
         Err(e) => {
-            eprintln!("relaylock run: {}: release failed: {e}", args.key);
+            eprintln!(
+                "relaylock run: {}: release failed: {e}",
+                args.keys.join(" ")
+            );
             Ok(code)
         }
     }
@@ -391,6 +459,12 @@ mod tests {
         assert!(parse_wait("-1").is_err());
         assert!(parse_wait("0sm").is_err());
         assert!(parse_wait("x").is_err());
+    }
+
+    #[test]
+    fn fences_are_key_equals_fence_pairs() {
+        assert_eq!(fences_env(&[("a", 3), ("b:1", 17)]), "a=3 b:1=17");
+        assert_eq!(fences_env(&[("only", 9)]), "only=9");
     }
 
     #[test]

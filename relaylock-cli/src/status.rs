@@ -3,7 +3,7 @@
 //! ([`relaylock::inspect::inspect`]); with no key, a bounded `SCAN` of the prefix
 //! (every primary of a cluster).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -160,6 +160,7 @@ async fn report(
         found.truncate(args.limit);
     }
     let left_out = matched - found.len();
+    let sets = multi_key_sets(&found);
     Ok(if args.json {
         json!({
             "prefix": args.prefix,
@@ -167,7 +168,7 @@ async fn report(
             "names": keys.len(),
             "matched": matched,
             "servers": memory.iter().map(memory_json).collect::<Vec<_>>(),
-            "keys": found.iter().map(inspection_json).collect::<Vec<_>>(),
+            "keys": found.iter().map(|i| inspection_json(i, &sets)).collect::<Vec<_>>(),
         })
         .to_string()
     } else {
@@ -196,7 +197,7 @@ async fn report(
             _ => {}
         }
         for i in &found {
-            out.push_str(&inspection_text(i));
+            out.push_str(&inspection_text(i, &sets));
         }
         if left_out > 0 {
             let what = if args.held { "held names" } else { "names" };
@@ -328,14 +329,46 @@ pub fn human(d: Duration) -> String {
     }
 }
 
-fn inspection_json(i: &Inspection) -> Value {
+/// The multi-key holds among `found`: each token that holds two or more of
+/// the locks listed (a multi-key lock takes every key with one token), with
+/// those keys in the order listed.
+fn multi_key_sets(found: &[Inspection]) -> HashMap<String, Vec<String>> {
+    let mut by_token: HashMap<String, Vec<String>> = HashMap::new();
+    for i in found {
+        for s in i.states.iter().filter(|s| s.primitive == Primitive::Mutex) {
+            for h in &s.holders {
+                by_token
+                    .entry(h.token.clone())
+                    .or_default()
+                    .push(i.key.clone());
+            }
+        }
+    }
+    by_token.retain(|_, keys| keys.len() > 1);
+    by_token
+}
+
+/// The other keys a lock holder's multi-key hold took with `key` (empty
+/// for a single-key hold).
+fn together<'a>(sets: &'a HashMap<String, Vec<String>>, token: &str, key: &str) -> Vec<&'a str> {
+    sets.get(token)
+        .map(|keys| {
+            keys.iter()
+                .map(String::as_str)
+                .filter(|k| *k != key)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn inspection_json(i: &Inspection, sets: &HashMap<String, Vec<String>>) -> Value {
     json!({
         "key": i.key,
-        "states": i.states.iter().map(state_json).collect::<Vec<_>>(),
+        "states": i.states.iter().map(|s| state_json(s, &i.key, sets)).collect::<Vec<_>>(),
     })
 }
 
-fn state_json(s: &State) -> Value {
+fn state_json(s: &State, key: &str, sets: &HashMap<String, Vec<String>>) -> Value {
     json!({
         "primitive": s.primitive.to_string(),
         "redis_key": s.redis_key,
@@ -350,6 +383,7 @@ fn state_json(s: &State) -> Value {
             "permits": h.permits,
             "writer": h.writer,
             "client": who_json(h.who.as_ref()),
+            "taken_with": together(sets, &h.token, key),
         })).collect::<Vec<_>>(),
         "reservations": s.reservations.iter().map(|r| json!({
             "client": r.client,
@@ -436,7 +470,7 @@ fn holder_text(primitive: Primitive, h: &Holder) -> String {
     )
 }
 
-fn inspection_text(i: &Inspection) -> String {
+fn inspection_text(i: &Inspection, sets: &HashMap<String, Vec<String>>) -> String {
     let mut out = String::new();
     if i.states.is_empty() {
         let _ = writeln!(
@@ -462,6 +496,10 @@ fn inspection_text(i: &Inspection) -> String {
         }
         for h in &s.holders {
             let _ = writeln!(out, "  {}", holder_text(s.primitive, h));
+            let with = together(sets, &h.token, &i.key);
+            if !with.is_empty() {
+                let _ = writeln!(out, "  taken together with: {}", with.join(", "));
+            }
         }
         for r in &s.reservations {
             let permits = match s.primitive {

@@ -554,3 +554,61 @@ fn an_unlock_stops_the_command_at_once() {
     );
     assert!(stopped < Duration::from_secs(2), "{stopped:?}");
 }
+
+/// Several keys: one multi-key lock. Processes naming the same keys in
+/// opposite orders never overlap on any key and never deadlock; the
+/// command sees `RELAYLOCK_FENCES` (`key=fence` pairs) and every key is
+/// free at the end.
+#[test]
+fn runs_on_several_keys_take_them_together_in_any_order() {
+    let server = RedisServer::start();
+    let marks = temp_file("multi-marks");
+    let script = format!(
+        "echo \"start $RELAYLOCK_FENCES\" >> {m}; sleep 0.05; echo \"end $RELAYLOCK_FENCES\" >> {m}",
+        m = marks.display()
+    );
+    let orders: [&[&str]; 3] = [&["a", "b", "c"], &["c", "b", "a"], &["b", "a"]];
+    let loops: Vec<_> = orders
+        .iter()
+        .map(|keys| {
+            let url = server.url();
+            let script = script.clone();
+            let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+            std::thread::spawn(move || {
+                for _ in 0..4 {
+                    let status = relaylock()
+                        .args(["run", "--url", &url, "--wait", "30s"])
+                        .args(&keys)
+                        .args(["--", "sh", "-c", &script])
+                        .status()
+                        .unwrap();
+                    assert!(status.success(), "run failed: {status}");
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.join().unwrap();
+    }
+    let text = std::fs::read_to_string(&marks).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 24, "{text}");
+    // Every pair of runs shares key b: the marks never interleave.
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").expect(&text);
+        let end = pair[1].strip_prefix("end ").expect(&text);
+        assert_eq!(start, end, "marks interleave:\n{text}");
+        let pairs: Vec<(&str, u64)> = start
+            .split(' ')
+            .map(|p| {
+                let (k, f) = p.split_once('=').expect(&text);
+                (k, f.parse().expect(&text))
+            })
+            .collect();
+        assert!(pairs.len() == 2 || pairs.len() == 3, "{text}");
+        assert!(pairs.iter().any(|(k, _)| *k == "b"));
+    }
+    for key in ["a", "b", "c"] {
+        assert!(!held(&server, key), "{key} stayed held");
+    }
+}

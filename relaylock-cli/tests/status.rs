@@ -504,6 +504,39 @@ async fn held_looks_at_every_name() {
     assert_eq!(out.trim(), "nothing held: held0003");
 }
 
+/// A multi-key hold: each of its keys is listed as a held lock, with the
+/// other keys it was taken together with (one token), in text and JSON; a
+/// single-key hold beside it names none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_hold_shows_the_keys_taken_together() {
+    let server = RedisServer::start();
+    let a = support::client(&server.url()).await;
+    let set = a.lock_all(["seat:2", "seat:1", "seat:3"]).await.unwrap();
+    let single = a.lock("other").await.unwrap();
+    let doc = status_json(&server.url(), &["--held"]).await;
+    let with = |key: &str| -> Vec<String> {
+        let holder = &state(&doc, key, "mutex")["holders"][0];
+        assert_eq!(holder["token"], set.token().to_string().as_str());
+        let mut v: Vec<String> = holder["taken_with"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().to_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(with("seat:1"), ["seat:2", "seat:3"]);
+    assert_eq!(with("seat:3"), ["seat:1", "seat:2"]);
+    let other = &state(&doc, "other", "mutex")["holders"][0];
+    assert_eq!(other["taken_with"].as_array().unwrap().len(), 0);
+    let (code, out, _) = status(&server.url(), &["--held"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("taken together with:").count(), 3, "{out}");
+    set.release().await.unwrap();
+    single.release().await.unwrap();
+}
+
 /// Issue 36, the CLI's edges: `--url` before the subcommand works as after
 /// it; a bad key is a usage error (exit 2, like `--lease 0`), not "Redis
 /// unreachable" (69); `--watch` into a pipe writes no clear-screen escapes.

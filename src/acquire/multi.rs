@@ -181,7 +181,9 @@ async fn take_all(
             if !wait {
                 return Ok(None);
             }
-            let remaining = terms.deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let remaining = terms
+                .deadline
+                .map(|d| d.saturating_duration_since(Instant::now()));
             if remaining.is_some_and(|r| r.is_zero()) {
                 return Err(timed_out(inner, &terms, &set.keys[at]));
             }
@@ -260,8 +262,7 @@ async fn take_run(
                 // The shutdown began: it released that key; release the
                 // rest of the run too.
                 for (fence, _) in fences {
-                    let hold =
-                        HoldId::held(set.names[at].clone(), terms.token.clone(), fence, 1);
+                    let hold = HoldId::held(set.names[at].clone(), terms.token.clone(), fence, 1);
                     release_in_background(Arc::clone(inner), hold, None);
                     at += 1;
                 }

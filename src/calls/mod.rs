@@ -26,11 +26,11 @@ mod replies;
 mod terms;
 mod vanished;
 
+pub(crate) use multi::TakenRun;
 pub(crate) use replies::{
     acquire_reply, release_reply, sem_release_reply, AcquireReply, Released, SemUsage, TryReply,
 };
 pub(crate) use terms::{HandOver, QueuePlace, ReleaseCall, TryTerms};
-pub(crate) use multi::TakenRun;
 use vanished::Vanished;
 
 use crate::scripts::{
