@@ -392,6 +392,17 @@ async fn totals(cluster: &RedisCluster) -> HashMap<String, u64> {
     t
 }
 
+/// [`totals`] of the calls that did not fail (see `command_runs`).
+async fn runs(cluster: &RedisCluster) -> HashMap<String, u64> {
+    let mut t = HashMap::new();
+    for n in &cluster.nodes {
+        for (k, v) in support::command_runs(&n.admin().await).await {
+            *t.entry(k).or_default() += v;
+        }
+    }
+    t
+}
+
 /// One cluster change (an unrelated slot moves) must cost one refresh, not
 /// start a loop of CLUSTER SLOTS, SSUBSCRIBE and wake-ups (fred announces a
 /// change on every sync, including relaylock's own).
@@ -831,5 +842,104 @@ async fn a_vanished_value_wakes_the_other_clients_in_a_cluster() {
     assert!(
         after < Duration::from_secs(1),
         "{after:?}: it slept on the lease"
+    );
+}
+
+/// Multi-key locks across slots: keys of one slot (a shared `{tag}` at the
+/// start of the key) go in one call, one per slot group, to take and to
+/// release; the renewals keep every key of a watched set held; two clients
+/// naming overlapping sets in opposite orders, mixed with single-key
+/// locks, never deadlock and never share a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_key_locks_across_slots() {
+    let cluster = RedisCluster::start(3, 0);
+    let lease = Duration::from_millis(900);
+    let (a, b) = (
+        lock_client(&cluster, lease).await,
+        lock_client(&cluster, lease).await,
+    );
+    let keys = ["{g1}:a", "{g1}:b", "{g1}:c", "{g2}:a", "{g2}:b", "solo"];
+    let slots: std::collections::HashSet<u16> = keys
+        .iter()
+        .map(|k| redis_keyslot(a.redis_key(k).as_bytes()))
+        .collect();
+    assert_eq!(slots.len(), 3, "three slot groups");
+    let before = runs(&cluster).await;
+    let g = a.lock_all(keys.iter().rev()).await.unwrap();
+    let taken = runs(&cluster).await;
+    assert_eq!(delta(&before, &taken, "evalsha"), 3, "one call per slot group");
+    // The keys of one slot are adjacent, in the global order.
+    let order: Vec<u16> = g
+        .keys()
+        .map(|k| redis_keyslot(a.redis_key(k).as_bytes()))
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] <= w[1]), "{order:?}");
+    // Watched: held across three leases.
+    tokio::time::sleep(lease * 3).await;
+    assert!(g.is_held());
+    let data = data_client(&cluster).await;
+    for k in keys {
+        let pttl: i64 = data.pttl(a.redis_key(k)).await.unwrap();
+        assert!(pttl > 0, "{k}: pttl {pttl}");
+    }
+    let before = runs(&cluster).await;
+    g.release().await.unwrap();
+    let released = runs(&cluster).await;
+    assert_eq!(delta(&before, &released, "evalsha"), 3, "one release per slot group");
+
+    // Contention across shards, opposite orders, single locks mixed in.
+    let busy: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let lock = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let busy = Arc::clone(&busy);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = support::Lcg(t * 31 + 7);
+            for round in 0..10u64 {
+                let opts = LockOptions::default().wait(Duration::from_secs(20));
+                let n = 1 + rng.below(4) as usize;
+                let mut mine: Vec<&str> = (0..n).map(|_| keys[rng.below(6) as usize]).collect();
+                if round % 2 == 0 {
+                    mine.reverse();
+                }
+                let held: Vec<String>;
+                let guard: Box<dyn std::any::Any + Send> = if n == 1 {
+                    let g = lock.lock_with(mine[0], opts).await.unwrap();
+                    held = vec![mine[0].to_owned()];
+                    Box::new(g)
+                } else {
+                    let g = lock.lock_all_with(&mine, opts).await.unwrap();
+                    held = g.keys().map(str::to_owned).collect();
+                    Box::new(g)
+                };
+                for k in &held {
+                    assert!(busy.lock().unwrap().insert(k.clone()), "two holders of {k}");
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                for k in &held {
+                    busy.lock().unwrap().remove(k);
+                }
+                drop(guard);
+            }
+        }));
+    }
+    let all = tokio::time::timeout(Duration::from_secs(60), async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    assert!(all.is_ok(), "stalled");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let mut free = true;
+            for k in keys {
+                let v: Option<String> = data.get(a.redis_key(k)).await.unwrap();
+                free &= v.is_none_or(|v| v.starts_with('-'));
+            }
+            free
+        })
+        .await,
+        "every key free at the end"
     );
 }
