@@ -867,7 +867,11 @@ async fn multi_key_locks_across_slots() {
     let before = runs(&cluster).await;
     let g = a.lock_all(keys.iter().rev()).await.unwrap();
     let taken = runs(&cluster).await;
-    assert_eq!(delta(&before, &taken, "evalsha"), 3, "one call per slot group");
+    assert_eq!(
+        delta(&before, &taken, "evalsha"),
+        3,
+        "one call per slot group"
+    );
     // The keys of one slot are adjacent, in the global order.
     let order: Vec<u16> = g
         .keys()
@@ -885,7 +889,11 @@ async fn multi_key_locks_across_slots() {
     let before = runs(&cluster).await;
     g.release().await.unwrap();
     let released = runs(&cluster).await;
-    assert_eq!(delta(&before, &released, "evalsha"), 3, "one release per slot group");
+    assert_eq!(
+        delta(&before, &released, "evalsha"),
+        3,
+        "one release per slot group"
+    );
 
     // Contention across shards, opposite orders, single locks mixed in.
     let busy: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();

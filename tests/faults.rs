@@ -30,8 +30,8 @@ use fred::prelude::*;
 use fred::types::CustomCommand;
 use relaylock::{Error, LockClient, LockOptions};
 use support::faults::{
-    assert_clean, assert_safe, contend, critical, key_set, lock_client, proxied, repeatedly,
-    Proxied, Stats, LEASE,
+    assert_clean, assert_safe, contend, contend_all, critical, key_set, lock_client, proxied,
+    repeatedly, Proxied, Stats, LEASE,
 };
 use support::ledger::Ledger;
 use support::proxy::{Mode, Proxy};
@@ -1022,4 +1022,197 @@ where
         0,
         "a replayed release was reported lost"
     );
+}
+
+/// Multi-key holds mixed with single-key ones while `CLIENT KILL TYPE
+/// pubsub` and `TYPE normal` alternate every 200 ms (lost release messages,
+/// killed command connections): no overlap, no stale write, no stuck
+/// waiter, nothing left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_key_holds_under_client_kill() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let ledger = Ledger::start().await;
+    let prefix = "mkill";
+    let lock = lock_client(&server.url(), prefix).await;
+    let keys = key_set(6);
+    let killer = repeatedly(Duration::from_millis(200), async |kills| {
+        let kind = if kills % 2 == 0 { "pubsub" } else { "normal" };
+        support::client_kill(&admin, &["TYPE", kind]).await;
+    });
+    let (stats, kills) = tokio::join!(
+        contend_all(
+            &lock,
+            &ledger,
+            &keys,
+            16,
+            Duration::from_secs(4),
+            Duration::from_millis(2),
+            Duration::from_secs(10),
+        ),
+        killer
+    );
+    let t = ledger.totals(&keys).await;
+    println!(
+        "multi-key, client kill: {kills} kills; {}; ledger {t:?}",
+        stats.line()
+    );
+    assert_safe("multi-key client kill", t);
+    drop(lock);
+    assert_clean(&admin, prefix).await;
+}
+
+/// A restart without persistence while multi-key holds contend: every
+/// holder learns its keys are gone, no waiter is stuck, and every key's
+/// fencing token afterwards is above the one before the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_key_holds_across_a_restart() {
+    let mut server = RedisServer::start();
+    let ledger = Ledger::start().await;
+    let prefix = "mrestart";
+    let lock = lock_client(&server.url(), prefix).await;
+    let keys = key_set(4);
+    let held = lock.lock_all(keys.iter()).await.unwrap();
+    let before: Vec<u64> = held.fencing_tokens().map(|(_, f)| f).collect();
+    let waiting = {
+        let (lock, ledger, keys) = (lock.clone(), Arc::clone(&ledger), Arc::clone(&keys));
+        tokio::spawn(async move {
+            contend_all(
+                &lock,
+                &ledger,
+                &keys,
+                12,
+                Duration::from_millis(2500),
+                Duration::from_millis(5),
+                Duration::from_secs(10),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart();
+    let restarted = Instant::now();
+    tokio::time::timeout(LEASE * 2, held.lost())
+        .await
+        .expect("the holder never learned its keys were lost");
+    let noticed = restarted.elapsed();
+    let stats = waiting.await.unwrap();
+    let after = lock.lock_all(keys.iter()).await.unwrap();
+    let later: Vec<u64> = after.fencing_tokens().map(|(_, f)| f).collect();
+    println!(
+        "multi-key restart: the holder learned the loss within {noticed:?}; waiters: {}",
+        stats.line()
+    );
+    assert!(
+        later.iter().zip(&before).all(|(a, b)| a > b),
+        "fencing tokens went backwards: {before:?} then {later:?}"
+    );
+    after.release().await.unwrap();
+    assert!(matches!(held.release().await, Err(Error::LockLost { .. })));
+    let admin = server.admin().await;
+    drop(lock);
+    assert_clean(&admin, prefix).await;
+}
+
+/// A process holding a multi-key lock is SIGKILLed: the waiting multi-key
+/// and single-key calls of another process get every key within the lease
+/// and a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_multi_key_holder_is_replaced_within_the_lease() {
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        let mut parts = spec.split(' ');
+        let (url, prefix) = (parts.next().unwrap(), parts.next().unwrap());
+        let lock = lock_client(url, prefix).await;
+        let g = lock.lock_all(["m1", "m2", "m3"]).await.unwrap();
+        println!("HELD {}", g.token());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        return;
+    }
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let prefix = "mkilled";
+    let lock = lock_client(&server.url(), prefix).await;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_killed_multi_key_holder_is_replaced_within_the_lease",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, format!("{} {prefix}", server.url()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("HELD "))
+    })
+    .await
+    .unwrap()
+    .expect("the child took the keys");
+    let sets: [&'static [&str]; 4] = [&["m3", "m1"], &["m2"], &["m1", "m2", "m3"], &["m3"]];
+    let waiters: Vec<_> = sets
+        .into_iter()
+        .map(|keys| {
+            let lock = lock.clone();
+            tokio::spawn(async move {
+                let g = lock.lock_all(keys.iter()).await.unwrap();
+                let at = Instant::now();
+                g.release().await.unwrap();
+                at
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    let mut worst = Duration::ZERO;
+    for w in waiters {
+        let at = tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("a waiter is stuck")
+            .unwrap();
+        worst = worst.max(at.saturating_duration_since(killed));
+    }
+    println!(
+        "multi-key holder killed: every waiter served {worst:?} after SIGKILL (lease {LEASE:?})"
+    );
+    assert!(worst <= LEASE + Duration::from_secs(1), "{worst:?}");
+    drop(lock);
+    assert_clean(&admin, prefix).await;
+}
+
+/// The multi-key calls' replies lost with their connection: fred sends
+/// each again, and the replay is recognised key by key: the acquire
+/// returns the holds Redis has (their fences), the release reports no
+/// loss, and another client finds every key free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_key_calls_whose_replies_are_lost_are_replayed() {
+    use relaylock::__scripts::{ACQUIRE_ALL, RELEASE_ALL};
+    let mut t = LostReplies::start().await;
+    let _: String = t.admin.script_load(ACQUIRE_ALL).await.unwrap();
+    let _: String = t.admin.script_load(RELEASE_ALL).await.unwrap();
+    let (lock, admin) = (t.lock.clone(), t.admin.clone());
+    let lease = LockOptions::default().lease(LOST_REPLY_LEASE);
+    let g = t
+        .with_reply_lost(ACQUIRE_ALL, lock.lock_all_with(["x", "y", "z"], lease))
+        .await
+        .expect("the replay's reply");
+    for (key, fence) in g.fencing_tokens() {
+        let value = support::lock_value(&admin, &lock.redis_key(key))
+            .await
+            .expect("held");
+        assert_eq!(value.token(), Some(g.token()), "{key}");
+        assert_eq!(value.fence(), Some(fence), "{key}: the fence Redis has");
+    }
+    t.with_reply_lost(RELEASE_ALL, g.release())
+        .await
+        .expect("released, not lost");
+    for key in ["x", "y", "z"] {
+        assert_free(&t.other, key).await;
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use relaylock::{Error, LockClient, LockGuard, LockOptions};
+use relaylock::{Error, LockClient, LockGuard, LockOptions, MultiGuard};
 
 use crate::ledger::{Ledger, Totals};
 use crate::proxy::Proxy;
@@ -169,6 +169,120 @@ pub async fn contend(
     let done = tokio::time::timeout(run + bound, all).await;
     assert!(done.is_ok(), "a worker is stuck: {}", stats.line());
     stats
+}
+
+/// The critical section of a multi-key hold: enter every key's section
+/// with its own fence, hold, leave them all (each section left if the
+/// future is dropped, as [`critical`]'s).
+pub async fn critical_all(ledger: &Arc<Ledger>, g: &MultiGuard, hold: Duration) {
+    let mut inside = Vec::new();
+    for (key, fence) in g.fencing_tokens() {
+        inside.push(Inside {
+            ledger: Arc::clone(ledger),
+            key: key.to_owned(),
+            writer: g.token().to_owned(),
+        });
+        ledger.write(key, fence, g.token(), true).await;
+    }
+    tokio::time::sleep(hold).await;
+    for ((key, fence), section) in g.fencing_tokens().zip(inside) {
+        ledger.write(key, fence, g.token(), false).await;
+        section.leave().await;
+    }
+}
+
+/// [`contend`] with multi-key holds: each worker takes a random 2 to 4 of
+/// `keys`, named in a random order, and every fourth call a single key, so
+/// multi-key and single-key holds share the keys' queues.
+pub async fn contend_all(
+    lock: &LockClient,
+    ledger: &Arc<Ledger>,
+    keys: &Arc<Vec<String>>,
+    tasks: usize,
+    run: Duration,
+    hold: Duration,
+    bound: Duration,
+) -> Arc<Stats> {
+    let stats = Arc::new(Stats::default());
+    let until = Instant::now() + run;
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| {
+            let (lock, ledger, keys, stats) = (
+                lock.clone(),
+                Arc::clone(ledger),
+                Arc::clone(keys),
+                Arc::clone(&stats),
+            );
+            tokio::spawn(async move {
+                let mut rng = crate::Lcg(i as u64 * 7919 + 17);
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    n += 1;
+                    let count = if n % 4 == 0 {
+                        1
+                    } else {
+                        2 + rng.below(3) as usize
+                    };
+                    let mine: Vec<String> = (0..count)
+                        .map(|_| keys[rng.below(keys.len() as u64) as usize].clone())
+                        .collect();
+                    multi_round(&lock, &ledger, &mine, hold, &stats).await;
+                }
+            })
+        })
+        .collect();
+    let all = futures::future::join_all(handles);
+    let done = tokio::time::timeout(run + bound, all).await;
+    assert!(done.is_ok(), "a worker is stuck: {}", stats.line());
+    stats
+}
+
+/// One multi-key critical section of `keys` (one key: a single-key lock's),
+/// retried on errors as [`contend`]'s workers retry.
+async fn multi_round(
+    lock: &LockClient,
+    ledger: &Arc<Ledger>,
+    keys: &[String],
+    hold: Duration,
+    stats: &Stats,
+) {
+    let started = Instant::now();
+    let waited = || {
+        let waited = started.elapsed().as_micros() as u64;
+        stats.max_wait_us.fetch_max(waited, Ordering::SeqCst);
+    };
+    loop {
+        let outcome = match keys {
+            [key] => {
+                lock.with_lock(key, LockOptions::default(), async |g| {
+                    waited();
+                    critical(ledger, key, g, hold).await
+                })
+                .await
+            }
+            keys => {
+                lock.with_lock_all(keys, LockOptions::default(), async |g| {
+                    waited();
+                    critical_all(ledger, g, hold).await
+                })
+                .await
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                stats.acquired.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+            Err(Error::LockLost { .. }) => {
+                stats.lost.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+            Err(_) => {
+                stats.errors.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
 }
 
 /// Injects a fault for 3 s: every `period`, `fault(n)` for n = 0, 1, ...
