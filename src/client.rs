@@ -282,7 +282,9 @@ impl LockClient {
     /// (safe, as every caller takes keys in the same order), woken by the
     /// release message sent to it alone. Each key is an ordinary lock: a
     /// single-key `lock` of one of them waits for the multi-key hold, and
-    /// the reverse.
+    /// the reverse. (The order covers the keys of one call: a task that
+    /// already holds another lock while it waits here is outside it, as
+    /// with nested single locks.)
     ///
     /// ```no_run
     /// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {

@@ -61,6 +61,9 @@ pub struct MultiGuard {
     guards: Vec<LockGuard>,
     name: Option<SharedString>,
     acquired_at: Instant,
+    /// Every key was taken (a hold being filled, dropped part way, is no
+    /// acquisition: it records no hold time and no release).
+    complete: bool,
 }
 
 impl std::fmt::Debug for MultiGuard {
@@ -81,6 +84,7 @@ impl MultiGuard {
             guards: Vec::new(),
             name,
             acquired_at: Instant::now(),
+            complete: false,
         }
     }
 
@@ -92,6 +96,7 @@ impl MultiGuard {
     /// The acquisition is complete: the hold counts from now.
     pub(crate) fn acquired(&mut self) {
         self.acquired_at = Instant::now();
+        self.complete = true;
     }
 
     /// The keys held, deduplicated, in the order they were taken: by hash
@@ -213,7 +218,8 @@ impl MultiGuard {
     pub async fn release(mut self) -> Result<()> {
         let taken = self.detach();
         let shut = taken.len() < self.guards.len();
-        let task = spawn_release(&self.inner, taken, self.name.take(), self.acquired_at);
+        let report = self.report();
+        let task = spawn_release(&self.inner, taken, report);
         let outcome = match task {
             Some(task) => task
                 .await
@@ -227,11 +233,18 @@ impl MultiGuard {
     }
 
     /// Take every key's hold out of its guard (see [`LockGuard::detach`]).
-    fn detach(&mut self) -> Vec<(HoldId, Arc<Lease>)> {
+    fn detach(&mut self) -> Vec<(HoldId, Option<Arc<Lease>>)> {
         self.guards
             .iter_mut()
             .filter_map(LockGuard::detach)
+            .map(|(hold, lease)| (hold, Some(lease)))
             .collect()
+    }
+
+    /// What the release reports to: the hold's metrics, once complete.
+    fn report(&mut self) -> Option<(Option<SharedString>, Instant)> {
+        let name = self.name.take();
+        self.complete.then_some((name, self.acquired_at))
     }
 }
 
@@ -241,19 +254,21 @@ impl Drop for MultiGuard {
         // is spawned: a shutdown in between waits for it.
         let _busy = self.inner.background.token();
         let taken = self.detach();
-        let _ = spawn_release(&self.inner, taken, self.name.take(), self.acquired_at);
+        let report = self.report();
+        let _ = spawn_release(&self.inner, taken, report);
     }
 }
 
-/// Release `taken` (one multi-key hold's keys, in order) in a task of the
-/// client's background: one [`release_group`] per slot group, then each
-/// key's outcome counted. `None` without a runtime (the keys stay held
-/// until their leases end) or with nothing to release.
-fn spawn_release(
+/// Release `taken` (one multi-key hold's keys, in order, each with its
+/// lease state when a guard had it) in a task of the client's background:
+/// one [`release_group`] per slot group, all at once, then each key's
+/// outcome counted. `report`: the hold's metrics name and start, for a
+/// complete hold. `None` without a runtime (the keys stay held until their
+/// leases end) or with nothing to release.
+pub(crate) fn spawn_release(
     inner: &Arc<ClientInner>,
-    taken: Vec<(HoldId, Arc<Lease>)>,
-    name: Option<SharedString>,
-    since: Instant,
+    taken: Vec<(HoldId, Option<Arc<Lease>>)>,
+    report: Option<(Option<SharedString>, Instant)>,
 ) -> Option<tokio::task::JoinHandle<Result<()>>> {
     if taken.is_empty() {
         return None;
@@ -268,19 +283,28 @@ fn spawn_release(
     let background = inner.background.clone();
     let inner = Arc::clone(inner);
     let task = async move {
-        m::held(name.as_ref(), Kind::Multi, since.elapsed());
+        let name = report.as_ref().and_then(|(name, _)| name.clone());
+        if let Some((_, since)) = &report {
+            m::held(name.as_ref(), Kind::Multi, since.elapsed());
+        }
         let clustered = inner.calls.redis().is_clustered();
-        let (holds, leases): (Vec<HoldId>, Vec<Arc<Lease>>) = taken.into_iter().unzip();
+        let (holds, leases): (Vec<HoldId>, Vec<Option<Arc<Lease>>>) = taken.into_iter().unzip();
+        let ranges = slot_groups(&holds, clustered);
+        let calls = ranges
+            .iter()
+            .map(|r| release_group(&inner, &holds[r.clone()]));
+        let outcomes = join_all(calls.collect()).await;
         let mut first_error = None;
-        for range in slot_groups(&holds, clustered) {
+        for (range, outcome) in ranges.into_iter().zip(outcomes) {
             let group = &holds[range.clone()];
-            let outcome = release_group(&inner, group).await;
             let error = count_group(&inner, name.as_ref(), group, &leases[range], outcome);
             first_error = first_error.or(error);
         }
         match first_error {
             None => {
-                m::released(name.as_ref(), Kind::Multi);
+                if report.is_some() {
+                    m::released(name.as_ref(), Kind::Multi);
+                }
                 Ok(())
             }
             Some(e) => {
@@ -300,7 +324,7 @@ fn count_group(
     inner: &ClientInner,
     name: Option<&SharedString>,
     group: &[HoldId],
-    leases: &[Arc<Lease>],
+    leases: &[Option<Arc<Lease>>],
     outcome: Result<Vec<Released>>,
 ) -> Option<Error> {
     let each = match outcome {
@@ -309,7 +333,7 @@ fn count_group(
     };
     let mut lost = None;
     for ((hold, lease), released) in group.iter().zip(leases).zip(each) {
-        if released == Released::NotOurs {
+        if let (Released::NotOurs, Some(lease)) = (released, lease) {
             found_lost(inner, name, hold, lease);
             lost.get_or_insert_with(|| Error::LockLost {
                 key: key_of(&inner.prefix, hold).to_owned(),
@@ -343,7 +367,7 @@ pub(crate) fn groups(slots: &[u16], clustered: bool) -> Vec<Range<usize>> {
         return Vec::new();
     }
     if !clustered {
-        return vec![0..slots.len()];
+        return std::iter::once(0..slots.len()).collect();
     }
     let mut out = Vec::new();
     let mut start = 0;
@@ -356,8 +380,25 @@ pub(crate) fn groups(slots: &[u16], clustered: bool) -> Vec<Range<usize>> {
     out
 }
 
-/// Run `futures` at once; their outputs in order.
+/// Run `futures` at once, [`JOINED`] at a time (each wake-up polls every
+/// pending one of them); their outputs in order.
 async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut out = Vec::with_capacity(futures.len());
+    let mut rest = futures.into_iter();
+    loop {
+        let chunk: Vec<F> = rest.by_ref().take(JOINED).collect();
+        if chunk.is_empty() {
+            return out;
+        }
+        out.extend(join_chunk(chunk).await);
+    }
+}
+
+/// How many futures [`join_all`] polls together.
+const JOINED: usize = 256;
+
+/// Run `futures` at once; their outputs in order.
+async fn join_chunk<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut each: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
     let mut out: Vec<Option<F::Output>> = each.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {

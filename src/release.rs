@@ -182,8 +182,9 @@ pub(crate) fn found_lost(
 
 /// Release the holds `group` of one multi-key lock, all in one slot in a
 /// cluster, with one [`RELEASE_ALL`](crate::scripts::RELEASE_ALL) call:
-/// each key as [`release`] releases one whose fence is known, except that
-/// no local waiter is handed a key directly (each key's local waiters are
+/// each key as [`release`] releases one (a fence `None`: an acquisition
+/// abandoned in flight, whose token is voided), except that no local
+/// waiter is handed a key directly (each key's local waiters are
 /// woken when it is freed, and this client queues again for a key that
 /// still has some). Each key's outcome, in order.
 ///
@@ -210,7 +211,7 @@ pub(crate) async fn release_group(
         .collect();
     let requeue: Vec<bool> = pending.iter().map(|p| p.releasing.requeued()).collect();
     let names: Vec<&Names> = group.iter().map(|hold| &hold.names).collect();
-    let fences: Vec<u64> = group.iter().map(|hold| hold.fence.unwrap_or(0)).collect();
+    let fences: Vec<Option<u64>> = group.iter().map(|hold| hold.fence).collect();
     let sent = Instant::now();
     let client = registry.client_id();
     let outcome = inner

@@ -258,14 +258,39 @@ async fn one_deadline_for_the_set_and_nothing_held_after_it() {
         .await,
         "the keys taken before the busy one are released"
     );
-    // try_lock_all: None, and nothing held.
+    // try_lock_all: None, and nothing held once it answered.
     assert!(two.try_lock_all(["k1", "k9"]).await.unwrap().is_none());
-    assert!(
-        support::eventually(Duration::from_secs(5), || async {
-            !any_taken(&admin, &two, &keys).await
-        })
-        .await
+    assert!(!any_taken(&admin, &two, &keys).await);
+}
+
+/// A fixed lease (no watchdog) counts from when the set was complete: the
+/// keys taken before a wait get their whole lease again.
+#[tokio::test]
+async fn a_fixed_lease_counts_from_the_complete_set() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let (one, two) = (
+        support::client(&server.url()).await,
+        support::client(&server.url()).await,
     );
+    let blocker = one.lock("f9").await.unwrap();
+    let lease = Duration::from_millis(1500);
+    let call = {
+        let two = two.clone();
+        tokio::spawn(async move {
+            two.lock_all_with(["f1", "f9"], LockOptions::default().lease(lease))
+                .await
+                .unwrap()
+        })
+    };
+    support::until_queued(&admin, &two, "f9").await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    blocker.release().await.unwrap();
+    let g = call.await.unwrap();
+    let ttl: i64 = admin.pttl(two.redis_key("f1")).await.unwrap();
+    assert!(ttl > 1000, "f1's lease was renewed in full: {ttl} ms left");
+    assert!(g.is_held());
+    g.release().await.unwrap();
 }
 
 /// Dropping a multi-key call at any point (here: at a sweep of instants

@@ -218,7 +218,7 @@ pub async fn contend_all(
                 let mut n = 0u64;
                 while Instant::now() < until {
                     n += 1;
-                    let count = if n % 4 == 0 {
+                    let count = if n.is_multiple_of(4) {
                         1
                     } else {
                         2 + rng.below(3) as usize

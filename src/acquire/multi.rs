@@ -41,7 +41,7 @@ use crate::guard::{Acquired, LockGuard};
 use crate::hold_id::HoldId;
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome};
-use crate::multi::{groups, MultiGuard, MAX_KEYS};
+use crate::multi::{groups, spawn_release, MultiGuard, MAX_KEYS};
 use crate::options::{validate_lease, LockOptions};
 use crate::release::release_in_background;
 use crate::scripts::{Kind, Names};
@@ -169,6 +169,7 @@ async fn take_all(
         deadline: options.wait.and_then(|w| started.checked_add(w)),
     };
     let mut held = MultiGuard::new(Arc::clone(inner), options.name.clone());
+    let mut waited = false;
     for group in &set.groups {
         let mut at = group.start;
         loop {
@@ -179,6 +180,9 @@ async fn take_all(
                 break;
             }
             if !wait {
+                // Given back before the answer, so that the caller's next
+                // try finds them free.
+                let _ = held.release().await;
                 return Ok(None);
             }
             let remaining = terms
@@ -193,6 +197,7 @@ async fn take_all(
             }
             let names = set.names[at].clone();
             held.push(park(inner, &set.keys[at], names, terms.token.clone(), &parked).await?);
+            waited = true;
             at += 1;
             if at == group.end {
                 break;
@@ -203,6 +208,11 @@ async fn take_all(
     // that ran out while a later key was awaited makes the set incomplete.
     if let Some(key) = held.lost_key() {
         return Err(Error::LockLost { key });
+    }
+    // After a wait, a fixed lease (no watchdog) is given in full to every
+    // key again: the set's lease counts from when it was complete.
+    if waited && !terms.renew {
+        held.extend(terms.lease).await?;
     }
     held.acquired();
     Ok(Some(held))
@@ -221,17 +231,20 @@ async fn take_run(
     let names: Vec<&Names> = set.names[run.clone()].iter().collect();
     m::attempt(terms.name, Kind::Multi);
     // An answer we never learn (future dropped, reply lost, timeout) may
-    // have taken any of the keys: release the token on each of them.
+    // have taken any of the keys: release the token on each of them (and
+    // void it there, should the call reach Redis later), one call per slot
+    // group.
     let orphan = OnDrop(Some(|| {
-        for n in &names {
+        let holds = names.iter().map(|n| {
             let hold = HoldId {
                 names: (*n).clone(),
                 token: terms.token.clone(),
                 fence: None,
                 permits: 1,
             };
-            release_in_background(Arc::clone(inner), hold, None);
-        }
+            (hold, None)
+        });
+        let _ = spawn_release(inner, holds.collect(), None);
     }));
     // `wait(0)`: one call, bounded by the command timeout.
     let within = terms

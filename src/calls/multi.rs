@@ -49,16 +49,17 @@ impl Calls {
         taken_run(&reply, group.len())
     }
 
-    /// One multi-key release of `group` (one slot's keys), `fences` and
-    /// `requeue` (whether this client still has local waiters of the key)
-    /// for each key in order. Each key's outcome, with whether this client
+    /// One multi-key release of `group` (one slot's keys), `fences` (`None`:
+    /// unknown, an acquisition abandoned in flight) and `requeue` (whether
+    /// this client still has local waiters of the key) for each key in
+    /// order. Each key's outcome, with whether this client
     /// is the stand-by of a hand-over to another client (as
     /// [`release`](Calls::release) tells it).
     pub(crate) async fn release_all(
         &self,
         group: &[&Names],
         token: &Str,
-        fences: &[u64],
+        fences: &[Option<u64>],
         requeue: &[bool],
         client: &Str,
     ) -> Result<Vec<(Released, bool)>> {
@@ -75,7 +76,12 @@ impl Calls {
                     self.publish.clone(),
                     flags.as_str().into(),
                 ]);
-                args.extend(fences.iter().map(|&f| Value::Integer(f as i64)));
+                // `''`: an acquisition abandoned in flight (its token is
+                // voided on that key).
+                args.extend(fences.iter().map(|f| match f {
+                    Some(f) => Value::Integer(*f as i64),
+                    None => Value::String(Str::from_static("")),
+                }));
                 (keys, args)
             })
             .await?;
@@ -96,7 +102,7 @@ impl Calls {
 /// [`ACQUIRE_ALL`](crate::scripts::ACQUIRE_ALL)).
 fn taken_run(reply: &[i64], sent: usize) -> Result<TakenRun> {
     let bad = || Error::UnexpectedReply(format!("a multi-key acquire replied {reply:?}"));
-    if reply.len() % 2 != 0 || reply.len() / 2 > sent || reply.is_empty() {
+    if !reply.len().is_multiple_of(2) || reply.len() / 2 > sent || reply.is_empty() {
         return Err(bad());
     }
     let mut run = TakenRun {

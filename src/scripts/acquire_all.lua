@@ -16,7 +16,7 @@ local ttl = tonumber(lease) + tonumber(ARGV[4])
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local out, n = {}, 0
-local args = {t, lease, '', nil, ARGV[3], ARGV[4]}
+local args = {t, lease, '', '', ARGV[3], ARGV[4]}
 for i = 1, #KEYS do
   local k, r = KEYS[i], nil
   if redis.call('SET', k, t, 'NX', 'PX', lease) then
@@ -27,6 +27,7 @@ for i = 1, #KEYS do
       r = next_fence(k, 0, ttl, nil, now)
     end
   else
+    args[4] = k .. ':ch'
     r = one({k}, args)
   end
   if type(r) == 'table' then

@@ -359,8 +359,10 @@ pub const ACQUIRE_ALL: &str = concat!(
 /// ARGV: `[token, retention_ms, client, grace_ms, publish, requeue,
 /// fence_1, fence_2, ...]`, `requeue` one character per key, `'1'` when
 /// this client still has local waiters of that key. Each key is released
-/// as [`RELEASE`] releases one hold whose fence is known, with no `next`:
-/// freed, or reserved for the client queued first and that client told.
+/// as [`RELEASE`] releases one hold, with no `next`: freed, or reserved
+/// for the client queued first and that client told; a fence `''` is an
+/// acquisition abandoned in flight, whose token is voided on that key (the
+/// marker and index names are derived from the lock's).
 /// The reply is [`RELEASE`]'s code for each key, in order.
 pub const RELEASE_ALL: &str = concat!(
     include_str!("fence.lua"),

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::bench::strategy::{Primitive, Strategy};
+use crate::bench::strategy::{KeysPerLock, Primitive, Strategy};
 use crate::parse::parse_duration;
 
 /// What each column of the bench's table means: `relaylock bench --help`
@@ -14,7 +14,10 @@ pub const LEGEND: &str = "\
 Columns (the default table; --wide adds the ones marked +):
   strategy      pubsub: relaylock; poll:<ms>: relaylock polling every <ms>;
                 bare:<ms>: SET NX PX retried every <ms>, no fencing, no queue;
-                floor:<ms>: the cheapest fenced lock, retried every <ms>
+                floor:<ms>: the cheapest fenced lock, retried every <ms>;
+                onebyone:<ms>: (--keys-per-lock) single locks one by one,
+                each waiting <ms>, all released and retried on a timeout;
+                `xN` after it: N keys per acquisition (figures per key)
   workers       lock-taking tasks per process       procs  worker processes
   acq/s         acquisitions per second, all processes together
   wait_p50_ms   median time from asking for the lock to holding it
@@ -37,7 +40,8 @@ Columns (the default table; --wide adds the ones marked +):
  +rss_MiB       peak resident memory of a worker process
  +left          keys the run left in Redis (DBSIZE after minus before: records
                 and tombstones kept for their retention, client records)
- +B/left        Redis memory per key left (used_memory after minus before)";
+ +B/left        Redis memory per key left (used_memory after minus before)
+ +restarts      (onebyone) sets released and started over after a timeout";
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(after_help = LEGEND)]
@@ -65,6 +69,18 @@ pub struct BenchArgs {
     /// Keys the workers pick from at random.
     #[arg(long, default_value_t = 1)]
     pub keys: usize,
+    /// Keys each acquisition takes together: `N`, or `A-B` (a count drawn
+    /// in the range each time), distinct keys drawn at random and named in
+    /// random order. Above 1, `pubsub` and `poll:<ms>` take one multi-key
+    /// lock, `onebyone:<ms>` single locks one by one (Redisson's way), and
+    /// `bare:<ms>` sets all its keys or none in one script, polling. Every
+    /// per-acquisition figure is then per key acquired.
+    #[arg(long, default_value = "1")]
+    pub keys_per_lock: KeysPerLock,
+    /// With `--keys-per-lock`: the share of acquisitions (0 to 1) that take
+    /// one key with a single-key lock instead, on the same keys.
+    #[arg(long, default_value_t = 0.0)]
+    pub single_share: f64,
     /// How long each critical section holds the lock, in ms (0: release at once).
     #[arg(long = "hold-ms", default_value_t = 1.0)]
     pub hold_ms: f64,

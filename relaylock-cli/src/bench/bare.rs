@@ -60,6 +60,32 @@ end
 return 0
 "#;
 
+/// The bare lock of several keys (`--keys-per-lock`), as node-redlock and
+/// bsm/redislock take them: every key set or none, in one script (`MSETNX`
+/// with a lease). KEYS the locks; ARGV `[token, lease_ms]`; 1 taken, 0 one
+/// of them is held.
+pub const BARE_ACQUIRE_ALL: &str = r#"
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
+end
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+end
+return 1
+"#;
+
+/// Its release: each key deleted if it holds the token; the number deleted.
+pub const BARE_RELEASE_ALL: &str = r#"
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+  end
+end
+return n
+"#;
+
 /// How long `floor:<ms>`'s tombstone lives (relaylock's default retention).
 const FLOOR_RETENTION_MS: i64 = 60_000;
 
@@ -73,6 +99,8 @@ pub struct BareLock {
     every: Duration,
     /// `SET NX` calls so far: the attempts of this strategy.
     pub attempts: AtomicU64,
+    acquire_all: Script,
+    release_all: Script,
 }
 
 impl BareLock {
@@ -85,7 +113,47 @@ impl BareLock {
             lease_ms: lease.as_millis() as u64,
             every,
             attempts: AtomicU64::new(0),
+            acquire_all: Script::from_lua(BARE_ACQUIRE_ALL),
+            release_all: Script::from_lua(BARE_RELEASE_ALL),
         }
+    }
+
+    /// Take every lock of `keys` (Redis names) or none, retrying every
+    /// interval; returns the token it holds them with.
+    pub async fn lock_all(
+        &self,
+        keys: &[String],
+        token: String,
+    ) -> Result<String, fred::error::Error> {
+        loop {
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+            let taken: i64 = self
+                .acquire_all
+                .evalsha_with_reload(
+                    &self.redis,
+                    keys.to_vec(),
+                    vec![token.clone(), self.lease_ms.to_string()],
+                )
+                .await?;
+            if taken == 1 {
+                return Ok(token);
+            }
+            tokio::time::sleep(self.every).await;
+        }
+    }
+
+    /// Release the locks of `keys` that still hold `token`; `false` when
+    /// any did not.
+    pub async fn unlock_all(
+        &self,
+        keys: &[String],
+        token: &str,
+    ) -> Result<bool, fred::error::Error> {
+        let n: i64 = self
+            .release_all
+            .evalsha_with_reload(&self.redis, keys.to_vec(), vec![token])
+            .await?;
+        Ok(n == keys.len() as i64)
     }
 
     /// Take the lock on `key` (a Redis name), retrying every interval;

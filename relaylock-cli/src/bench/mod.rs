@@ -20,6 +20,7 @@
 
 mod args;
 mod bare;
+mod multi;
 mod plot;
 mod report;
 mod row;
@@ -112,6 +113,7 @@ fn check(args: &BenchArgs) -> Result<(), String> {
     if args.plot.is_some() && args.sweep.is_none() {
         return Err("--plot needs --sweep".into());
     }
+    check_multi(args)?;
     if args.primitive != Primitive::Mutex
         && args
             .strategies
@@ -121,6 +123,40 @@ fn check(args: &BenchArgs) -> Result<(), String> {
         return Err(
             "bare:<ms> and floor:<ms> are locks: they run only with --primitive mutex".into(),
         );
+    }
+    Ok(())
+}
+
+/// `--keys-per-lock`, `--single-share` and the strategies that go with
+/// them.
+fn check_multi(args: &BenchArgs) -> Result<(), String> {
+    let kpl = args.keys_per_lock;
+    let onebyone = args
+        .strategies
+        .iter()
+        .any(|s| matches!(s, Strategy::OneByOne(_)));
+    if !kpl.is_multi() {
+        if onebyone {
+            return Err("onebyone:<ms> takes sets: it needs --keys-per-lock above 1".into());
+        }
+        return Ok(());
+    }
+    if kpl.max > args.keys {
+        return Err(format!(
+            "--keys-per-lock {kpl} needs at least {} --keys",
+            kpl.max
+        ));
+    }
+    if !(0.0..=1.0).contains(&args.single_share) {
+        return Err("--single-share is between 0 and 1".into());
+    }
+    if args.primitive != Primitive::Mutex
+        || args
+            .strategies
+            .iter()
+            .any(|s| matches!(s, Strategy::Floor(_)))
+    {
+        return Err("--keys-per-lock runs with --primitive mutex and pubsub, poll:<ms>, onebyone:<ms> or bare:<ms>".into());
     }
     Ok(())
 }

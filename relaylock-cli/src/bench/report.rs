@@ -84,6 +84,14 @@ pub fn print_table(rows: &[Row], wide: bool) {
             );
         }
     }
+    for r in rows {
+        if let Some(n) = r.restarts {
+            println!(
+                "          {}: {n} restarts (sets released and taken again after a wait ran out)",
+                r.strategy
+            );
+        }
+    }
     if rows.iter().any(p99_capped) {
         println!(
             "* a p99 near the run's length: waits were cut by the end of the run (run longer)"

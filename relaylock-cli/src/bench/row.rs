@@ -65,6 +65,10 @@ pub struct Row {
     pub handoff_p50_rtts: Option<f64>,
     pub peak_rss_mib: f64,
     pub errors: u64,
+    /// `onebyone:<ms>`: sets released and started over after a lock's wait
+    /// ran out (a deadlock broken, or a lost race). `None` otherwise.
+    #[serde(default)]
+    pub restarts: Option<u64>,
     pub lost: u64,
     pub first_error: Option<String>,
     pub redis_benchmark_evalsha_per_s: Option<f64>,

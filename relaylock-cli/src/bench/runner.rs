@@ -120,10 +120,11 @@ fn delta(before: &ServerStats, after: &ServerStats, pick: impl Fn(&str) -> bool)
 }
 
 /// Commands a lock client of `strategy` sends itself (scripts, transactions
-/// and pub/sub management; and for the bare lock its `SET NX`, as its
-/// release script runs no SET), as opposed to commands run inside scripts
+/// and pub/sub management; and for the bare lock of one key its `SET NX`,
+/// as its release script runs no SET: a `multi` bare lock sets its keys
+/// inside its script), as opposed to commands run inside scripts
 /// or queued in a `MULTI` (whose `EXEC` is the request).
-fn is_request(strategy: Strategy, cmd: &str) -> bool {
+fn is_request(strategy: Strategy, multi: bool, cmd: &str) -> bool {
     matches!(
         cmd,
         "evalsha"
@@ -135,7 +136,7 @@ fn is_request(strategy: Strategy, cmd: &str) -> bool {
             | "sunsubscribe"
             | "ping"
     ) || cmd.starts_with("script")
-        || (matches!(strategy, Strategy::Bare(_)) && cmd == "set")
+        || (matches!(strategy, Strategy::Bare(_)) && !multi && cmd == "set")
 }
 
 pub(super) struct Scenario {
@@ -246,6 +247,8 @@ fn worker_command(
             &((args.hold_ms * 1000.0).round() as u64).to_string(),
         ])
         .args(["--lease-ms", &args.lease.as_millis().to_string()])
+        .args(["--keys-per-lock", &args.keys_per_lock.to_string()])
+        .args(["--single-share", &args.single_share.to_string()])
         .args(["--prefix", &space.prefix, "--index", &i.to_string()])
         .arg("--out")
         .arg(space.report_path(i))
@@ -449,10 +452,11 @@ struct RedisCost {
 }
 
 impl RedisCost {
-    fn of(strategy: Strategy, m: &Measured) -> Self {
+    fn of(strategy: Strategy, multi: bool, m: &Measured) -> Self {
         let pings = m.rtts.len() as u64;
         RedisCost {
-            requests: delta(&m.before, &m.after, |c| is_request(strategy, c)).saturating_sub(pings),
+            requests: delta(&m.before, &m.after, |c| is_request(strategy, multi, c))
+                .saturating_sub(pings),
             commands: delta(&m.before, &m.after, |c| c != "info").saturating_sub(pings),
             cpu_us: (m.after.cpu_s - m.before.cpu_s) * 1e6,
             user_us: (m.after.cpu_user_s - m.before.cpu_user_s) * 1e6,
@@ -527,16 +531,17 @@ fn summarize(
         }
     };
     let t = Timings::of(args.primitive, &mut records);
-    let redis = RedisCost::of(sc.strategy, &measured);
+    let redis = RedisCost::of(sc.strategy, args.keys_per_lock.is_multi(), &measured);
     let mut rtts = measured.rtts;
     rtts.sort_by(f64::total_cmp);
     let rtt_p50 = percentile(&rtts, 50.0).unwrap_or(f64::NAN);
     let handoff_p50 = percentile(&t.handoffs, 50.0);
     let elapsed = measured.elapsed;
     Row {
-        strategy: match args.primitive {
-            Primitive::Mutex => sc.strategy.to_string(),
-            p => format!("{} {p}", sc.strategy),
+        strategy: match (args.primitive, args.keys_per_lock) {
+            (Primitive::Mutex, kpl) if kpl.is_multi() => format!("{} x{kpl}", sc.strategy),
+            (Primitive::Mutex, _) => sc.strategy.to_string(),
+            (p, _) => format!("{} {p}", sc.strategy),
         },
         workers: sc.workers,
         processes: sc.processes,
@@ -566,6 +571,8 @@ fn summarize(
         handoff_p50_rtts: handoff_p50.map(|h| h / rtt_p50),
         peak_rss_mib: reports.iter().map(|r| r.peak_rss_kib).max().unwrap_or(0) as f64 / 1024.0,
         errors: reports.iter().map(|r| r.errors).sum(),
+        restarts: matches!(sc.strategy, Strategy::OneByOne(_))
+            .then(|| reports.iter().map(|r| r.restarts).sum()),
         lost: reports.iter().map(|r| r.lost).sum(),
         first_error: reports.iter().find_map(|r| r.first_error.clone()),
         redis_benchmark_evalsha_per_s: None,

@@ -23,6 +23,12 @@ pub enum Strategy {
     /// script each way (`GET`, `TIME`, `SET`; `GET`, `SET`), retried every
     /// interval. No queue, no hand-over, no replay record (see [`crate::bench::bare`]).
     Floor(Duration),
+    /// With `--keys-per-lock`: the keys of a set as single relaylock locks,
+    /// taken one by one in the caller's (random) order, each waiting at
+    /// most this long; when one is not taken in time, every lock taken is
+    /// released and the set starts over (Redisson's `MultiLock`). Two calls
+    /// naming keys in opposite orders deadlock until one's wait runs out.
+    OneByOne(Duration),
 }
 
 impl Strategy {
@@ -31,10 +37,13 @@ impl Strategy {
     pub fn wait_strategy(self) -> WaitStrategy {
         match self {
             Strategy::Lock(w) => w,
-            Strategy::Bare(_) | Strategy::Floor(_) => WaitStrategy::PubSub,
+            Strategy::Bare(_) | Strategy::Floor(_) | Strategy::OneByOne(_) => WaitStrategy::PubSub,
         }
     }
 }
+
+/// The strategies, as an error message lists them.
+const EXPECTED: &str = "pubsub, poll:<ms>, bare:<ms>, floor:<ms> or onebyone:<ms>";
 
 impl FromStr for Strategy {
     type Err = String;
@@ -44,7 +53,7 @@ impl FromStr for Strategy {
         }
         let (kind, ms) = s
             .split_once(':')
-            .ok_or_else(|| format!("{s:?}: expected pubsub, poll:<ms>, bare:<ms> or floor:<ms>"))?;
+            .ok_or_else(|| format!("{s:?}: expected {EXPECTED}"))?;
         let every = match ms.parse::<u64>() {
             Ok(ms) if (1..=3_600_000).contains(&ms) => Duration::from_millis(ms),
             _ => return Err(format!("{s:?}: the retry interval is 1 to 3600000 ms")),
@@ -53,9 +62,8 @@ impl FromStr for Strategy {
             "poll" => Ok(Strategy::Lock(WaitStrategy::Poll(every))),
             "bare" => Ok(Strategy::Bare(every)),
             "floor" => Ok(Strategy::Floor(every)),
-            _ => Err(format!(
-                "{s:?}: expected pubsub, poll:<ms>, bare:<ms> or floor:<ms>"
-            )),
+            "onebyone" => Ok(Strategy::OneByOne(every)),
+            _ => Err(format!("{s:?}: expected {EXPECTED}")),
         }
     }
 }
@@ -66,6 +74,7 @@ impl fmt::Display for Strategy {
             Strategy::Lock(WaitStrategy::Poll(d)) => write!(f, "poll:{}", d.as_millis()),
             Strategy::Bare(d) => write!(f, "bare:{}", d.as_millis()),
             Strategy::Floor(d) => write!(f, "floor:{}", d.as_millis()),
+            Strategy::OneByOne(d) => write!(f, "onebyone:{}", d.as_millis()),
             Strategy::Lock(_) => f.write_str("pubsub"),
         }
     }
@@ -123,6 +132,60 @@ impl fmt::Display for Primitive {
     }
 }
 
+/// `--keys-per-lock`: how many distinct keys each acquisition takes, `N`
+/// or a range `A-B` (each acquisition draws its count uniformly in it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeysPerLock {
+    pub min: usize,
+    pub max: usize,
+}
+
+impl KeysPerLock {
+    /// One key per acquisition: the single-key bench.
+    pub const ONE: KeysPerLock = KeysPerLock { min: 1, max: 1 };
+
+    /// Whether acquisitions take sets (multi-key locks).
+    pub fn is_multi(self) -> bool {
+        self != KeysPerLock::ONE
+    }
+}
+
+impl Default for KeysPerLock {
+    fn default() -> Self {
+        KeysPerLock::ONE
+    }
+}
+
+impl FromStr for KeysPerLock {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parse = |n: &str| n.trim().parse::<usize>().ok().filter(|n| *n >= 1);
+        let (min, max) = match s.split_once('-') {
+            Some((a, b)) => (parse(a), parse(b)),
+            None => (parse(s), parse(s)),
+        };
+        match (min, max) {
+            (Some(min), Some(max)) if min <= max && max <= relaylock::MAX_KEYS => {
+                Ok(KeysPerLock { min, max })
+            }
+            _ => Err(format!(
+                "{s:?}: expected N or A-B, 1 <= A <= B <= {}",
+                relaylock::MAX_KEYS
+            )),
+        }
+    }
+}
+
+impl fmt::Display for KeysPerLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.min == self.max {
+            write!(f, "{}", self.min)
+        } else {
+            write!(f, "{}-{}", self.min, self.max)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +212,19 @@ mod tests {
             "",
         ] {
             assert!(bad.parse::<Primitive>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keys_per_lock() {
+        assert_eq!("1".parse::<KeysPerLock>().unwrap(), KeysPerLock::ONE);
+        let r = "2-8".parse::<KeysPerLock>().unwrap();
+        assert_eq!((r.min, r.max), (2, 8));
+        assert_eq!(r.to_string(), "2-8");
+        assert!(r.is_multi());
+        assert_eq!("4".parse::<KeysPerLock>().unwrap().to_string(), "4");
+        for bad in ["0", "8-2", "x", "", "1-", "2-20000"] {
+            assert!(bad.parse::<KeysPerLock>().is_err(), "{bad}");
         }
     }
 
@@ -182,8 +258,26 @@ mod tests {
             "floor:10".parse::<Strategy>().unwrap().to_string(),
             "floor:10"
         );
+        assert_eq!(
+            "onebyone:20".parse::<Strategy>().unwrap(),
+            Strategy::OneByOne(Duration::from_millis(20))
+        );
+        assert_eq!(
+            "onebyone:20".parse::<Strategy>().unwrap().to_string(),
+            "onebyone:20"
+        );
         for bad in [
-            "", "poll", "poll:0", "poll:x", "spin", "bare", "bare:0", "floor", "floor:0", "spin:10",
+            "",
+            "poll",
+            "poll:0",
+            "poll:x",
+            "spin",
+            "bare",
+            "bare:0",
+            "floor",
+            "floor:0",
+            "spin:10",
+            "onebyone:0",
         ] {
             assert!(bad.parse::<Strategy>().is_err(), "{bad}");
         }

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::bench::bare::BareLock;
 use crate::bench::stats::Record;
-use crate::bench::strategy::{Primitive, Strategy};
+use crate::bench::strategy::{KeysPerLock, Primitive, Strategy};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
@@ -48,6 +48,10 @@ pub struct WorkerArgs {
     pub out: PathBuf,
     #[arg(long)]
     pub prometheus: Option<SocketAddr>,
+    #[arg(long, default_value = "1")]
+    pub keys_per_lock: KeysPerLock,
+    #[arg(long, default_value_t = 0.0)]
+    pub single_share: f64,
 }
 
 /// What one process reports back.
@@ -69,6 +73,9 @@ pub struct WorkerReport {
     /// `stop`, in µs.
     #[serde(default)]
     pub cpu_us: u64,
+    /// `onebyone:<ms>`: sets released and started over.
+    #[serde(default)]
+    pub restarts: u64,
 }
 
 /// Buckets for the `*_seconds` histograms: 50 us to 30 s.
@@ -136,10 +143,10 @@ fn peak_rss_kib() -> u64 {
 }
 
 /// xorshift64*: key choice without a dependency.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -148,12 +155,13 @@ impl Rng {
 }
 
 #[derive(Default)]
-struct TaskResult {
+pub(crate) struct TaskResult {
     count: u64,
     records: Vec<Record>,
-    violations: u64,
-    errors: u64,
-    lost: u64,
+    pub(crate) violations: u64,
+    pub(crate) errors: u64,
+    pub(crate) lost: u64,
+    pub(crate) restarts: u64,
     first_error: Option<String>,
 }
 
@@ -166,6 +174,7 @@ impl WorkerReport {
         self.local_violations += r.violations;
         self.errors += r.errors;
         self.lost += r.lost;
+        self.restarts += r.restarts;
         if self.first_error.is_none() {
             self.first_error = r.first_error;
         }
@@ -174,7 +183,7 @@ impl WorkerReport {
 
 impl TaskResult {
     /// Count an error, keeping the first one's text.
-    fn error(&mut self, e: impl std::fmt::Display) {
+    pub(crate) fn error(&mut self, e: impl std::fmt::Display) {
         self.errors += 1;
         self.first_error.get_or_insert_with(|| e.to_string());
     }
@@ -185,29 +194,45 @@ impl TaskResult {
         self.count += 1;
         shared.total.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Count one acquisition of several keys: a record per key (the
+    /// figures are per key acquired).
+    pub(crate) fn acquired_keys(&mut self, shared: &Shared, records: Vec<Record>) {
+        let n = records.len() as u64;
+        self.records.extend(records);
+        self.count += n;
+        shared.total.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
-struct Shared {
-    client: LockClient,
+pub(crate) struct Shared {
+    pub(crate) client: LockClient,
     /// `Some` for `bare:<ms>`: the baseline lock, on the client's connection.
-    bare: Option<BareLock>,
-    keys: Vec<String>,
+    pub(crate) bare: Option<BareLock>,
+    pub(crate) keys: Vec<String>,
     /// Tasks inside each key's critical section now (a read-write lock's
     /// readers).
-    inside: Vec<AtomicU64>,
+    pub(crate) inside: Vec<AtomicU64>,
     /// A read-write lock's writers inside each key now.
     writers: Vec<AtomicU64>,
     /// How many may be (1 for a lock).
     limit: u32,
     primitive: Primitive,
-    hold: Duration,
+    pub(crate) hold: Duration,
     total: AtomicU64,
+    pub(crate) strategy: Strategy,
+    pub(crate) keys_per_lock: KeysPerLock,
+    pub(crate) single_share: f64,
 }
 
 async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -> TaskResult {
     let mut out = TaskResult::default();
     let mut rng = Rng(seed | 1);
     while !*stop.borrow() {
+        if shared.keys_per_lock.is_multi() {
+            crate::bench::multi::round(&shared, &mut rng, &mut stop, &mut out).await;
+            continue;
+        }
         let k = (rng.next() % shared.keys.len() as u64) as usize;
         let t_call = now_ns();
         if let Some(bare) = &shared.bare {
@@ -439,7 +464,7 @@ async fn connect(args: &WorkerArgs) -> Result<Shared, String> {
             every,
             matches!(args.strategy, Strategy::Floor(_)),
         )),
-        Strategy::Lock(_) => None,
+        Strategy::Lock(_) | Strategy::OneByOne(_) => None,
     };
     let keys = args.keys.max(1);
     Ok(Shared {
@@ -452,6 +477,9 @@ async fn connect(args: &WorkerArgs) -> Result<Shared, String> {
         primitive: args.primitive,
         hold: Duration::from_micros(args.hold_us),
         total: AtomicU64::new(0),
+        strategy: args.strategy,
+        keys_per_lock: args.keys_per_lock,
+        single_share: args.single_share,
     })
 }
 
