@@ -32,6 +32,7 @@ use crate::inner::ClientInner;
 use crate::metrics as m;
 use crate::release::{found_lost, release_group};
 use crate::scripts::Kind;
+use crate::state::order::groups;
 
 /// The most keys one multi-key call takes
 /// ([`LockClient::lock_all`](crate::LockClient::lock_all)); more is an
@@ -360,26 +361,6 @@ pub(crate) fn slot_groups(holds: &[HoldId], clustered: bool) -> Vec<Range<usize>
     groups(&slots, clustered)
 }
 
-/// Runs of equal slots in `slots` (sorted), or everything in one run when
-/// not `clustered`.
-pub(crate) fn groups(slots: &[u16], clustered: bool) -> Vec<Range<usize>> {
-    if slots.is_empty() {
-        return Vec::new();
-    }
-    if !clustered {
-        return std::iter::once(0..slots.len()).collect();
-    }
-    let mut out = Vec::new();
-    let mut start = 0;
-    for i in 1..=slots.len() {
-        if i == slots.len() || slots[i] != slots[start] {
-            out.push(start..i);
-            start = i;
-        }
-    }
-    out
-}
-
 /// Run `futures` at once, [`JOINED`] at a time (each wake-up polls every
 /// pending one of them); their outputs in order.
 async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
@@ -419,17 +400,4 @@ async fn join_chunk<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     out.into_iter().flatten().collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slot_groups_are_runs_of_one_slot_in_a_cluster_only() {
-        assert_eq!(groups(&[], true), Vec::<Range<usize>>::new());
-        assert_eq!(groups(&[3, 3, 9, 12, 12], true), vec![0..2, 2..3, 3..5]);
-        assert_eq!(groups(&[3, 3, 9, 12, 12], false), vec![0..5]);
-        assert_eq!(groups(&[7], true), vec![0..1]);
-    }
 }

@@ -41,10 +41,11 @@ use crate::guard::{Acquired, LockGuard};
 use crate::hold_id::HoldId;
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome};
-use crate::multi::{groups, spawn_release, MultiGuard, MAX_KEYS};
+use crate::multi::{spawn_release, MultiGuard, MAX_KEYS};
 use crate::options::{validate_lease, LockOptions};
 use crate::release::release_in_background;
 use crate::scripts::{Kind, Names};
+use crate::state::order::{groups, order};
 
 /// The keys of one multi-key call: checked, deduplicated, in the global
 /// order (hash slot, then key), with their slot groups.
@@ -85,8 +86,7 @@ impl KeySet {
                 "a multi-key lock needs at least one key".into(),
             ));
         }
-        all.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        all.dedup_by(|a, b| a.1 == b.1);
+        order(&mut all);
         let slots: Vec<u16> = all.iter().map(|(slot, _, _)| *slot).collect();
         let groups = groups(&slots, inner.calls.redis().is_clustered());
         let (keys, names) = all.into_iter().map(|(_, k, n)| (k, n)).unzip();

@@ -13,11 +13,13 @@
 //!   release from missing a waiter that is joining;
 //! - [`lease`]: a hold's lease record, which only moves forward;
 //! - [`handoff`]: the hand-over from a release to a waiter of the same
-//!   process.
+//!   process;
+//! - [`order`]: the global order of a multi-key lock's keys.
 
 pub(crate) mod estimate;
 pub(crate) mod handoff;
 pub(crate) mod lease;
 pub(crate) mod limits;
+pub(crate) mod order;
 pub(crate) mod presence;
 pub(crate) mod sync;

@@ -5,6 +5,7 @@ mod claims;
 mod handoff;
 mod handshake;
 mod lease;
+mod multi_order;
 mod queue;
 mod subscription;
 
