@@ -31,7 +31,7 @@ use crate::holds::Lease;
 use crate::inner::ClientInner;
 use crate::metrics as m;
 use crate::release::{found_lost, release_group};
-use crate::scripts::Kind;
+use crate::scripts::{Kind, Names};
 use crate::state::order::groups;
 
 /// The most keys one multi-key call takes
@@ -60,6 +60,8 @@ pub struct MultiGuard {
     inner: Arc<ClientInner>,
     /// The keys' guards, in the lock's global order (hash slot, then key).
     guards: Vec<LockGuard>,
+    /// Each guard's key's hash slot (for the binary search of a key).
+    slots: Vec<u16>,
     name: Option<SharedString>,
     acquired_at: Instant,
     /// Every key was taken (a hold being filled, dropped part way, is no
@@ -83,6 +85,7 @@ impl MultiGuard {
         MultiGuard {
             inner,
             guards: Vec::new(),
+            slots: Vec::new(),
             name,
             acquired_at: Instant::now(),
             complete: false,
@@ -90,8 +93,9 @@ impl MultiGuard {
     }
 
     /// Add the next key's hold, in the global order.
-    pub(crate) fn push(&mut self, guard: LockGuard) {
+    pub(crate) fn push(&mut self, guard: LockGuard, slot: u16) {
         self.guards.push(guard);
+        self.slots.push(slot);
     }
 
     /// The acquisition is complete: the hold counts from now.
@@ -135,9 +139,19 @@ impl MultiGuard {
         self.guards.first().map_or("", LockGuard::token)
     }
 
-    /// The guard of one key.
+    /// The guard of one key: a binary search in the global order.
     fn guard(&self, key: &str) -> Option<&LockGuard> {
-        self.guards.iter().find(|g| g.key() == key)
+        let slot = redis_keyslot(Names::new(&self.inner.prefix, key).lock.as_bytes());
+        let (mut lo, mut hi) = (0, self.guards.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if (self.slots[mid], self.guards[mid].key()) < (slot, key) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.guards.get(lo).filter(|g| g.key() == key)
     }
 
     /// Whether every key is still held, by this process's knowledge (as

@@ -52,6 +52,8 @@ use crate::state::order::{groups, order};
 pub(crate) struct KeySet {
     keys: Vec<String>,
     names: Vec<Names>,
+    /// Each key's hash slot.
+    slots: Vec<u16>,
     groups: Vec<Range<usize>>,
 }
 
@@ -93,6 +95,7 @@ impl KeySet {
         Ok(KeySet {
             keys,
             names,
+            slots,
             groups,
         })
     }
@@ -196,7 +199,8 @@ async fn take_all(
                 parked = parked.wait(r);
             }
             let names = set.names[at].clone();
-            held.push(park(inner, &set.keys[at], names, terms.token.clone(), &parked).await?);
+            let guard = park(inner, &set.keys[at], names, terms.token.clone(), &parked).await?;
+            held.push(guard, set.slots[at]);
             waited = true;
             at += 1;
             if at == group.end {
@@ -270,7 +274,7 @@ async fn take_run(
         };
         at += 1;
         match LockGuard::new(Arc::clone(inner), acquired) {
-            Ok(guard) => held.push(guard),
+            Ok(guard) => held.push(guard, set.slots[at - 1]),
             Err(e) => {
                 // The shutdown began: it released that key; release the
                 // rest of the run too.

@@ -9,9 +9,14 @@ end
 -- ACQUIRE's integer reply (`-3 - pttl`, or `-1` for a voided token); no
 -- key after it is touched.
 -- A free key (the common case) is taken here, as ACQUIRE's fast path
--- takes it, with one TIME for the whole call; any other key goes through
--- ACQUIRE itself (`one`).
+-- takes it, with one TIME for the whole call and the void check above;
+-- any other key goes through ACQUIRE itself (`one`).
 local t, lease = ARGV[1], ARGV[2]
+-- A late copy of a call its client gave up on (sent on a connection fred
+-- replaced): that client released the call's keys with one RELEASE_ALL of
+-- the same keys, which voided the token on every one of them at once, so
+-- the first key's marker says it for all (one check per call, not per key).
+if redis.call('EXISTS', KEYS[1] .. ':void:' .. t) == 1 then return {-1, 0} end
 local ttl = tonumber(lease) + tonumber(ARGV[4])
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000000 + tonumber(now[2])
@@ -20,12 +25,7 @@ local args = {t, lease, '', '', ARGV[3], ARGV[4]}
 for i = 1, #KEYS do
   local k, r = KEYS[i], nil
   if redis.call('SET', k, t, 'NX', 'PX', lease) then
-    if redis.call('EXISTS', k .. ':void') == 1 and redis.call('EXISTS', k .. ':void:' .. t) == 1 then
-      redis.call('DEL', k)
-      r = -1
-    else
-      r = next_fence(k, 0, ttl, nil, now)
-    end
+    r = next_fence(k, 0, ttl, nil, now)
   else
     args[4] = k .. ':ch'
     r = one({k}, args)

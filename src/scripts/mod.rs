@@ -339,7 +339,12 @@ pub const RELEASE: &str = concat!(
 ///
 /// Each key is tried as [`ACQUIRE`] tries it for a caller that will not
 /// wait (`client` `''`: no queue entry, no reservation taken), in order,
-/// until the first key that is not taken; no key after it is touched. The
+/// until the first key that is not taken; no key after it is touched. A
+/// free key is taken by the fast path inline, with one `TIME` for the
+/// call; the void check is made once, on the first key: a call its client
+/// gave up on is released with one [`RELEASE_ALL`] of the same keys, which
+/// voids the token on all of them at once, so a late copy of the call
+/// finds the first key's marker and takes nothing (reply `-1, 0`). The
 /// reply is two integers per key tried: `fence, -1` for a key taken (its
 /// lease runs from this call), `fence, pttl` for a replayed take (the
 /// lease's remaining ms; fred replayed the call after a lost reply), and

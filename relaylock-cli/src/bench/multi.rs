@@ -7,6 +7,7 @@
 //! (`bare:<ms>`). Each key acquired is one record, so every per-acquisition
 //! figure of the run is per key.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -61,16 +62,12 @@ pub(crate) async fn round(
         shared.inside[k].fetch_sub(1, Ordering::SeqCst);
     }
     let t_rel = now_ns();
+    let fences = fences(shared, &held);
     let records: Vec<Record> = keys
         .iter()
         .map(|&k| {
-            (
-                k as u32,
-                fence(shared, &held, k, t_acq),
-                t_call,
-                t_acq,
-                t_rel,
-            )
+            let fence = fences.get(&k).copied().unwrap_or(t_acq);
+            (k as u32, fence, t_call, t_acq, t_rel)
         })
         .collect();
     match release(shared, held).await {
@@ -91,14 +88,14 @@ fn draw(shared: &Shared, rng: &mut Rng) -> Vec<usize> {
     } else {
         kpl.min + (rng.next() % (kpl.max - kpl.min + 1) as u64) as usize
     };
-    let mut keys: Vec<usize> = Vec::with_capacity(n);
-    while keys.len() < n {
-        let k = (rng.next() % shared.keys.len() as u64) as usize;
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
+    // A partial Fisher-Yates shuffle: n distinct keys in a random order.
+    let mut all: Vec<usize> = (0..shared.keys.len()).collect();
+    for i in 0..n {
+        let j = i + (rng.next() % (all.len() - i) as u64) as usize;
+        all.swap(i, j);
     }
-    keys
+    all.truncate(n);
+    all
 }
 
 /// Take `keys` by the run's strategy.
@@ -151,17 +148,28 @@ async fn one_by_one(
     }
 }
 
-/// Key `k`'s fencing token (the bare lock has none: the moment it was
-/// taken orders a key's holders the same way).
-fn fence(shared: &Shared, held: &Held, k: usize, t_acq: u64) -> u64 {
-    let key = shared.keys[k].as_str();
+/// Each key's fencing token, by key index (none for the bare lock: the
+/// moment it was taken, the records' default, orders a key's holders the
+/// same way).
+fn fences(shared: &Shared, held: &Held) -> HashMap<usize, u64> {
+    let index = |key: &str| shared.keys.iter().position(|k| k == key);
+    let at = |key: &str| {
+        // Keys are `k<i>` (see the worker's `connect`): read i back.
+        key.strip_prefix('k')
+            .and_then(|i| i.parse::<usize>().ok())
+            .filter(|&i| shared.keys.get(i).is_some_and(|k| k == key))
+            .or_else(|| index(key))
+    };
     match held {
-        Held::Multi(g) => g.fencing_token(key).unwrap_or(0),
+        Held::Multi(g) => g
+            .fencing_tokens()
+            .filter_map(|(k, f)| Some((at(k)?, f)))
+            .collect(),
         Held::Singles(gs) => gs
             .iter()
-            .find(|g| g.key() == key)
-            .map_or(0, LockGuard::fencing_token),
-        Held::Bare(..) => t_acq,
+            .filter_map(|g| Some((at(g.key())?, g.fencing_token())))
+            .collect(),
+        Held::Bare(..) => HashMap::new(),
     }
 }
 

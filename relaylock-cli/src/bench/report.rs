@@ -14,6 +14,13 @@ fn fmt_opt(v: Option<f64>) -> String {
 
 /// The table: ten columns, or every one with `wide` (see [`LEGEND`]).
 pub fn print_table(rows: &[Row], wide: bool) {
+    // The strategy column fits the longest name (`onebyone:10 x2-8`).
+    let w = rows
+        .iter()
+        .map(|r| r.strategy.len())
+        .max()
+        .unwrap_or(0)
+        .max(9);
     let p99 = |r: &Row| {
         format!(
             "{:.3}{}",
@@ -23,14 +30,14 @@ pub fn print_table(rows: &[Row], wide: bool) {
     };
     if wide {
         println!(
-            "{:<9} {:>7} {:>5} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>13} {:>12} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>10} {:>7} {:>8} {:>7}",
+            "{:<w$} {:>7} {:>5} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>13} {:>12} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>10} {:>7} {:>8} {:>7}",
             "strategy", "workers", "procs", "acq", "acq/s", "wait_p50_ms", "wait_p99_ms", "handoff50", "handoff99", "req/acq",
             "redis_cmd/acq", "redis_us/acq", "user_us", "acq/cpu_s", "cli_us", "att/acq", "rtt50", "fairness", "violations", "rss_MiB",
             "left", "B/left"
         );
     } else {
         println!(
-            "{:<9} {:>7} {:>5} {:>9} {:>11} {:>11} {:>13} {:>12} {:>8} {:>10}",
+            "{:<w$} {:>7} {:>5} {:>9} {:>11} {:>11} {:>13} {:>12} {:>8} {:>10}",
             "strategy",
             "workers",
             "procs",
@@ -46,7 +53,7 @@ pub fn print_table(rows: &[Row], wide: bool) {
     for r in rows {
         if wide {
             println!(
-                "{:<9} {:>7} {:>5} {:>8} {:>9.0} {:>11.3} {:>11} {:>9} {:>9} {:>9.3} {:>13.3} {:>12.2} {:>8} {:>9.0} {:>8} {:>9.3} {:>8.3} {:>8.3} {:>10} {:>7.1} {:>8} {:>7}",
+                "{:<w$} {:>7} {:>5} {:>8} {:>9.0} {:>11.3} {:>11} {:>9} {:>9} {:>9.3} {:>13.3} {:>12.2} {:>8} {:>9.0} {:>8} {:>9.3} {:>8.3} {:>8.3} {:>10} {:>7.1} {:>8} {:>7}",
                 r.strategy, r.workers, r.processes, r.acquisitions, r.acq_per_s, r.wait_p50_ms, p99(r),
                 fmt_opt(r.handoff_p50_ms), fmt_opt(r.handoff_p99_ms), r.redis_requests_per_acq,
                 r.redis_cmds_per_acq, r.redis_cpu_us_per_acq, fmt_us(r.redis_user_us_per_acq), r.capacity(),
@@ -57,7 +64,7 @@ pub fn print_table(rows: &[Row], wide: bool) {
             );
         } else {
             println!(
-                "{:<9} {:>7} {:>5} {:>9.0} {:>11.3} {:>11} {:>13.3} {:>12.2} {:>8.3} {:>10}",
+                "{:<w$} {:>7} {:>5} {:>9.0} {:>11.3} {:>11} {:>13.3} {:>12.2} {:>8.3} {:>10}",
                 r.strategy,
                 r.workers,
                 r.processes,
