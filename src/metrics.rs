@@ -521,7 +521,8 @@ pub(crate) fn wakeup(name: Option<&SharedString>, kind: Kind, cause: WakeCause) 
 
 /// A multi-key lock acquired `keys` keys.
 pub(crate) fn multi_keys(name: Option<&SharedString>, keys: usize) {
-    static KEY: Key = Key::from_static_name(MULTI_KEYS);
+    static LABELS: [Label; 1] = [Label::from_static_parts("primitive", "multi")];
+    static KEY: Key = Key::from_static_parts(MULTI_KEYS, &LABELS);
     let key = named(&KEY, name);
     metrics::with_recorder(|r| r.register_histogram(&key, &METADATA)).record(keys as f64);
 }

@@ -141,6 +141,19 @@ async fn lose_a_lock_and_take_the_other_primitives(lock: &LockClient) {
         .await
         .unwrap();
     w.release().await.unwrap();
+    // A multi-key lock's: `multi`, once per set, with its keys; a set that
+    // was not taken (`try_lock_all` finding a key busy) records no hold and
+    // no release.
+    let opts = || LockOptions::default().name("transfer");
+    let set = lock.lock_all_with(["x", "y", "z"], opts()).await.unwrap();
+    set.release().await.unwrap();
+    let busy = lock
+        .lock_with("y2", LockOptions::default().name("busy"))
+        .await
+        .unwrap();
+    let none = lock.try_lock_all_with(["x2", "y2"], opts()).await.unwrap();
+    assert!(none.is_none());
+    busy.release().await.unwrap();
 }
 
 /// The semaphore's and the read-write lock's series carry their primitive.
@@ -150,6 +163,12 @@ fn assert_the_other_primitives_counted(m: &Values) {
         assert_eq!(get(m, names::ACQUIRED_TOTAL, &labels), 1.0, "{primitive}");
         assert_eq!(get(m, names::RELEASED_TOTAL, &labels), 1.0, "{primitive}");
     }
+    let transfer = [("name", "transfer"), ("primitive", "multi")];
+    assert_eq!(get(m, names::ACQUIRED_TOTAL, &transfer), 1.0);
+    assert_eq!(get(m, names::RELEASED_TOTAL, &transfer), 1.0);
+    assert_eq!(get(m, names::HELD_SECONDS, &transfer), 1.0);
+    assert_eq!(get(m, names::ACQUIRE_ATTEMPTS_TOTAL, &transfer), 2.0);
+    assert_eq!(get(m, names::MULTI_KEYS, &transfer), 1.0);
     let payments = [("name", "payments"), ("primitive", "semaphore")];
     assert_eq!(get(m, names::ACQUIRED_TOTAL, &payments), 1.0);
     assert_eq!(get(m, names::RELEASED_TOTAL, &payments), 1.0);

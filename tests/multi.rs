@@ -425,3 +425,33 @@ async fn ten_thousand_keys_in_one_call() {
     println!("10,000 keys: taken in {took:?}, released in {released:?}");
     assert!(!any_taken(&admin, &lock, &keys[..100]).await);
 }
+
+/// The watchdog renews a watched set with the client's other due locks:
+/// one call per round for all its keys, not one per key.
+#[tokio::test]
+async fn the_watchdog_renews_a_set_in_one_call_per_round() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let lock = support::preset(&server.url())
+        .default_lease(Duration::from_millis(900))
+        .build()
+        .await
+        .unwrap();
+    let keys: Vec<String> = (0..50).map(|i| format!("w:{i}")).collect();
+    let g = lock.lock_all(&keys).await.unwrap();
+    let before = support::command_runs(&admin).await;
+    tokio::time::sleep(Duration::from_millis(2700)).await;
+    let after = support::command_runs(&admin).await;
+    assert!(g.is_held());
+    let calls = support::delta(&before, &after, "evalsha");
+    let renewed = support::delta(&before, &after, "pexpire");
+    println!("50 keys held for 3 leases: {calls} renewal calls, {renewed} PEXPIREs");
+    // About one round per third of the lease (9 in 2.7 s), each renewing
+    // 50 keys (and their records).
+    assert!(calls <= 12, "{calls} calls: not one per round");
+    assert!(
+        renewed >= 50 * 2 * 4,
+        "{renewed} PEXPIREs: the keys were not all renewed"
+    );
+    g.release().await.unwrap();
+}

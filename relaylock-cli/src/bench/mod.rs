@@ -27,6 +27,7 @@ mod row;
 mod runner;
 mod stats;
 mod strategy;
+mod task;
 pub mod worker;
 
 pub use args::{BenchArgs, ReportArgs, Sweep};

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::bench::stats::Record;
 use crate::bench::strategy::Strategy;
-use crate::bench::worker::{now_ns, Rng, Shared, TaskResult};
+use crate::bench::task::{now_ns, Rng, Shared, TaskResult};
 
 /// What one acquisition holds.
 enum Held {

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use crate::bench::bare::BareLock;
 use crate::bench::stats::Record;
 use crate::bench::strategy::{KeysPerLock, Primitive, Strategy};
+use crate::bench::task::{now_ns, Rng, Shared, TaskResult};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
@@ -115,12 +116,6 @@ pub fn counter_total(rendered: &str, name: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 /// This process's CPU time so far (user + system, every thread), in µs.
 fn process_cpu_us() -> u64 {
     use nix::sys::resource::{getrusage, UsageWho};
@@ -142,29 +137,6 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// xorshift64*: key choice without a dependency.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
-#[derive(Default)]
-pub(crate) struct TaskResult {
-    count: u64,
-    records: Vec<Record>,
-    pub(crate) violations: u64,
-    pub(crate) errors: u64,
-    pub(crate) lost: u64,
-    pub(crate) restarts: u64,
-    first_error: Option<String>,
-}
-
 impl WorkerReport {
     /// Fold one task's result in; the first error kept is the first task's
     /// that had one.
@@ -179,50 +151,6 @@ impl WorkerReport {
             self.first_error = r.first_error;
         }
     }
-}
-
-impl TaskResult {
-    /// Count an error, keeping the first one's text.
-    pub(crate) fn error(&mut self, e: impl std::fmt::Display) {
-        self.errors += 1;
-        self.first_error.get_or_insert_with(|| e.to_string());
-    }
-
-    /// Count one acquisition and its record.
-    fn acquired(&mut self, shared: &Shared, record: Record) {
-        self.records.push(record);
-        self.count += 1;
-        shared.total.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Count one acquisition of several keys: a record per key (the
-    /// figures are per key acquired).
-    pub(crate) fn acquired_keys(&mut self, shared: &Shared, records: Vec<Record>) {
-        let n = records.len() as u64;
-        self.records.extend(records);
-        self.count += n;
-        shared.total.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-pub(crate) struct Shared {
-    pub(crate) client: LockClient,
-    /// `Some` for `bare:<ms>`: the baseline lock, on the client's connection.
-    pub(crate) bare: Option<BareLock>,
-    pub(crate) keys: Vec<String>,
-    /// Tasks inside each key's critical section now (a read-write lock's
-    /// readers).
-    pub(crate) inside: Vec<AtomicU64>,
-    /// A read-write lock's writers inside each key now.
-    writers: Vec<AtomicU64>,
-    /// How many may be (1 for a lock).
-    limit: u32,
-    primitive: Primitive,
-    pub(crate) hold: Duration,
-    total: AtomicU64,
-    pub(crate) strategy: Strategy,
-    pub(crate) keys_per_lock: KeysPerLock,
-    pub(crate) single_share: f64,
 }
 
 async fn task(shared: Arc<Shared>, seed: u64, mut stop: watch::Receiver<bool>) -> TaskResult {
