@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use fred::interfaces::ClientLike;
 use fred::util::redis_keyslot;
 use metrics::SharedString;
+use tokio_util::sync::CancellationToken;
 
 use crate::calls::Released;
 use crate::error::{Error, Result};
@@ -193,6 +194,37 @@ impl MultiGuard {
             Poll::Pending
         })
         .await;
+    }
+
+    /// A token cancelled when any key is known lost (as for
+    /// [`lost`](Self::lost)), and also when this hold is released or
+    /// dropped: hand it to tasks that must stop when the set is no longer
+    /// held. Cancelling the returned token yourself affects nothing else.
+    /// One small task per call watches the keys until the token is
+    /// cancelled (called outside a tokio runtime, the token is cancelled at
+    /// once: nothing could watch).
+    pub fn lost_token(&self) -> CancellationToken {
+        let any = CancellationToken::new();
+        let keys: Vec<CancellationToken> = self.guards.iter().map(LockGuard::lost_token).collect();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            any.cancel();
+            return any;
+        };
+        let fire = any.clone();
+        handle.spawn(async move {
+            let mut each: Vec<_> = keys.iter().map(|t| Box::pin(t.cancelled())).collect();
+            let first = std::future::poll_fn(|cx| {
+                if each.iter_mut().any(|w| w.as_mut().poll(cx).is_ready()) || each.is_empty() {
+                    return Poll::Ready(());
+                }
+                Poll::Pending
+            });
+            tokio::select! {
+                () = first => fire.cancel(),
+                () = fire.cancelled() => {}
+            }
+        });
+        any
     }
 
     /// Set every key's remaining lease to `lease` from now (as

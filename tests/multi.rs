@@ -356,9 +356,13 @@ async fn a_lost_key_fires_lost_and_release_reports_it() {
         .await
         .unwrap();
     let _: i64 = admin.del(lock.redis_key("d2")).await.unwrap();
+    let token = g.lost_token();
     tokio::time::timeout(Duration::from_secs(5), g.lost())
         .await
         .expect("lost fires once the lease ran out");
+    tokio::time::timeout(Duration::from_secs(1), token.cancelled())
+        .await
+        .expect("and so does its token");
     assert!(!g.is_held());
     // d2 is gone; another client takes it meanwhile.
     let other = support::client(&server.url()).await;
@@ -385,12 +389,17 @@ async fn extend_and_with_lock_all() {
         )
         .await
         .unwrap();
+    let token = g.lost_token();
     g.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(!token.is_cancelled());
     for k in ["e1", "e2"] {
         let ttl: i64 = admin.pttl(lock.redis_key(k)).await.unwrap();
         assert!(ttl > 30_000, "{k}: {ttl}");
     }
     g.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), token.cancelled())
+        .await
+        .expect("the token is cancelled by the release");
     let fences = lock
         .with_lock_all(["w2", "w1"], LockOptions::default(), async |g| {
             g.fencing_tokens()
