@@ -109,18 +109,7 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
     assert!(v > 0);
     assert!(!a.is_locked("k").await.unwrap());
 
-    // A multi-key lock, one key busy: the same commands.
-    let single = b.lock("m2").await.unwrap();
-    let set = {
-        let a = a.clone();
-        tokio::spawn(async move { a.lock_all(["m1", "m2", "m3"]).await.unwrap() })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    single.release().await.unwrap();
-    let set = set.await.unwrap();
-    assert_eq!(set.len(), 3);
-    set.release().await.unwrap();
-
+    multi_key_across(&a, &b).await;
     semaphore_across(&a, &b).await;
 
     // A value that vanishes under its holder (DEL, as an eviction would):
@@ -252,4 +241,19 @@ mod tls {
             .await;
         assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
     }
+}
+
+/// A multi-key lock with one key busy (a wait, then the rest of the set):
+/// the same commands as a lock's.
+async fn multi_key_across(a: &LockClient, b: &LockClient) {
+    let single = b.lock("m2").await.unwrap();
+    let set = {
+        let a = a.clone();
+        tokio::spawn(async move { a.lock_all(["m1", "m2", "m3"]).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    single.release().await.unwrap();
+    let set = set.await.unwrap();
+    assert_eq!(set.len(), 3);
+    set.release().await.unwrap();
 }

@@ -12,22 +12,8 @@ fn fmt_opt(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.3}"))
 }
 
-/// The table: ten columns, or every one with `wide` (see [`LEGEND`]).
-pub fn print_table(rows: &[Row], wide: bool) {
-    // The strategy column fits the longest name (`onebyone:10 x2-8`).
-    let w = rows
-        .iter()
-        .map(|r| r.strategy.len())
-        .max()
-        .unwrap_or(0)
-        .max(9);
-    let p99 = |r: &Row| {
-        format!(
-            "{:.3}{}",
-            r.wait_p99_ms,
-            if p99_capped(r) { "*" } else { "" }
-        )
-    };
+/// The table's header, its first column `w` wide.
+fn print_header(w: usize, wide: bool) {
     if wide {
         println!(
             "{:<w$} {:>7} {:>5} {:>8} {:>9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>13} {:>12} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>10} {:>7} {:>8} {:>7}",
@@ -50,6 +36,25 @@ pub fn print_table(rows: &[Row], wide: bool) {
             "violations"
         );
     }
+}
+
+/// The table: ten columns, or every one with `wide` (see [`LEGEND`]).
+pub fn print_table(rows: &[Row], wide: bool) {
+    // The strategy column fits the longest name (`onebyone:10 x2-8`).
+    let w = rows
+        .iter()
+        .map(|r| r.strategy.len())
+        .max()
+        .unwrap_or(0)
+        .max(9);
+    let p99 = |r: &Row| {
+        format!(
+            "{:.3}{}",
+            r.wait_p99_ms,
+            if p99_capped(r) { "*" } else { "" }
+        )
+    };
+    print_header(w, wide);
     for r in rows {
         if wide {
             println!(
