@@ -288,10 +288,14 @@ impl MultiGuard {
             .collect()
     }
 
-    /// What the release reports to: the hold's metrics, once complete.
-    fn report(&mut self) -> Option<(Option<SharedString>, Instant)> {
-        let name = self.name.take();
-        self.complete.then_some((name, self.acquired_at))
+    /// What the release reports to: the metrics name, and when the hold
+    /// began once it was complete (a hold dropped part way records no hold
+    /// time and no release).
+    fn report(&mut self) -> Report {
+        Report {
+            name: self.name.take(),
+            since: self.complete.then_some(self.acquired_at),
+        }
     }
 }
 
@@ -306,16 +310,24 @@ impl Drop for MultiGuard {
     }
 }
 
+/// What a multi-key release reports to.
+#[derive(Default)]
+pub(crate) struct Report {
+    /// The metrics name.
+    pub(crate) name: Option<SharedString>,
+    /// When the complete hold began (`None`: not a complete hold).
+    pub(crate) since: Option<Instant>,
+}
+
 /// Release `taken` (one multi-key hold's keys, in order, each with its
 /// lease state when a guard had it) in a task of the client's background:
 /// one [`release_group`] per slot group, all at once, then each key's
-/// outcome counted. `report`: the hold's metrics name and start, for a
-/// complete hold. `None` without a runtime (the keys stay held until their
-/// leases end) or with nothing to release.
+/// outcome counted. `None` without a runtime (the keys stay held until
+/// their leases end) or with nothing to release.
 pub(crate) fn spawn_release(
     inner: &Arc<ClientInner>,
     taken: Vec<(HoldId, Option<Arc<Lease>>)>,
-    report: Option<(Option<SharedString>, Instant)>,
+    report: Report,
 ) -> Option<tokio::task::JoinHandle<Result<()>>> {
     if taken.is_empty() {
         return None;
@@ -330,8 +342,8 @@ pub(crate) fn spawn_release(
     let background = inner.background.clone();
     let inner = Arc::clone(inner);
     let task = async move {
-        let name = report.as_ref().and_then(|(name, _)| name.clone());
-        if let Some((_, since)) = &report {
+        let Report { name, since } = report;
+        if let Some(since) = since {
             m::held(name.as_ref(), Kind::Multi, since.elapsed());
         }
         let clustered = inner.calls.redis().is_clustered();
@@ -349,7 +361,7 @@ pub(crate) fn spawn_release(
         }
         match first_error {
             None => {
-                if report.is_some() {
+                if since.is_some() {
                     m::released(name.as_ref(), Kind::Multi);
                 }
                 Ok(())

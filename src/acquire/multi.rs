@@ -41,7 +41,7 @@ use crate::guard::{Acquired, LockGuard};
 use crate::hold_id::HoldId;
 use crate::inner::ClientInner;
 use crate::metrics::{self as m, Outcome};
-use crate::multi::{spawn_release, MultiGuard, MAX_KEYS};
+use crate::multi::{spawn_release, MultiGuard, Report, MAX_KEYS};
 use crate::options::{validate_lease, LockOptions};
 use crate::release::release_in_background;
 use crate::scripts::{Kind, Names};
@@ -169,10 +169,18 @@ async fn take_all(
         renew: options.watchdog.unwrap_or(options.lease.is_none()),
         name: options.name.as_ref(),
         started,
-        deadline: options.wait.and_then(|w| started.checked_add(w)),
+        // A try (`wait` false) ignores the options' wait: each of its
+        // calls is bounded by the command timeout.
+        deadline: options
+            .wait
+            .filter(|_| wait)
+            .and_then(|w| started.checked_add(w)),
     };
     let mut held = MultiGuard::new(Arc::clone(inner), options.name.clone());
     let mut waited = false;
+    // Every error below ends the call: a run is never tried again with the
+    // same token (ACQUIRE_ALL's void check, once per call on its first key,
+    // relies on it: see `take_run`'s clean-up).
     for group in &set.groups {
         let mut at = group.start;
         loop {
@@ -248,7 +256,7 @@ async fn take_run(
             };
             (hold, None)
         });
-        let _ = spawn_release(inner, holds.collect(), None);
+        let _ = spawn_release(inner, holds.collect(), Report::default());
     }));
     // `wait(0)`: one call, bounded by the command timeout.
     let within = terms

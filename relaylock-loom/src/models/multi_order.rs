@@ -107,18 +107,21 @@ fn sets(nkeys: usize) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// `set` in the global order: the keys' slots are chosen to disagree with
-/// their names' order, so both parts of the order matter.
+/// Key `k`'s hash slot in the model: 0, 2, 1, 0 for keys 0 to 3, against
+/// their names' order, so both parts of the order matter (key 3 goes
+/// before key 2, key 2 before key 1).
+fn slot(k: usize) -> u16 {
+    ((2 * k) % 3) as u16
+}
+
+/// `set`, as a caller names it, in the global order.
 fn ordered(set: &[usize]) -> Vec<usize> {
     let mut keyed: Vec<(u16, String, usize)> = set
         .iter()
-        .map(|&k| (((k * 7) % 3) as u16, format!("key{k}"), k))
+        .map(|&k| (slot(k), format!("key{k}"), k))
         .collect();
     // A key named twice counts once.
-    keyed.extend(
-        set.first()
-            .map(|&k| (((k * 7) % 3) as u16, format!("key{k}"), k)),
-    );
+    keyed.extend(set.first().map(|&k| (slot(k), format!("key{k}"), k)));
     order(&mut keyed);
     keyed.into_iter().map(|(_, _, k)| k).collect()
 }
@@ -130,7 +133,22 @@ fn all_worlds(nkeys: usize, ncalls: usize) -> usize {
     let mut total = 0;
     let mut pick = vec![0usize; ncalls];
     loop {
-        let calls: Vec<Vec<usize>> = pick.iter().map(|&i| ordered(&all[i])).collect();
+        // Each caller names its keys in an order of its own: reversed, or
+        // rotated by the call's index; `order` must undo it.
+        let calls: Vec<Vec<usize>> = pick
+            .iter()
+            .enumerate()
+            .map(|(c, &i)| {
+                let mut named = all[i].clone();
+                if c % 2 == 1 {
+                    named.reverse();
+                } else {
+                    let n = named.len();
+                    named.rotate_left(c % n);
+                }
+                ordered(&named)
+            })
+            .collect();
         match search(nkeys, &calls) {
             Ok(n) => total += n,
             Err(at) => panic!("deadlock: calls {calls:?} stuck at {at:?}"),
@@ -168,4 +186,7 @@ fn the_callers_own_orders_can_deadlock() {
     assert!(stuck.is_err(), "the check cannot fail");
     // In the global order the same calls never deadlock.
     assert!(search(2, &[ordered(&[0, 1]), ordered(&[1, 0])]).is_ok());
+    // The order is slot first, then name: key 3 (slot 0) before key 2
+    // (slot 1) before key 1 (slot 2).
+    assert_eq!(ordered(&[1, 2, 3, 0, 2]), vec![0, 3, 2, 1]);
 }
