@@ -9,6 +9,7 @@ use fred::clients::Client;
 
 use crate::acquire::{self, Want};
 use crate::builder::LockClientBuilder;
+use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::guard::{run_holding, LockGuard};
 use crate::inner::ClientInner;
@@ -487,6 +488,13 @@ impl LockClient {
     pub async fn is_locked(&self, key: &str) -> Result<bool> {
         self.inner.check_key(key)?;
         self.inner.calls.peek(&self.inner.names(key)).await
+    }
+
+    /// The election named `name` (see [`Election`]): one leader at a time
+    /// among the clients that campaign, each term fenced. Nothing is sent
+    /// until it is used. Its lock is the key `election:<name>`.
+    pub fn election(&self, name: &str) -> Election {
+        Election::new(self.clone(), name)
     }
 
     /// A counting semaphore named `key`, admitting at most `limit` permits

@@ -51,6 +51,7 @@ mod builder;
 mod calls;
 mod client;
 mod conn_watch;
+mod election;
 mod error;
 pub mod eviction;
 mod guard;
@@ -85,6 +86,7 @@ pub use fred;
 
 pub use builder::{reconnect_policy, LockClientBuilder};
 pub use client::LockClient;
+pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE};
 pub use error::{Error, Result};
 pub use eviction::OnEvictingServer;
 pub use guard::LockGuard;

@@ -21,6 +21,7 @@ use fred::types::{FromValue, Key, Value};
 
 use crate::error::{timed_out, Error, Result};
 use crate::hold_id::HoldId;
+mod election;
 mod multi;
 mod replies;
 mod terms;

@@ -377,6 +377,21 @@ pub const RELEASE_ALL: &str = concat!(
     include_str!("release_all.lua")
 );
 
+/// An election's proclamation ([`Leadership::proclaim`](crate::Leadership::proclaim)):
+/// the leader's value, written into the lock's record while the lock holds
+/// the leader's token. KEYS `[lock]`; ARGV `[token, value, since_ms,
+/// ttl_ms]`. The record's fields `ev` (the value), `et` (the token it
+/// belongs to) and `es` (since when, ms): two letters, so a release's
+/// replay check, which reads the one-letter ring slots only, never takes a
+/// value for a fence. Reply `1` written, `0` not held.
+pub const PROCLAIM: &str = include_str!("proclaim.lua");
+
+/// Who leads an election ([`Election::leader`](crate::Election::leader)):
+/// KEYS `[lock]`; reply `{value, f, ev, et, es}`, the lock's value and its
+/// record's counter and leader fields, read at one instant (`nil` where
+/// absent).
+pub const LEADER: &str = include_str!("leader.lua");
+
 /// Leave the queue: a client whose last local waiter of the lock left.
 ///
 /// KEYS: `[lock]`; ARGV: `[client, channel, publish, free]` (`channel` and
@@ -703,6 +718,8 @@ pub(crate) struct Scripts {
     pub(crate) wake: Lua,
     pub(crate) acquire_all: Lua,
     pub(crate) release_all: Lua,
+    pub(crate) proclaim: Lua,
+    pub(crate) leader: Lua,
 }
 
 impl Scripts {
@@ -729,6 +746,8 @@ impl Scripts {
             wake: lua!(WAKE),
             acquire_all: lua!(ACQUIRE_ALL),
             release_all: lua!(RELEASE_ALL),
+            proclaim: lua!(PROCLAIM),
+            leader: lua!(LEADER),
         }
     }
 }
@@ -896,6 +915,8 @@ mod tests {
             &s.wake,
             &s.acquire_all,
             &s.release_all,
+            &s.proclaim,
+            &s.leader,
         ];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
@@ -906,7 +927,7 @@ mod tests {
 
     /// Each script and its files, in `concat!`'s order: what the module
     /// docs say to `cat` for `redis-cli --eval`.
-    const FILES: [(&str, &[&str]); 13] = [
+    const FILES: [(&str, &[&str]); 15] = [
         (ACQUIRE, &["fence.lua", "acquire.lua"]),
         (RELEASE, &["release_fast.lua", "fence.lua", "release.lua"]),
         (LEAVE, &["leave.lua"]),
@@ -932,6 +953,8 @@ mod tests {
         (SEM_PEEK, &["sem_peek.lua"]),
         (SEM_LEAVE, &["sem_prelude.lua", "sem_leave_body.lua"]),
         (WAKE, &["wake.lua"]),
+        (PROCLAIM, &["proclaim.lua"]),
+        (LEADER, &["leader.lua"]),
         (
             ACQUIRE_ALL,
             &["fence.lua", "one_key.lua", "acquire.lua", "acquire_all.lua"],

@@ -116,11 +116,12 @@ if voided then
   return 0
 end
 -- A replay? Only a release writes a fence into the ring, and only this
--- path reads it.
+-- path reads it: the ring's slots are the record's one-letter fields other
+-- than `f` (an election's fields have two letters).
 if fs ~= '' then
   local ring = redis.call('HGETALL', KEYS[1] .. ':f')
   for i = 1, #ring, 2 do
-    if ring[i + 1] == fs and ring[i] ~= 'f' then return 2 end
+    if ring[i + 1] == fs and #ring[i] == 1 and ring[i] ~= 'f' then return 2 end
   end
 end
 return 0

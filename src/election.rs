@@ -1,0 +1,422 @@
+//! [`Election`]: one leader among the candidates of a fleet, on the lock's
+//! machinery.
+//!
+//! # Implementation details
+//!
+//! An election named `N` is the lock on the key `election:N`. A candidate
+//! campaigns by taking that lock (FIFO among candidates, woken by the
+//! release message, renewed by the watchdog whatever the options say); the
+//! lock's fencing token is the leader's term, strictly greater than every
+//! earlier term. Once it holds the lock, the leader writes its value and
+//! the moment it began leading into the lock's record (`PROCLAIM`: only
+//! while the lock holds its token), where [`Election::leader`] reads them
+//! with the lock's value at one instant (`LEADER`). A record's value that
+//! belongs to another token (an earlier leader's) is not reported.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fred::bytes_utils::Str;
+use fred::types::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::inner::ClientInner;
+use crate::options::LockOptions;
+use crate::LockClient;
+
+/// The longest value a candidate may proclaim, in bytes.
+pub const MAX_LEADER_VALUE: usize = 64 * 1024;
+
+/// An election among the clients of a deployment: at most one leader at a
+/// time, each term fenced. Made by
+/// [`LockClient::election`](crate::LockClient::election); cheap to clone.
+///
+/// ```no_run
+/// # async fn demo(client: relaylock::LockClient) -> relaylock::Result<()> {
+/// let election = client.election("scheduler");
+/// let leadership = election.campaign("pod-7").await?; // waits its turn
+/// let term = leadership.fencing_token();
+/// // ... run the scheduler, fencing its writes with `term` ...
+/// leadership.resign().await?;
+/// # let _ = term; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    client: LockClient,
+    name: String,
+    key: String,
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Who leads an election, as [`Election::leader`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// What the leader proclaimed (empty until its first proclamation has
+    /// reached Redis, a round trip after it was elected).
+    pub value: String,
+    /// Its term: the fencing token of its hold.
+    pub fencing_token: u64,
+    /// Since when it leads, by its client's clock.
+    pub since: SystemTime,
+}
+
+/// This client's leadership of an election: a held lock, renewed by the
+/// watchdog. Dropping it resigns in the background.
+#[must_use = "dropping a leadership resigns it (in the background)"]
+pub struct Leadership {
+    guard: LockGuard,
+    inner: Arc<ClientInner>,
+    since: SystemTime,
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("election", &self.guard.key())
+            .field("term", &self.guard.fencing_token())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Election {
+    pub(crate) fn new(client: LockClient, name: &str) -> Self {
+        Election {
+            client,
+            name: name.to_owned(),
+            key: format!("election:{name}"),
+        }
+    }
+
+    /// The election's name, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The key of the lock the election is (`election:<name>`): do not lock
+    /// it yourself.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Campaign with the default options: wait, first come first served
+    /// among the candidates, until this client leads.
+    ///
+    /// # Errors
+    ///
+    /// As [`campaign_with`](Self::campaign_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`campaign_with`](Self::campaign_with).
+    pub async fn campaign(&self, value: &str) -> Result<Leadership> {
+        self.campaign_with(value, LockOptions::default()).await
+    }
+
+    /// Campaign: take the election's lock with `options` (its wait bounds
+    /// the campaign; the watchdog renews a leadership whatever the options
+    /// say, so a leader leads until it resigns or is lost), then proclaim
+    /// `value`.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`LockClient::lock_with`], and [`Error::InvalidArgument`] for
+    /// a value over [`MAX_LEADER_VALUE`]; [`Error::LockLost`] when the
+    /// leadership was lost before its value could be written.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped while waiting, it leaves no queue entry; dropped
+    /// after it was elected, the leadership is resigned in the background.
+    pub async fn campaign_with(&self, value: &str, options: LockOptions) -> Result<Leadership> {
+        check_value(value)?;
+        let guard = self
+            .client
+            .lock_with(&self.key, options.watchdog(true))
+            .await?;
+        self.elected(guard, value).await
+    }
+
+    /// One attempt: `Ok(None)` when another candidate leads (or candidates
+    /// queue: they are served first).
+    ///
+    /// # Errors
+    ///
+    /// As [`campaign_with`](Self::campaign_with), without
+    /// [`Error::Timeout`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`campaign_with`](Self::campaign_with).
+    pub async fn try_campaign(&self, value: &str) -> Result<Option<Leadership>> {
+        check_value(value)?;
+        let options = LockOptions::default().watchdog(true);
+        match self.client.try_lock_with(&self.key, options).await? {
+            Some(guard) => self.elected(guard, value).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The lock is this client's: proclaim `value` and hand the leadership
+    /// over (a guard dropped on the way resigns).
+    async fn elected(&self, guard: LockGuard, value: &str) -> Result<Leadership> {
+        let leadership = Leadership {
+            inner: Arc::clone(&self.client.inner),
+            since: SystemTime::now(),
+            guard,
+        };
+        leadership.proclaim(value).await?;
+        Ok(leadership)
+    }
+
+    /// Who leads now, read from Redis (one request): `None` when nobody
+    /// does (no candidate holds the lock, or a hand-over between two is in
+    /// progress).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] for a connection error or a command timeout;
+    /// [`Error::UnexpectedReply`] when the election's key holds something
+    /// relaylock did not write.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        let names = self.client.inner.names(&self.key);
+        let reply = self.client.inner.calls.leader(&names).await?;
+        Ok(read_leader(&reply))
+    }
+
+    /// Run `work` while this client leads: campaign (with `options`), run
+    /// the closure, then resign, and return the closure's value. If the
+    /// leadership is found lost while `work` runs, the closure's future is
+    /// dropped at its next await point and the call fails with
+    /// [`Error::LockLost`]; leadership is given up only after the closure
+    /// has returned or been dropped, and nothing runs for a client that
+    /// never led.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`campaign_with`](Self::campaign_with) and
+    /// [`Leadership::resign`], and [`Error::LockLost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped while campaigning: as [`campaign_with`](Self::campaign_with).
+    /// Dropped while the closure runs: the closure's future is dropped with
+    /// it, then the leadership is resigned in the background.
+    pub async fn with_leadership<F, T>(
+        &self,
+        value: &str,
+        options: LockOptions,
+        work: F,
+    ) -> Result<T>
+    where
+        F: AsyncFnOnce(&Leadership) -> T,
+    {
+        let leadership = self.campaign_with(value, options).await?;
+        let outcome = {
+            let work = work(&leadership);
+            tokio::select! {
+                biased;
+                _ = leadership.lost() => None,
+                value = work => Some(value),
+            }
+        };
+        match outcome {
+            Some(value) => leadership.resign().await.map(|()| value),
+            None if self.client.inner.closing.is_cancelled() => Err(Error::Shutdown),
+            None => Err(Error::LockLost {
+                key: self.key.clone(),
+            }),
+        }
+    }
+}
+
+impl Leadership {
+    /// The term: the fencing token of this leadership, strictly greater
+    /// than every earlier term of the election. Pass it with every write
+    /// the leader makes, so a store can refuse a deposed leader's.
+    pub fn fencing_token(&self) -> u64 {
+        self.guard.fencing_token()
+    }
+
+    /// Since when this client leads, by its clock.
+    pub fn since(&self) -> SystemTime {
+        self.since
+    }
+
+    /// Whether this client still leads, by its knowledge: not found lost,
+    /// and the lease confirmed last has not run out (as
+    /// [`LockGuard::is_held`]).
+    pub fn is_leader(&self) -> bool {
+        self.guard.is_held()
+    }
+
+    /// Completes when the leadership is known lost, before another
+    /// candidate can be elected while leases hold (as [`LockGuard::lost`]),
+    /// or when it is resigned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future changes nothing.
+    pub async fn lost(&self) {
+        self.guard.lost().await
+    }
+
+    /// A token cancelled when [`lost`](Self::lost) completes: hand it to
+    /// the tasks that must stop when this client no longer leads.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.guard.lost_token()
+    }
+
+    /// Proclaim a new value: what [`Election::leader`] reports from now on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] when this client no longer leads (nothing is
+    /// written); [`Error::InvalidArgument`] for a value over
+    /// [`MAX_LEADER_VALUE`]; [`Error::Redis`] for a connection error or a
+    /// command timeout (safe to retry).
+    ///
+    /// # Cancel safety
+    ///
+    /// The value may or may not be written when the future is dropped;
+    /// proclaiming again is harmless.
+    pub async fn proclaim(&self, value: &str) -> Result<()> {
+        check_value(value)?;
+        let since = self
+            .since
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_millis() as u64;
+        let names = self.inner.names(self.guard.key());
+        let token = Str::from(self.guard.token());
+        let written = self
+            .inner
+            .calls
+            .proclaim(&names, &token, value, since)
+            .await?;
+        if written {
+            return Ok(());
+        }
+        Err(Error::LockLost {
+            key: self.guard.key().to_owned(),
+        })
+    }
+
+    /// Resign: release the election's lock, so the candidate queued first
+    /// is elected.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::release`]: [`Error::LockLost`] when the leadership
+    /// had been lost already.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future resigns in the background, as dropping the
+    /// leadership does.
+    pub async fn resign(self) -> Result<()> {
+        self.guard.release().await
+    }
+}
+
+/// A value a candidate may proclaim.
+fn check_value(value: &str) -> Result<()> {
+    if value.len() > MAX_LEADER_VALUE {
+        return Err(Error::InvalidArgument(format!(
+            "an election's value is {} bytes, the limit is {MAX_LEADER_VALUE}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The leader in `LEADER`'s reply `{value, f, ev, et, es}`.
+fn read_leader(reply: &[Value]) -> Option<Leader> {
+    let text = |i: usize| reply.get(i).and_then(|v| v.as_string());
+    let value = text(0)?;
+    let head = value.split('|').next().unwrap_or_default();
+    if head.is_empty() || head.starts_with('-') || head.starts_with('~') {
+        return None;
+    }
+    let (token, fence) = match head.split_once(':') {
+        Some((token, fence)) => (token, fence.parse::<u64>().ok()),
+        None => (head, None),
+    };
+    let fencing_token = fence.or_else(|| text(1)?.parse().ok()).unwrap_or(0);
+    let ours = text(3).is_some_and(|t| t == token);
+    let since = ours
+        .then(|| text(4)?.parse::<u64>().ok())
+        .flatten()
+        .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+        .or_else(|| crate::token::made_at(token))
+        .unwrap_or(UNIX_EPOCH);
+    Some(Leader {
+        value: if ours {
+            text(2).unwrap_or_default()
+        } else {
+            String::new()
+        },
+        fencing_token,
+        since,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(items: &[Option<&str>]) -> Vec<Value> {
+        items
+            .iter()
+            .map(|i| i.map_or(Value::Null, |s| Value::String(Str::from(s.to_owned()))))
+            .collect()
+    }
+
+    #[test]
+    fn the_leader_is_read_from_the_lock_and_its_record() {
+        let t = "0123456789abcdef-0000000000000001";
+        // A fast-path hold: the fence is the record's counter; the value
+        // is the record's when it belongs to this token.
+        let r = reply(&[Some(t), Some("77"), Some("pod-7"), Some(t), Some("1000")]);
+        assert_eq!(
+            read_leader(&r),
+            Some(Leader {
+                value: "pod-7".into(),
+                fencing_token: 77,
+                since: UNIX_EPOCH + Duration::from_millis(1000),
+            })
+        );
+        // A hold with its fence in the value, queued candidates; the
+        // record's value is an earlier leader's: not reported.
+        let held = format!("{t}:90|abc|");
+        let r = reply(&[
+            Some(&held),
+            Some("90"),
+            Some("old"),
+            Some("other"),
+            Some("5"),
+        ]);
+        let l = read_leader(&r).unwrap();
+        assert_eq!((l.value.as_str(), l.fencing_token), ("", 90));
+        // Nobody leads: absent, a tombstone, a hand-over.
+        for v in [None, Some("-90||"), Some("~abc:90:60000|")] {
+            assert_eq!(
+                read_leader(&reply(&[v, Some("90"), None, None, None])),
+                None
+            );
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Elections against a real redis-server: one leader at a time, FIFO among
+//! candidates, terms strictly increasing across every change, the leader's
+//! value readable by anyone, a resignation and a shutdown each electing
+//! the next candidate, and `with_leadership` running its closure only
+//! while leading.
+
+use relaylock_testkit as support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use relaylock::{Error, LockOptions, MAX_LEADER_VALUE};
+use support::RedisServer;
+
+/// The first candidate leads, with its value readable by another client;
+/// the others wait their turn in the order they came, each elected with a
+/// higher term once the one before resigns.
+#[tokio::test]
+async fn candidates_lead_in_turn_with_rising_terms() {
+    let server = RedisServer::start();
+    let observer = support::client(&server.url()).await;
+    let election = observer.election("scheduler");
+    assert_eq!(election.leader().await.unwrap(), None, "nobody leads yet");
+    let first = support::client(&server.url())
+        .await
+        .election("scheduler")
+        .campaign("pod-1")
+        .await
+        .unwrap();
+    let seen = election.leader().await.unwrap().expect("a leader");
+    assert_eq!(seen.value, "pod-1");
+    assert_eq!(seen.fencing_token, first.fencing_token());
+    assert!(first.is_leader());
+    let admin = support::Admin::admin(&server).await;
+    let name = observer.redis_key("election:scheduler");
+    let mut waiting = Vec::new();
+    for i in 2..=4 {
+        let c = support::client(&server.url()).await;
+        waiting.push(tokio::spawn(async move {
+            let l = c
+                .election("scheduler")
+                .campaign(&format!("pod-{i}"))
+                .await
+                .unwrap();
+            (i, l)
+        }));
+        // Queued before the next one comes.
+        let queued = support::eventually(Duration::from_secs(5), || async {
+            support::lock_value(&admin, &name)
+                .await
+                .is_some_and(|v| v.queue.len() == i - 1)
+        })
+        .await;
+        assert!(queued, "candidate {i} never queued");
+    }
+    let mut term = first.fencing_token();
+    first.resign().await.unwrap();
+    for (want, w) in (2..=4).zip(waiting) {
+        let (i, l) = tokio::time::timeout(Duration::from_secs(5), w)
+            .await
+            .expect("the next candidate is elected")
+            .unwrap();
+        assert_eq!(i, want, "first come, first served");
+        assert!(l.fencing_token() > term, "terms rise");
+        term = l.fencing_token();
+        let seen = election.leader().await.unwrap().expect("a leader");
+        assert_eq!(seen.value, format!("pod-{i}"));
+        l.proclaim("moved").await.unwrap();
+        assert_eq!(election.leader().await.unwrap().unwrap().value, "moved");
+        l.resign().await.unwrap();
+    }
+    assert_eq!(election.leader().await.unwrap(), None);
+}
+
+/// `try_campaign` answers at once; a value over the limit is a typed error;
+/// a leader whose lock was taken away learns it, and its proclamation is
+/// refused.
+#[tokio::test]
+async fn try_campaign_bad_values_and_a_lost_leadership() {
+    let server = RedisServer::start();
+    let admin = support::Admin::admin(&server).await;
+    let (a, b) = (
+        support::client(&server.url()).await,
+        support::client(&server.url()).await,
+    );
+    let big = "x".repeat(MAX_LEADER_VALUE + 1);
+    assert!(matches!(
+        a.election("e").campaign(&big).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let l = a
+        .election("e")
+        .try_campaign("a")
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(b.election("e").try_campaign("b").await.unwrap().is_none());
+    let _: i64 = fred::interfaces::KeysInterface::del(&admin, a.redis_key("election:e"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        l.proclaim("again").await,
+        Err(Error::LockLost { .. })
+    ));
+    let l2 = b
+        .election("e")
+        .try_campaign("b")
+        .await
+        .unwrap()
+        .expect("free again");
+    assert!(l2.fencing_token() > l.fencing_token());
+    l2.resign().await.unwrap();
+    drop(l);
+}
+
+/// A leader that shuts down resigns, and the next candidate is elected at
+/// once; `with_leadership` runs only while leading and ends its closure
+/// when the leadership is lost.
+#[tokio::test]
+async fn a_shutdown_elects_the_next_and_with_leadership_ends_on_loss() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(800);
+    let client = |url: String| async move {
+        support::preset(&url)
+            .default_lease(lease)
+            .build()
+            .await
+            .unwrap()
+    };
+    let a = client(server.url()).await;
+    let b = client(server.url()).await;
+    let l = a.election("w").campaign("a").await.unwrap();
+    let term = l.fencing_token();
+    // `a` shuts down: it resigns, and `b` is elected at once.
+    let next = {
+        let b = b.clone();
+        tokio::spawn(async move { b.election("w").campaign("b").await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let shut = Instant::now();
+    a.shutdown().await.unwrap();
+    let lb = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        shut.elapsed() < lease,
+        "elected at once: {:?}",
+        shut.elapsed()
+    );
+    assert!(lb.fencing_token() > term);
+    drop(l);
+    // with_leadership: the closure runs only while `c` leads, and ends when
+    // the leadership is lost (here: the key deleted under it).
+    let c = client(server.url()).await;
+    let ran = Arc::new(AtomicBool::new(false));
+    let work = {
+        let (c, ran) = (c.clone(), Arc::clone(&ran));
+        tokio::spawn(async move {
+            c.election("w")
+                .with_leadership("c", LockOptions::default(), async |_| {
+                    ran.store(true, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!ran.load(Ordering::SeqCst), "nothing runs before leading");
+    lb.resign().await.unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(5), || async {
+            ran.load(Ordering::SeqCst)
+        })
+        .await
+    );
+    let admin = support::Admin::admin(&server).await;
+    let _: i64 = fred::interfaces::KeysInterface::del(&admin, c.redis_key("election:w"))
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(lease * 3, work)
+        .await
+        .expect("ended on loss");
+    assert!(matches!(ended.unwrap(), Err(Error::LockLost { .. })));
+}
