@@ -16,6 +16,7 @@ use crate::error::{connect_within, with_timeout, Error, Result};
 use crate::eviction::{self, OnEvictingServer};
 use crate::identity::{self, Identity};
 use crate::inner::{ClientInner, Closing, Tasks};
+use crate::observers::Observers;
 use crate::options::{
     validate_lease, validate_prefix, validate_url_scheme, WaitStrategy, MAX_LEASE,
 };
@@ -492,6 +493,7 @@ impl LockClientBuilder {
         let control = self
             .announce(&redis, &subscriber, &identity, sharded, &watchdog)
             .await;
+        let observers = Arc::clone(&control.observers);
         let watchdog_task = watchdog::spawn(&watchdog);
         let subscriber_task = crate::subscriber::spawn(
             &subscriber,
@@ -511,6 +513,7 @@ impl LockClientBuilder {
         Ok(Arc::new(ClientInner {
             calls,
             registry,
+            observers,
             watchdog,
             replicas: Replicas::new(builder, self.replica_connections, self.connect_timeout),
             identity,
@@ -610,6 +613,7 @@ impl LockClientBuilder {
                     watchdog.verify(token);
                 }
             }),
+            observers: Arc::new(Observers::default()),
         };
         control.subscribe(subscriber, self.command_timeout).await;
         control

@@ -19,11 +19,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::bytes_utils::Str;
 use fred::types::Value;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::calls::observe_channel;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::inner::ClientInner;
+use crate::observers::{Leader, Observed};
 use crate::options::LockOptions;
 use crate::LockClient;
 
@@ -58,23 +61,12 @@ impl fmt::Debug for Election {
     }
 }
 
-/// Who leads an election, as [`Election::leader`] reads it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Leader {
-    /// What the leader proclaimed (empty until its first proclamation has
-    /// reached Redis, a round trip after it was elected).
-    pub value: String,
-    /// Its term: the fencing token of its hold.
-    pub fencing_token: u64,
-    /// Since when it leads, by its client's clock.
-    pub since: SystemTime,
-}
-
 /// This client's leadership of an election: a held lock, renewed by the
 /// watchdog. Dropping it resigns in the background.
 #[must_use = "dropping a leadership resigns it (in the background)"]
 pub struct Leadership {
-    guard: LockGuard,
+    /// `None` once resigned.
+    guard: Option<LockGuard>,
     inner: Arc<ClientInner>,
     since: SystemTime,
 }
@@ -82,8 +74,8 @@ pub struct Leadership {
 impl fmt::Debug for Leadership {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leadership")
-            .field("election", &self.guard.key())
-            .field("term", &self.guard.fencing_token())
+            .field("election", &self.guard().key())
+            .field("term", &self.guard().fencing_token())
             .finish_non_exhaustive()
     }
 }
@@ -172,7 +164,7 @@ impl Election {
         let leadership = Leadership {
             inner: Arc::clone(&self.client.inner),
             since: SystemTime::now(),
-            guard,
+            guard: Some(guard),
         };
         leadership.proclaim(value).await?;
         Ok(leadership)
@@ -192,9 +184,43 @@ impl Election {
     ///
     /// Cancel-safe: it only reads.
     pub async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(self.read().await?.0)
+    }
+
+    /// Who leads, and the leader's lease (how often an observer reads
+    /// again while nothing is heard).
+    async fn read(&self) -> Result<(Option<Leader>, Option<Duration>)> {
         let names = self.client.inner.names(&self.key);
         let reply = self.client.inner.calls.leader(&names).await?;
-        Ok(read_leader(&reply))
+        let lease = reply
+            .get(5)
+            .and_then(|v| v.as_string()?.parse::<u64>().ok())
+            .map(Duration::from_millis);
+        Ok((read_leader(&reply), lease))
+    }
+
+    /// Who leads, as it changes: the receiver's value is the leader (or
+    /// `None`: nobody leads), updated when the leader is elected, proclaims,
+    /// resigns, or is lost or expires. A change announced by a message
+    /// (an election, a proclamation, a resignation) arrives within a few
+    /// round trips; one nobody announces (a leader that died and whose
+    /// lease ran out) by the next read, at most one lease later. Every
+    /// receiver of the process shares one subscription and one reader,
+    /// which reads once when it starts, once per message, after a
+    /// reconnect, and once per lease while nothing is heard; it stops when
+    /// the last receiver is dropped, or at the client's shutdown. Called
+    /// outside a tokio runtime, the receiver stays `None`.
+    ///
+    /// The watch keeps the latest value: a receiver that looks less often
+    /// than the leadership changes sees the latest leader, not every one.
+    pub fn observe(&self) -> watch::Receiver<Option<Leader>> {
+        let names = self.client.inner.names(&self.key);
+        let channel = observe_channel(&names);
+        let (rx, new) = self.client.inner.observers.join(&channel);
+        if let (Some(observed), Ok(handle)) = (new, tokio::runtime::Handle::try_current()) {
+            handle.spawn(watch_leader(self.clone(), channel, observed));
+        }
+        rx
     }
 
     /// Run `work` while this client leads: campaign (with `options`), run
@@ -248,7 +274,15 @@ impl Leadership {
     /// than every earlier term of the election. Pass it with every write
     /// the leader makes, so a store can refuse a deposed leader's.
     pub fn fencing_token(&self) -> u64 {
-        self.guard.fencing_token()
+        self.guard().fencing_token()
+    }
+
+    /// The guard, until the leadership is resigned (only `resign` and the
+    /// drop take it, consuming the leadership).
+    fn guard(&self) -> &LockGuard {
+        self.guard
+            .as_ref()
+            .expect("a leadership has its guard until it is resigned")
     }
 
     /// Since when this client leads, by its clock.
@@ -260,7 +294,7 @@ impl Leadership {
     /// and the lease confirmed last has not run out (as
     /// [`LockGuard::is_held`]).
     pub fn is_leader(&self) -> bool {
-        self.guard.is_held()
+        self.guard().is_held()
     }
 
     /// Completes when the leadership is known lost, before another
@@ -271,13 +305,13 @@ impl Leadership {
     ///
     /// Cancel-safe: dropping the future changes nothing.
     pub async fn lost(&self) {
-        self.guard.lost().await
+        self.guard().lost().await
     }
 
     /// A token cancelled when [`lost`](Self::lost) completes: hand it to
     /// the tasks that must stop when this client no longer leads.
     pub fn lost_token(&self) -> CancellationToken {
-        self.guard.lost_token()
+        self.guard().lost_token()
     }
 
     /// Proclaim a new value: what [`Election::leader`] reports from now on.
@@ -300,18 +334,20 @@ impl Leadership {
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO)
             .as_millis() as u64;
-        let names = self.inner.names(self.guard.key());
-        let token = Str::from(self.guard.token());
+        let guard = self.guard();
+        let names = self.inner.names(guard.key());
+        let token = Str::from(guard.token());
+        let lease_ms = guard.lease().as_millis() as u64;
         let written = self
             .inner
             .calls
-            .proclaim(&names, &token, value, since)
+            .proclaim(&names, &token, value, since, lease_ms)
             .await?;
         if written {
             return Ok(());
         }
         Err(Error::LockLost {
-            key: self.guard.key().to_owned(),
+            key: guard.key().to_owned(),
         })
     }
 
@@ -327,8 +363,77 @@ impl Leadership {
     ///
     /// Dropping the future resigns in the background, as dropping the
     /// leadership does.
-    pub async fn resign(self) -> Result<()> {
-        self.guard.release().await
+    pub async fn resign(mut self) -> Result<()> {
+        let guard = self.guard.take().expect("a leadership is resigned once");
+        let names = self.inner.names(guard.key());
+        let released = guard.release().await;
+        // The observers hear it (a candidate elected next announces itself
+        // too); a failed announcement costs them one lease at most.
+        let _ = self.inner.calls.announce(&names).await;
+        released
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        let Some(guard) = self.guard.take() else {
+            return;
+        };
+        // Resign in the background, then announce it; without a runtime
+        // the guard's own drop says what happens.
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            drop(guard);
+            return;
+        };
+        let inner = Arc::clone(&self.inner);
+        let background = inner.background.clone();
+        background.spawn_on(
+            async move {
+                let names = inner.names(guard.key());
+                let _ = guard.release().await;
+                let _ = inner.calls.announce(&names).await;
+            },
+            &handle,
+        );
+    }
+}
+
+/// One election's reader for the observers of this process: read, publish
+/// a change to the receivers, wait for a message, a reconnect's wake-up or
+/// the leader's lease; stop when no receiver is left.
+async fn watch_leader(election: Election, channel: String, observed: Arc<Observed>) {
+    let inner = Arc::clone(&election.client.inner);
+    let (subscriber, sharded, limit) = (
+        inner.tasks.subscriber.clone(),
+        inner.registry.sharded(),
+        inner.command_timeout,
+    );
+    // Subscribed before the first read: no change falls between the two.
+    let _ = crate::subscriber::observe_channel(&subscriber, sharded, &channel, limit).await;
+    loop {
+        let period = match election.read().await {
+            Ok((leader, lease)) => {
+                observed.leader.send_if_modified(|seen| {
+                    let changed = *seen != leader;
+                    *seen = leader;
+                    changed
+                });
+                lease.unwrap_or(inner.default_lease)
+            }
+            // Read again soon: a reconnect wakes it too.
+            Err(_) => limit.min(Duration::from_secs(1)),
+        };
+        tokio::select! {
+            () = observed.changed.notified() => {}
+            () = tokio::time::sleep(period) => {}
+            () = inner.closing.cancelled() => return,
+            () = observed.leader.closed() => {
+                if inner.observers.leave_if_unobserved(&channel) {
+                    let _ = crate::subscriber::unobserve_channel(&subscriber, sharded, &channel, limit).await;
+                    return;
+                }
+            }
+        }
     }
 }
 

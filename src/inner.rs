@@ -27,6 +27,8 @@ pub(crate) struct ClientInner {
     /// The script calls, on the command connection.
     pub(crate) calls: Calls,
     pub(crate) registry: Arc<Registry>,
+    /// The elections this client observes (`crate::observers`).
+    pub(crate) observers: Arc<crate::observers::Observers>,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) replicas: Arc<Replicas>,
     /// Who this client is, for operators (`crate::identity`).

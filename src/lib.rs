@@ -62,6 +62,7 @@ mod inner;
 pub mod inspect;
 pub mod metrics;
 mod multi;
+mod observers;
 mod options;
 mod registry;
 mod release;
@@ -86,11 +87,12 @@ pub use fred;
 
 pub use builder::{reconnect_policy, LockClientBuilder};
 pub use client::LockClient;
-pub use election::{Election, Leader, Leadership, MAX_LEADER_VALUE};
+pub use election::{Election, Leadership, MAX_LEADER_VALUE};
 pub use error::{Error, Result};
 pub use eviction::OnEvictingServer;
 pub use guard::LockGuard;
 pub use multi::{MultiGuard, MAX_KEYS};
+pub use observers::Leader;
 pub use options::{
     LockOptions, SemaphoreOptions, WaitStrategy, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN,
 };

@@ -33,6 +33,7 @@ use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInter
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
+use crate::observers::Observers;
 use crate::registry::Registry;
 
 /// Spawn the subscriber task, run again should it panic (see
@@ -67,6 +68,8 @@ pub(crate) struct Control {
     pub(crate) channel: String,
     pub(crate) sharded: bool,
     pub(crate) on_message: Arc<dyn Fn(&str) + Send + Sync>,
+    /// The observed elections' channels, subscribed the same way.
+    pub(crate) observers: Arc<Observers>,
 }
 
 impl Control {
@@ -85,16 +88,55 @@ impl Control {
         }
     }
 
-    /// A message that came on `channel`: the control channel's, or else
-    /// the registry's.
+    /// (S)SUBSCRIBE every observed election's channel, within `limit`
+    /// each, and wake their watchers (a change may have been missed).
+    async fn subscribe_observed(&self, subscriber: &SubscriberClient, limit: Duration) {
+        for channel in self.observers.channels() {
+            let _ = observe_channel(subscriber, self.sharded, &channel, limit).await;
+        }
+        self.observers.wake_all();
+    }
+
+    /// A message that came on `channel`: the control channel's, an
+    /// observed election's, or else the registry's.
     fn or_registry(&self, registry: &Registry, channel: &str, payload: &str) {
         if channel == self.channel {
             (self.on_message)(payload);
-        } else {
+        } else if !self.observers.on_message(channel) {
             registry.on_message(channel, payload);
         }
     }
 }
+
+/// (S)SUBSCRIBE an observed election's channel, within `limit`.
+pub(crate) async fn observe_channel(
+    subscriber: &SubscriberClient,
+    sharded: bool,
+    channel: &str,
+    limit: Duration,
+) -> Result<(), fred::error::Error> {
+    if sharded {
+        crate::error::with_timeout(limit, subscriber.ssubscribe(channel)).await
+    } else {
+        crate::error::with_timeout(limit, subscriber.subscribe(channel)).await
+    }
+}
+
+/// (S)UNSUBSCRIBE an election's channel nobody observes any more.
+pub(crate) async fn unobserve_channel(
+    subscriber: &SubscriberClient,
+    sharded: bool,
+    channel: &str,
+    limit: Duration,
+) -> Result<(), fred::error::Error> {
+    if sharded {
+        crate::error::with_timeout(limit, subscriber.sunsubscribe(channel)).await
+    } else {
+        crate::error::with_timeout(limit, subscriber.unsubscribe(channel)).await
+    }
+}
+
+impl Control {}
 
 /// One run of the subscriber task. Its streams are taken before it returns
 /// the future, so nothing published after that is missed. A run after a
@@ -156,6 +198,7 @@ fn run(
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "relaylock: release messages were dropped (subscriber lagged); waking every waiter");
                         registry.wake_all();
+                        control.observers.wake_all();
                     }
                     Err(RecvError::Closed) => break,
                 },
@@ -212,6 +255,7 @@ async fn resubscribe(
 ) {
     registry.resubscribe_all().await;
     control.subscribe(subscriber, limit).await;
+    control.subscribe_observed(subscriber, limit).await;
 }
 
 /// PING the subscriber connection. If it stays silent for `limit` while fred

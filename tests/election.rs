@@ -184,3 +184,106 @@ async fn a_shutdown_elects_the_next_and_with_leadership_ends_on_loss() {
         .expect("ended on loss");
     assert!(matches!(ended.unwrap(), Err(Error::LockLost { .. })));
 }
+
+/// The next value a receiver sees, within `limit`.
+async fn next_change(
+    rx: &mut tokio::sync::watch::Receiver<Option<relaylock::Leader>>,
+    limit: Duration,
+) -> Option<relaylock::Leader> {
+    tokio::time::timeout(limit, rx.changed())
+        .await
+        .expect("a change within the limit")
+        .expect("the sender lives");
+    rx.borrow_and_update().clone()
+}
+
+/// Observers hear every change, in order: elected, proclaimed, resigned
+/// (nobody leads), the next elected; and one that nobody announces (the
+/// leader's key gone, as if its process died and its lease ran out) within
+/// the leader's lease; after their subscriber connection is killed they
+/// still hear the next change.
+#[tokio::test]
+async fn observers_hear_every_change_in_order() {
+    let server = RedisServer::start();
+    let admin = support::Admin::admin(&server).await;
+    let observer = support::client(&server.url()).await;
+    let election = observer.election("jobs");
+    let mut rx = election.observe();
+    let mut others = election.observe();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(*rx.borrow_and_update(), None);
+    let lease = Duration::from_millis(900);
+    let a = support::preset(&server.url())
+        .default_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let quick = Duration::from_secs(2);
+    let la = a.election("jobs").campaign("a").await.unwrap();
+    let term_a = la.fencing_token();
+    let seen = next_change(&mut rx, quick).await.expect("elected");
+    assert_eq!(
+        (seen.value.as_str(), seen.fencing_token),
+        ("a", la.fencing_token())
+    );
+    la.proclaim("a2").await.unwrap();
+    assert_eq!(next_change(&mut rx, quick).await.unwrap().value, "a2");
+    la.resign().await.unwrap();
+    assert_eq!(next_change(&mut rx, quick).await, None, "resigned");
+    // The subscriber connection killed: resubscribed, and the next change
+    // still heard.
+    support::client_kill(&admin, &["TYPE", "pubsub"]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lb = a.election("jobs").campaign("b").await.unwrap();
+    let seen = loop {
+        if let Some(l) = next_change(&mut rx, quick).await {
+            break l;
+        }
+    };
+    assert_eq!(seen.value, "b");
+    assert!(seen.fencing_token > term_a, "terms rise");
+    // A change nobody announces: the key gone under the leader.
+    let _: i64 = fred::interfaces::KeysInterface::del(&admin, a.redis_key("election:jobs"))
+        .await
+        .unwrap();
+    let gone = Instant::now();
+    assert_eq!(next_change(&mut rx, lease * 2).await, None);
+    println!(
+        "an unannounced loss seen after {:?} (lease {lease:?})",
+        gone.elapsed()
+    );
+    // Every receiver of the process saw the latest.
+    assert_eq!(*others.borrow_and_update(), None);
+    drop(lb);
+}
+
+/// While nothing changes, the observers of a process cost one read per
+/// leader's lease, however many there are.
+#[tokio::test]
+async fn idle_observers_cost_one_read_per_lease() {
+    let server = RedisServer::start();
+    let admin = support::Admin::admin(&server).await;
+    let leader = support::preset(&server.url())
+        .default_lease(Duration::from_secs(6))
+        .build()
+        .await
+        .unwrap();
+    let l = leader.election("idle").campaign("x").await.unwrap();
+    let observer = support::client(&server.url()).await;
+    let receivers: Vec<_> = (0..20)
+        .map(|_| observer.election("idle").observe())
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = support::command_runs(&admin).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = support::command_runs(&admin).await;
+    let calls = support::delta(&before, &after, "evalsha");
+    println!("20 observers, 3 s, leader's lease 6 s: {calls} script calls (renewals included)");
+    // The leader renews every 2 s (1 or 2 calls); the observers' reader
+    // reads at most once in 3 s of a 6 s lease.
+    assert!(calls <= 3, "{calls} calls");
+    assert!(receivers
+        .iter()
+        .all(|r| r.borrow().as_ref().is_some_and(|x| x.value == "x")));
+    l.resign().await.unwrap();
+}

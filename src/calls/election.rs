@@ -4,6 +4,9 @@
 use fred::bytes_utils::Str;
 use fred::types::Value;
 
+use fred::interfaces::ClientLike;
+use fred::types::ClusterHash;
+
 use super::Calls;
 use crate::error::{Error, Result};
 use crate::scripts::Names;
@@ -17,8 +20,10 @@ impl Calls {
         token: &Str,
         value: &str,
         since_ms: u64,
+        lease_ms: u64,
     ) -> Result<bool> {
-        let ttl = self.side_retention_ms as i64;
+        let ttl = (self.side_retention_ms + lease_ms) as i64;
+        let channel = observe_channel(names);
         let reply: i64 = self
             .script(&self.redis, &self.scripts.proclaim, || {
                 let args = vec![
@@ -26,6 +31,9 @@ impl Calls {
                     value.into(),
                     (since_ms as i64).into(),
                     ttl.into(),
+                    (lease_ms as i64).into(),
+                    channel.as_str().into(),
+                    self.publish.clone(),
                 ];
                 (vec![&names.lock], args)
             })
@@ -37,6 +45,22 @@ impl Calls {
         }
     }
 
+    /// Tell an election's observers that it changed (`p` on its channel):
+    /// after a resignation, which the release script does not announce.
+    pub(crate) async fn announce(&self, names: &Names) -> Result<()> {
+        let channel = observe_channel(names);
+        let command = self.publish.as_str().unwrap_or_default().to_string();
+        let publish = fred::types::CustomCommand::new(command, ClusterHash::FirstKey, false);
+        let sent = self
+            .redis
+            .custom::<Value, Value>(publish, vec![channel.as_str().into(), "p".into()]);
+        match self.limit {
+            Some(limit) => crate::error::with_timeout(limit, sent).await?,
+            None => sent.await?,
+        };
+        Ok(())
+    }
+
     /// One [`LEADER`](crate::scripts::LEADER) read: the lock's value and
     /// its record's counter and leader fields.
     pub(crate) async fn leader(&self, names: &Names) -> Result<Vec<Value>> {
@@ -45,4 +69,10 @@ impl Calls {
         })
         .await
     }
+}
+
+/// An election's observers' channel: `<value>:obs` (its lock's hash tag,
+/// so it stays in the lock's shard).
+pub(crate) fn observe_channel(names: &Names) -> String {
+    format!("{}:obs", names.lock)
 }

@@ -379,15 +379,17 @@ pub const RELEASE_ALL: &str = concat!(
 
 /// An election's proclamation ([`Leadership::proclaim`](crate::Leadership::proclaim)):
 /// the leader's value, written into the lock's record while the lock holds
-/// the leader's token. KEYS `[lock]`; ARGV `[token, value, since_ms,
-/// ttl_ms]`. The record's fields `ev` (the value), `et` (the token it
-/// belongs to) and `es` (since when, ms): two letters, so a release's
-/// replay check, which reads the one-letter ring slots only, never takes a
-/// value for a fence. Reply `1` written, `0` not held.
+/// the leader's token, then the election's observers told (`p` on
+/// `<lock>:obs`). KEYS `[lock]`; ARGV `[token, value, since_ms, ttl_ms,
+/// lease_ms, channel, publish]`. The record's fields `ev` (the value), `et`
+/// (the token it belongs to), `es` (since when, ms) and `el` (the leader's
+/// lease: the observers read again at least that often): two letters, so
+/// a release's replay check, which reads the one-letter ring slots only,
+/// never takes a value for a fence. Reply `1` written, `0` not held.
 pub const PROCLAIM: &str = include_str!("proclaim.lua");
 
 /// Who leads an election ([`Election::leader`](crate::Election::leader)):
-/// KEYS `[lock]`; reply `{value, f, ev, et, es}`, the lock's value and its
+/// KEYS `[lock]`; reply `{value, f, ev, et, es, el}`, the lock's value and its
 /// record's counter and leader fields, read at one instant (`nil` where
 /// absent).
 pub const LEADER: &str = include_str!("leader.lua");
