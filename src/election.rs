@@ -290,6 +290,17 @@ impl Leadership {
         self.since
     }
 
+    /// The key of the election's lock (`election:<name>`).
+    pub fn election(&self) -> &str {
+        self.guard().key()
+    }
+
+    /// The token of this leadership (its client's id first), as
+    /// `relaylock status` shows the holder of the election's lock.
+    pub fn token(&self) -> &str {
+        self.guard().token()
+    }
+
     /// Whether this client still leads, by its knowledge: not found lost,
     /// and the lease confirmed last has not run out (as
     /// [`LockGuard::is_held`]).

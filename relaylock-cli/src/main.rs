@@ -46,6 +46,8 @@ enum Command {
     Report(bench::ReportArgs),
     /// Run a command while holding a lock: a distributed flock(1).
     Run(run::RunArgs),
+    /// Run a command while this process leads an election.
+    Elect(run::ElectArgs),
     /// Who holds a key, for how long, who is queued and since when.
     Status(status::StatusArgs),
     /// Release a stuck lock (or a semaphore or read-write hold) by its token.
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
     match &mut cli.command {
         Command::Run(args) => args.url = url,
+        Command::Elect(args) => args.run.url = url,
         Command::Status(args) => args.url = url,
         Command::Unlock(args) => args.url = url,
         Command::Bench(args) => args.url = cli.url.clone(),
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
             Command::Worker(args) => bench::worker::run(args).await.map(|()| 0),
             // Exit statuses of its own, documented in `relaylock run --help`.
             Command::Run(args) => Ok(run::run(args).await),
+            Command::Elect(args) => Ok(run::elect(args).await),
             Command::Status(args) => Ok(status::run(args).await),
             Command::Unlock(args) => Ok(unlock::run(args).await),
         }

@@ -29,7 +29,7 @@ use clap::Args;
 use nix::libc;
 use nix::sys::signal::{killpg, raise, Signal as Sig};
 use nix::unistd::{getpgrp, tcgetpgrp, Pid};
-use relaylock::{Error, LockClient, LockGuard, LockOptions, MultiGuard};
+use relaylock::{Error, Leadership, LockClient, LockGuard, LockOptions, MultiGuard};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -102,6 +102,43 @@ pub struct RunArgs {
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<OsString>,
+    /// `relaylock elect`: campaign in the election named by the one key,
+    /// with this value, instead of taking a lock.
+    #[arg(skip)]
+    pub election: Option<String>,
+}
+
+/// `relaylock elect`: run a command while this process leads an election.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Runs COMMAND once this process is elected (candidates are served first come,
+first served), stops it (SIGTERM, then SIGKILL after --kill-after) if the
+leadership is lost, and resigns when it exits. RELAYLOCK_FENCE is the term:
+greater than every earlier leader's. The exit statuses are run's (75: not
+elected within --wait).")]
+pub struct ElectArgs {
+    /// The value the leader proclaims (what `relaylock status` and the
+    /// observers show); default: this host's name and process id.
+    #[arg(long)]
+    pub value: Option<String>,
+    /// The election's NAME (one), then run's options and `-- COMMAND`.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// What `elect` does, as an exit status.
+pub async fn elect(args: ElectArgs) -> u8 {
+    let ElectArgs { value, mut run } = args;
+    if run.keys.len() != 1 {
+        eprintln!("relaylock elect: give one election name");
+        return exit::REDIS;
+    }
+    let value = value.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        format!("{}:{}", host.trim(), std::process::id())
+    });
+    run.election = Some(value);
+    self::run(run).await
 }
 
 /// `--wait`: like every duration, and also `0` (a single try).
@@ -197,7 +234,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
     }
     let named = args.keys.join(" ");
     let guard = tokio::select! {
-        g = Held::take(&client, &args.keys, options) => match g {
+        g = Held::take(&client, &args, options) => match g {
             Ok(g) => g,
             Err(Error::Timeout { .. }) => {
                 let wait = wait.unwrap_or_default();
@@ -227,22 +264,28 @@ async fn run_inner(args: RunArgs) -> Result<u8, (u8, String)> {
     supervise(child, guard, &args, &mut signals).await
 }
 
-/// What `run` holds: one key's lock, or several keys' multi-key lock.
+/// What `run` holds: one key's lock, several keys' multi-key lock, or (for
+/// `elect`) an election's leadership.
 enum Held {
     One(LockGuard),
     Many(MultiGuard),
+    Lead(Leadership),
 }
 
 impl Held {
     /// Take `keys` (one: a lock; several: a multi-key lock).
     async fn take(
         client: &LockClient,
-        keys: &[String],
+        args: &RunArgs,
         options: LockOptions,
     ) -> relaylock::Result<Held> {
-        match keys {
-            [key] => client.lock_with(key, options).await.map(Held::One),
-            keys => client.lock_all_with(keys, options).await.map(Held::Many),
+        match (&args.election, args.keys.as_slice()) {
+            (Some(value), [name, ..]) => {
+                let election = client.election(name);
+                election.campaign_with(value, options).await.map(Held::Lead)
+            }
+            (_, [key]) => client.lock_with(key, options).await.map(Held::One),
+            (_, keys) => client.lock_all_with(keys, options).await.map(Held::Many),
         }
     }
 
@@ -251,6 +294,7 @@ impl Held {
         match self {
             Held::One(g) => vec![(g.key(), g.fencing_token())],
             Held::Many(g) => g.fencing_tokens().collect(),
+            Held::Lead(l) => vec![(l.election(), l.fencing_token())],
         }
     }
 
@@ -258,6 +302,7 @@ impl Held {
         match self {
             Held::One(g) => g.token(),
             Held::Many(g) => g.token(),
+            Held::Lead(l) => l.token(),
         }
     }
 
@@ -265,6 +310,7 @@ impl Held {
         match self {
             Held::One(g) => g.lost().await,
             Held::Many(g) => g.lost().await,
+            Held::Lead(l) => l.lost().await,
         }
     }
 
@@ -272,6 +318,7 @@ impl Held {
         match self {
             Held::One(g) => g.release().await,
             Held::Many(g) => g.release().await,
+            Held::Lead(l) => l.resign().await,
         }
     }
 }

@@ -160,7 +160,10 @@ async fn report(
         found.truncate(args.limit);
     }
     let left_out = matched - found.len();
-    let sets = multi_key_sets(&found);
+    let sets = Annotations {
+        sets: multi_key_sets(&found),
+        leaders: leaders(client, &found).await,
+    };
     Ok(if args.json {
         json!({
             "prefix": args.prefix,
@@ -361,14 +364,43 @@ fn together<'a>(sets: &'a HashMap<String, Vec<String>>, token: &str, key: &str) 
         .unwrap_or_default()
 }
 
-fn inspection_json(i: &Inspection, sets: &HashMap<String, Vec<String>>) -> Value {
+/// What `status` adds to the holders it lists: the keys a multi-key hold
+/// took together (by token), and an election leader's value (by token).
+struct Annotations {
+    sets: HashMap<String, Vec<String>>,
+    leaders: HashMap<String, String>,
+}
+
+/// The value each listed election's leader proclaimed (keys
+/// `election:<name>`): its record's `ev`, when its `et` is the holder's
+/// token; by token.
+async fn leaders(client: &Client, found: &[Inspection]) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for i in found.iter().filter(|i| i.key.starts_with("election:")) {
+        for s in i.states.iter().filter(|s| s.primitive == Primitive::Mutex) {
+            let record = format!("{}:f", s.redis_key);
+            // HGETALL, which the read-only ACL of docs/security.md allows.
+            let fields: Result<HashMap<String, String>, _> =
+                fred::interfaces::HashesInterface::hgetall(client, record).await;
+            let Ok(fields) = fields else { continue };
+            if let (Some(value), Some(token)) = (fields.get("ev"), fields.get("et")) {
+                if s.holders.iter().any(|h| &h.token == token) {
+                    out.insert(token.clone(), value.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn inspection_json(i: &Inspection, sets: &Annotations) -> Value {
     json!({
         "key": i.key,
         "states": i.states.iter().map(|s| state_json(s, &i.key, sets)).collect::<Vec<_>>(),
     })
 }
 
-fn state_json(s: &State, key: &str, sets: &HashMap<String, Vec<String>>) -> Value {
+fn state_json(s: &State, key: &str, sets: &Annotations) -> Value {
     json!({
         "primitive": s.primitive.to_string(),
         "redis_key": s.redis_key,
@@ -383,7 +415,8 @@ fn state_json(s: &State, key: &str, sets: &HashMap<String, Vec<String>>) -> Valu
             "permits": h.permits,
             "writer": h.writer,
             "client": who_json(h.who.as_ref()),
-            "taken_with": together(sets, &h.token, key),
+            "taken_with": together(&sets.sets, &h.token, key),
+            "leader_value": sets.leaders.get(&h.token),
         })).collect::<Vec<_>>(),
         "reservations": s.reservations.iter().map(|r| json!({
             "client": r.client,
@@ -470,7 +503,7 @@ fn holder_text(primitive: Primitive, h: &Holder) -> String {
     )
 }
 
-fn inspection_text(i: &Inspection, sets: &HashMap<String, Vec<String>>) -> String {
+fn inspection_text(i: &Inspection, sets: &Annotations) -> String {
     let mut out = String::new();
     if i.states.is_empty() {
         let _ = writeln!(
@@ -496,9 +529,12 @@ fn inspection_text(i: &Inspection, sets: &HashMap<String, Vec<String>>) -> Strin
         }
         for h in &s.holders {
             let _ = writeln!(out, "  {}", holder_text(s.primitive, h));
-            let with = together(sets, &h.token, &i.key);
+            let with = together(&sets.sets, &h.token, &i.key);
             if !with.is_empty() {
                 let _ = writeln!(out, "  taken together with: {}", with.join(", "));
+            }
+            if let Some(value) = sets.leaders.get(&h.token) {
+                let _ = writeln!(out, "  leads the election, proclaiming: {value}");
             }
         }
         for r in &s.reservations {

@@ -612,3 +612,51 @@ fn runs_on_several_keys_take_them_together_in_any_order() {
         assert!(!held(&server, key), "{key} stayed held");
     }
 }
+
+/// `relaylock elect`: three processes campaign in one election, each twice;
+/// only the leader runs its command, the runs never overlap, and the terms
+/// (`RELAYLOCK_FENCE`) rise; nothing is left held.
+#[test]
+fn elect_runs_the_command_only_while_leading() {
+    let server = RedisServer::start();
+    let marks = temp_file("elect-marks");
+    let script = format!(
+        "echo \"start $RELAYLOCK_FENCE\" >> {m}; sleep 0.1; echo \"end $RELAYLOCK_FENCE\" >> {m}",
+        m = marks.display()
+    );
+    let loops: Vec<_> = (0..3)
+        .map(|i| {
+            let url = server.url();
+            let script = script.clone();
+            std::thread::spawn(move || {
+                for _ in 0..2 {
+                    let status = relaylock()
+                        .args(["elect", "--value", &format!("p{i}"), "--url", &url])
+                        .args(["--wait", "30s", "jobs", "--", "sh", "-c", &script])
+                        .status()
+                        .unwrap();
+                    assert!(status.success(), "elect failed: {status}");
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.join().unwrap();
+    }
+    let text = std::fs::read_to_string(&marks).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 12, "{text}");
+    let mut last = 0u64;
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").expect(&text);
+        assert_eq!(
+            Some(start),
+            pair[1].strip_prefix("end "),
+            "overlap:\n{text}"
+        );
+        let term: u64 = start.parse().unwrap();
+        assert!(term > last, "terms do not rise:\n{text}");
+        last = term;
+    }
+    assert!(!held(&server, "election:jobs"));
+}

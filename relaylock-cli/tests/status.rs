@@ -537,6 +537,36 @@ async fn a_multi_key_hold_shows_the_keys_taken_together() {
     single.release().await.unwrap();
 }
 
+/// An election: its lock `election:<name>` is listed with its leader's
+/// proclaimed value, term (the fencing token) and the queued candidates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_shows_its_leader_and_candidates() {
+    let server = RedisServer::start();
+    let admin = server.admin().await;
+    let (a, b) = (
+        support::client(&server.url()).await,
+        support::client(&server.url()).await,
+    );
+    let leader = a.election("jobs").campaign("pod-7").await.unwrap();
+    let candidate = {
+        let b = b.clone();
+        tokio::spawn(async move { b.election("jobs").campaign("pod-8").await.unwrap() })
+    };
+    support::until_queued(&admin, &b, "election:jobs").await;
+    let doc = status_json(&server.url(), &["election:jobs"]).await;
+    let s = state(&doc, "election:jobs", "mutex");
+    assert_eq!(s["holders"][0]["leader_value"], "pod-7");
+    assert_eq!(s["holders"][0]["fencing_token"], leader.fencing_token());
+    assert_eq!(s["queue"].as_array().unwrap().len(), 1);
+    let (_, out, _) = status(&server.url(), &["election:jobs"]).await;
+    assert!(
+        out.contains("leads the election, proclaiming: pod-7"),
+        "{out}"
+    );
+    leader.resign().await.unwrap();
+    candidate.await.unwrap().resign().await.unwrap();
+}
+
 /// Issue 36, the CLI's edges: `--url` before the subcommand works as after
 /// it; a bad key is a usage error (exit 2, like `--lease 0`), not "Redis
 /// unreachable" (69); `--watch` into a pipe writes no clear-screen escapes.
