@@ -83,7 +83,10 @@ async fn a_cut_off_leader_learns_it_before_anyone_else_is_elected() {
         );
         margins.push(elected_at - lost_at);
         if run == 0 {
-            println!("one run: {:?} to connect, campaign, cut and elect", started.elapsed());
+            println!(
+                "one run: {:?} to connect, campaign, cut and elect",
+                started.elapsed()
+            );
         }
         last_term = n.fencing_token();
         n.resign().await.unwrap();

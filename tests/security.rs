@@ -110,6 +110,7 @@ async fn a_least_privilege_acl_user_works_end_to_end() {
     assert!(!a.is_locked("k").await.unwrap());
 
     multi_key_across(&a, &b).await;
+    election_across(&a, &b).await;
     semaphore_across(&a, &b).await;
 
     // A value that vanishes under its holder (DEL, as an eviction would):
@@ -256,4 +257,36 @@ async fn multi_key_across(a: &LockClient, b: &LockClient) {
     let set = set.await.unwrap();
     assert_eq!(set.len(), 3);
     set.release().await.unwrap();
+}
+
+/// An election: a campaign, its proclamation, an observer, a resignation
+/// and the next leader: the same commands as a lock's, and the election's
+/// channel under the ACL's channel pattern.
+async fn election_across(a: &LockClient, b: &LockClient) {
+    let mut seen = b.election("acl").observe();
+    let l = a.election("acl").campaign("a").await.unwrap();
+    let leader = b.election("acl").leader().await.unwrap().unwrap();
+    assert_eq!(leader.value, "a");
+    let next = {
+        let b = b.clone();
+        tokio::spawn(async move { b.election("acl").campaign("b").await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    l.resign().await.unwrap();
+    let lb = next.await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            if seen
+                .borrow_and_update()
+                .as_ref()
+                .is_some_and(|l| l.value == "b")
+            {
+                break;
+            }
+            seen.changed().await.unwrap();
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "the observer heard the new leader");
+    lb.resign().await.unwrap();
 }
