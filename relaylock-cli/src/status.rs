@@ -503,6 +503,19 @@ fn holder_text(primitive: Primitive, h: &Holder) -> String {
     )
 }
 
+/// One holder's lines: the hold, the keys a multi-key hold took with it,
+/// an election leader's value.
+fn holder_lines(out: &mut String, primitive: Primitive, h: &Holder, key: &str, sets: &Annotations) {
+    let _ = writeln!(out, "  {}", holder_text(primitive, h));
+    let with = together(&sets.sets, &h.token, key);
+    if !with.is_empty() {
+        let _ = writeln!(out, "  taken together with: {}", with.join(", "));
+    }
+    if let Some(value) = sets.leaders.get(&h.token) {
+        let _ = writeln!(out, "  leads the election, proclaiming: {value}");
+    }
+}
+
 fn inspection_text(i: &Inspection, sets: &Annotations) -> String {
     let mut out = String::new();
     if i.states.is_empty() {
@@ -528,14 +541,7 @@ fn inspection_text(i: &Inspection, sets: &Annotations) -> String {
             let _ = writeln!(out, "  permits used or reserved: {used}");
         }
         for h in &s.holders {
-            let _ = writeln!(out, "  {}", holder_text(s.primitive, h));
-            let with = together(&sets.sets, &h.token, &i.key);
-            if !with.is_empty() {
-                let _ = writeln!(out, "  taken together with: {}", with.join(", "));
-            }
-            if let Some(value) = sets.leaders.get(&h.token) {
-                let _ = writeln!(out, "  leads the election, proclaiming: {value}");
-            }
+            holder_lines(&mut out, s.primitive, h, &i.key, sets);
         }
         for r in &s.reservations {
             let permits = match s.primitive {
