@@ -494,7 +494,7 @@ impl LockClient {
     /// among the clients that campaign, each term fenced. Nothing is sent
     /// until it is used. Its lock is the key `election:<name>`.
     pub fn election(&self, name: &str) -> Election {
-        Election::new(self.clone(), name)
+        Election::new(Arc::clone(&self.inner), name)
     }
 
     /// A counting semaphore named `key`, admitting at most `limit` permits

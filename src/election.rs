@@ -22,13 +22,13 @@ use fred::types::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::acquire::{self, Want};
 use crate::calls::observe_channel;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::inner::ClientInner;
 use crate::observers::{Leader, Observed};
 use crate::options::LockOptions;
-use crate::LockClient;
 
 /// The longest value a candidate may proclaim, in bytes.
 pub const MAX_LEADER_VALUE: usize = 64 * 1024;
@@ -48,7 +48,7 @@ pub const MAX_LEADER_VALUE: usize = 64 * 1024;
 /// ```
 #[derive(Clone)]
 pub struct Election {
-    client: LockClient,
+    inner: Arc<ClientInner>,
     name: String,
     key: String,
 }
@@ -81,9 +81,9 @@ impl fmt::Debug for Leadership {
 }
 
 impl Election {
-    pub(crate) fn new(client: LockClient, name: &str) -> Self {
+    pub(crate) fn new(inner: Arc<ClientInner>, name: &str) -> Self {
         Election {
-            client,
+            inner,
             name: name.to_owned(),
             key: format!("election:{name}"),
         }
@@ -121,7 +121,7 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// Those of [`LockClient::lock_with`], and [`Error::InvalidArgument`] for
+    /// Those of [`LockClient::lock_with`](crate::LockClient::lock_with), and [`Error::InvalidArgument`] for
     /// a value over [`MAX_LEADER_VALUE`]; [`Error::LockLost`] when the
     /// leadership was lost before its value could be written.
     ///
@@ -131,10 +131,9 @@ impl Election {
     /// after it was elected, the leadership is resigned in the background.
     pub async fn campaign_with(&self, value: &str, options: LockOptions) -> Result<Leadership> {
         check_value(value)?;
-        let guard = self
-            .client
-            .lock_with(&self.key, options.watchdog(true))
-            .await?;
+        let options = options.watchdog(true);
+        let taken = acquire::lock(&self.inner, &self.key, &options, Want::LOCK);
+        let guard = Box::pin(taken).await?;
         self.elected(guard, value).await
     }
 
@@ -152,7 +151,8 @@ impl Election {
     pub async fn try_campaign(&self, value: &str) -> Result<Option<Leadership>> {
         check_value(value)?;
         let options = LockOptions::default().watchdog(true);
-        match self.client.try_lock_with(&self.key, options).await? {
+        let tried = acquire::try_lock(&self.inner, &self.key, &options, Want::LOCK);
+        match Box::pin(tried).await? {
             Some(guard) => self.elected(guard, value).await.map(Some),
             None => Ok(None),
         }
@@ -162,7 +162,7 @@ impl Election {
     /// over (a guard dropped on the way resigns).
     async fn elected(&self, guard: LockGuard, value: &str) -> Result<Leadership> {
         let leadership = Leadership {
-            inner: Arc::clone(&self.client.inner),
+            inner: Arc::clone(&self.inner),
             since: SystemTime::now(),
             guard: Some(guard),
         };
@@ -190,8 +190,8 @@ impl Election {
     /// Who leads, and the leader's lease (how often an observer reads
     /// again while nothing is heard).
     async fn read(&self) -> Result<(Option<Leader>, Option<Duration>)> {
-        let names = self.client.inner.names(&self.key);
-        let reply = self.client.inner.calls.leader(&names).await?;
+        let names = self.inner.names(&self.key);
+        let reply = self.inner.calls.leader(&names).await?;
         let lease = reply
             .get(5)
             .and_then(|v| v.as_string()?.parse::<u64>().ok())
@@ -214,9 +214,9 @@ impl Election {
     /// The watch keeps the latest value: a receiver that looks less often
     /// than the leadership changes sees the latest leader, not every one.
     pub fn observe(&self) -> watch::Receiver<Option<Leader>> {
-        let names = self.client.inner.names(&self.key);
+        let names = self.inner.names(&self.key);
         let channel = observe_channel(&names);
-        let (rx, new) = self.client.inner.observers.join(&channel);
+        let (rx, new) = self.inner.observers.join(&channel);
         if let (Some(observed), Ok(handle)) = (new, tokio::runtime::Handle::try_current()) {
             handle.spawn(watch_leader(self.clone(), channel, observed));
         }
@@ -261,7 +261,7 @@ impl Election {
         };
         match outcome {
             Some(value) => leadership.resign().await.map(|()| value),
-            None if self.client.inner.closing.is_cancelled() => Err(Error::Shutdown),
+            None if self.inner.closing.is_cancelled() => Err(Error::Shutdown),
             None => Err(Error::LockLost {
                 key: self.key.clone(),
             }),
@@ -413,7 +413,7 @@ impl Drop for Leadership {
 /// a change to the receivers, wait for a message, a reconnect's wake-up or
 /// the leader's lease; stop when no receiver is left.
 async fn watch_leader(election: Election, channel: String, observed: Arc<Observed>) {
-    let inner = Arc::clone(&election.client.inner);
+    let inner = Arc::clone(&election.inner);
     let (subscriber, sharded, limit) = (
         inner.tasks.subscriber.clone(),
         inner.registry.sharded(),
