@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::acquire::{self, Want};
-use crate::calls::observe_channel;
+use crate::calls::{observe_channel, ELECTION_PREFIX};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::inner::ClientInner;
@@ -85,7 +85,7 @@ impl Election {
         Election {
             inner,
             name: name.to_owned(),
-            key: format!("election:{name}"),
+            key: format!("{ELECTION_PREFIX}{name}"),
         }
     }
 
@@ -214,10 +214,14 @@ impl Election {
     /// The watch keeps the latest value: a receiver that looks less often
     /// than the leadership changes sees the latest leader, not every one.
     pub fn observe(&self) -> watch::Receiver<Option<Leader>> {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            // Nothing could read: a receiver whose sender is gone.
+            return watch::channel(None).1;
+        };
         let names = self.inner.names(&self.key);
         let channel = observe_channel(&names);
         let (rx, new) = self.inner.observers.join(&channel);
-        if let (Some(observed), Ok(handle)) = (new, tokio::runtime::Handle::try_current()) {
+        if let Some(observed) = new {
             handle.spawn(watch_leader(self.clone(), channel, observed));
         }
         rx
@@ -414,6 +418,14 @@ impl Drop for Leadership {
 /// the leader's lease; stop when no receiver is left.
 async fn watch_leader(election: Election, channel: String, observed: Arc<Observed>) {
     let inner = Arc::clone(&election.inner);
+    // However the reader ends (shutdown, its runtime gone), its entry goes
+    // with it: the receivers see the sender gone, and a later `observe`
+    // starts a new reader.
+    let _entry = Forget {
+        inner: Arc::clone(&inner),
+        channel: channel.clone(),
+        observed: Arc::clone(&observed),
+    };
     let (subscriber, sharded, limit) = (
         inner.tasks.subscriber.clone(),
         inner.registry.sharded(),
@@ -441,10 +453,29 @@ async fn watch_leader(election: Election, channel: String, observed: Arc<Observe
             () = observed.leader.closed() => {
                 if inner.observers.leave_if_unobserved(&channel) {
                     let _ = crate::subscriber::unobserve_channel(&subscriber, sharded, &channel, limit).await;
+                    // A new reader may have subscribed before this
+                    // UNSUBSCRIBE went: subscribe again, and have it read.
+                    if inner.observers.is_observed(&channel) {
+                        let _ = crate::subscriber::observe_channel(&subscriber, sharded, &channel, limit).await;
+                        inner.observers.on_message(&channel);
+                    }
                     return;
                 }
             }
         }
+    }
+}
+
+/// Drops a reader's entry when the reader ends (see `watch_leader`).
+struct Forget {
+    inner: Arc<ClientInner>,
+    channel: String,
+    observed: Arc<Observed>,
+}
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        self.inner.observers.forget(&self.channel, &self.observed);
     }
 }
 

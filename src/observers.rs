@@ -80,6 +80,26 @@ impl Observers {
         }
     }
 
+    /// Whether `channel` is observed (a receiver joined since its watcher
+    /// left, say).
+    pub(crate) fn is_observed(&self, channel: &str) -> bool {
+        self.channels.contains_key(channel)
+    }
+
+    /// Whether any election is observed (the subscriber's heartbeat then
+    /// checks the connection).
+    pub(crate) fn any(&self) -> bool {
+        !self.channels.is_empty()
+    }
+
+    /// Drop `channel`'s entry if it is still `observed` (its watcher ended:
+    /// shutdown, or its runtime went away), so its receivers see the
+    /// sender gone.
+    pub(crate) fn forget(&self, channel: &str, observed: &Arc<Observed>) {
+        self.channels
+            .remove_if(channel, |_, o| Arc::ptr_eq(o, observed));
+    }
+
     /// Every observed channel (to subscribe again after a reconnect).
     pub(crate) fn channels(&self) -> Vec<String> {
         self.channels.iter().map(|e| e.key().clone()).collect()

@@ -50,6 +50,10 @@ async fn shut_down(inner: &Arc<ClientInner>) -> Result<()> {
             inner.background.clone().spawn(async move {
                 let outcome = release(&inner, &hold.id).await;
                 account(&inner, hold.name.as_ref(), &hold.id, &outcome, None);
+                // A leadership resigned: its election's observers hear it.
+                if crate::calls::is_election(&hold.id.names.lock) {
+                    let _ = inner.calls.announce(&hold.id.names).await;
+                }
                 outcome
             })
         })

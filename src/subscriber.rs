@@ -186,10 +186,11 @@ fn run(
                 change = command_changes.recv(), if cluster_events => match change {
                     Ok(_) | Err(RecvError::Lagged(_)) => {
                         follow_slots(&subscriber, &registry, command_timeout).await;
-                        // The control channel follows its slot too (an
-                        // SSUBSCRIBE of a channel already subscribed there
-                        // changes nothing).
+                        // The control channel and the observed elections'
+                        // follow their slots too (an SSUBSCRIBE of a channel
+                        // already subscribed there changes nothing).
                         control.subscribe(&subscriber, command_timeout).await;
+                        control.subscribe_observed(&subscriber, command_timeout).await;
                     }
                     Err(RecvError::Closed) => cluster_events = false,
                 },
@@ -203,7 +204,7 @@ fn run(
                     Err(RecvError::Closed) => break,
                 },
                 _ = beats.tick() => {
-                    heartbeat(&subscriber, &registry, command_timeout, &mut probe).await;
+                    heartbeat(&subscriber, &registry, control.observers.any(), command_timeout, &mut probe).await;
                 }
             }
         }
@@ -228,6 +229,7 @@ fn deliver(registry: &Registry, control: &Control, message: &fred::types::Messag
 async fn heartbeat(
     subscriber: &SubscriberClient,
     registry: &Arc<Registry>,
+    observing: bool,
     command_timeout: Duration,
     probe: &mut Option<JoinHandle<()>>,
 ) {
@@ -235,7 +237,7 @@ async fn heartbeat(
         follow_slots(subscriber, registry, command_timeout).await;
     }
     let idle = probe.as_ref().is_none_or(JoinHandle::is_finished);
-    if idle && registry.has_channels() {
+    if idle && (registry.has_channels() || observing) {
         *probe = Some(tokio::spawn(check_alive(
             subscriber.clone(),
             Arc::clone(registry),

@@ -287,3 +287,37 @@ async fn idle_observers_cost_one_read_per_lease() {
         .all(|r| r.borrow().as_ref().is_some_and(|x| x.value == "x")));
     l.resign().await.unwrap();
 }
+
+/// A leader's client that shuts down announces it: its observers see "no
+/// leader" at once, not a lease later. An observer's own client that shuts
+/// down closes its receivers; `observe` outside a runtime gives a closed
+/// receiver, and does not keep a later one from working.
+#[tokio::test]
+async fn shutdowns_are_heard_and_close_receivers() {
+    let server = RedisServer::start();
+    let observer = support::client(&server.url()).await;
+    let election = observer.election("s");
+    let outside = {
+        let e = election.clone();
+        std::thread::spawn(move || e.observe()).join().unwrap()
+    };
+    assert!(
+        outside.has_changed().is_err(),
+        "no reader outside a runtime"
+    );
+    let mut rx = election.observe();
+    let leader = support::client(&server.url()).await;
+    let _l = leader.election("s").campaign("x").await.unwrap();
+    let seen = next_change(&mut rx, Duration::from_secs(2)).await;
+    assert_eq!(seen.map(|l| l.value), Some("x".to_owned()));
+    let at = Instant::now();
+    leader.shutdown().await.unwrap();
+    assert_eq!(next_change(&mut rx, Duration::from_secs(2)).await, None);
+    println!("a leader's shutdown heard after {:?}", at.elapsed());
+    observer.shutdown().await.unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(2), rx.changed()).await;
+    assert!(
+        matches!(closed, Ok(Err(_))),
+        "the receiver closes at the shutdown"
+    );
+}

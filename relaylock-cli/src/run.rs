@@ -134,8 +134,8 @@ pub async fn elect(args: ElectArgs) -> u8 {
         return exit::REDIS;
     }
     let value = value.unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
-        format!("{}:{}", host.trim(), std::process::id())
+        let host = nix::unistd::gethostname().unwrap_or_default();
+        format!("{}:{}", host.to_string_lossy(), std::process::id())
     });
     run.election = Some(value);
     self::run(run).await
@@ -294,7 +294,14 @@ impl Held {
         match self {
             Held::One(g) => vec![(g.key(), g.fencing_token())],
             Held::Many(g) => g.fencing_tokens().collect(),
-            Held::Lead(l) => vec![(l.election(), l.fencing_token())],
+            // The election's name (its lock is `election:<name>`).
+            Held::Lead(l) => {
+                let name = l.election();
+                vec![(
+                    name.strip_prefix("election:").unwrap_or(name),
+                    l.fencing_token(),
+                )]
+            }
         }
     }
 

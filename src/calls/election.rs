@@ -76,3 +76,12 @@ impl Calls {
 pub(crate) fn observe_channel(names: &Names) -> String {
     format!("{}:obs", names.lock)
 }
+
+/// What an election's lock key starts with: the election `n` is the lock
+/// on `election:n`.
+pub(crate) const ELECTION_PREFIX: &str = "election:";
+
+/// Whether the lock named `lock` is an election's (`<prefix>:4:{election:`).
+pub(crate) fn is_election(lock: &str) -> bool {
+    lock.contains(&format!(":4:{{{ELECTION_PREFIX}"))
+}
