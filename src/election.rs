@@ -176,9 +176,9 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// [`Error::Redis`] for a connection error or a command timeout;
-    /// [`Error::UnexpectedReply`] when the election's key holds something
-    /// relaylock did not write.
+    /// [`Error::Redis`] for a connection error or a command timeout. (A
+    /// value relaylock did not write in the election's key counts as held by
+    /// another owner, as for a lock: a leader with an empty value.)
     ///
     /// # Cancel safety
     ///
