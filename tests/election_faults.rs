@@ -117,27 +117,13 @@ async fn a_killed_leader_is_replaced_within_its_lease() {
     let server = RedisServer::start();
     let admin = server.admin().await;
     let lease = Duration::from_secs(1);
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "a_killed_leader_is_replaced_within_its_lease",
-            "--exact",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, server.url())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find(|l| l.starts_with("LEADING "))
-    })
-    .await
-    .unwrap()
-    .expect("the child leads");
+    let (mut child, _) = support::child_holding(
+        "a_killed_leader_is_replaced_within_its_lease",
+        CHILD_ENV,
+        &server.url(),
+        "LEADING ",
+    )
+    .await;
     let c = client(&server.url(), lease).await;
     let next = {
         let c = c.clone();

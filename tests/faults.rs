@@ -56,30 +56,14 @@ async fn a_killed_holder_process_is_replaced_within_the_lease() {
     let mut worst = Duration::ZERO;
     let mut all = Vec::new();
     for run in 0..RUNS {
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "a_killed_holder_process_is_replaced_within_the_lease",
-                "--exact",
-                "--nocapture",
-            ])
-            .env(
-                CHILD_ENV,
-                format!("{} {prefix} {}", server.url(), ledger.url()),
-            )
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let token = tokio::task::spawn_blocking(move || {
-            use std::io::BufRead;
-            std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .find_map(|l| l.strip_prefix("HELD ").map(str::to_owned))
-        })
-        .await
-        .unwrap()
-        .expect("the child took the lock");
+        let spec = format!("{} {prefix} {}", server.url(), ledger.url());
+        let (mut child, token) = support::child_holding(
+            "a_killed_holder_process_is_replaced_within_the_lease",
+            CHILD_ENV,
+            &spec,
+            "HELD ",
+        )
+        .await;
         // Waiters in this process, then the holder dies.
         let waiters: Vec<_> = (0..8)
             .map(|_| {
@@ -1132,27 +1116,14 @@ async fn a_killed_multi_key_holder_is_replaced_within_the_lease() {
     let admin = server.admin().await;
     let prefix = "mkilled";
     let lock = lock_client(&server.url(), prefix).await;
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "a_killed_multi_key_holder_is_replaced_within_the_lease",
-            "--exact",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, format!("{} {prefix}", server.url()))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find(|l| l.starts_with("HELD "))
-    })
-    .await
-    .unwrap()
-    .expect("the child took the keys");
+    let spec = format!("{} {prefix}", server.url());
+    let (mut child, _) = support::child_holding(
+        "a_killed_multi_key_holder_is_replaced_within_the_lease",
+        CHILD_ENV,
+        &spec,
+        "HELD ",
+    )
+    .await;
     let sets: [&'static [&str]; 4] = [&["m3", "m1"], &["m2"], &["m1", "m2", "m3"], &["m3"]];
     let waiters: Vec<_> = sets
         .into_iter()

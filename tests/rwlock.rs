@@ -252,27 +252,13 @@ async fn a_killed_readers_hold_ends_with_its_lease() {
         .build()
         .await
         .unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "a_killed_readers_hold_ends_with_its_lease",
-            "--exact",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, server.url())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find(|l| l.starts_with("HELD "))
-    })
-    .await
-    .unwrap()
-    .expect("the child took the read lock");
+    let (mut child, _) = support::child_holding(
+        "a_killed_readers_hold_ends_with_its_lease",
+        CHILD_ENV,
+        &server.url(),
+        "HELD ",
+    )
+    .await;
     let writer = {
         let rw = c.rw_lock("crash");
         tokio::spawn(async move {

@@ -284,27 +284,13 @@ async fn a_killed_holders_permits_come_back_within_the_lease() {
     let sem = c.semaphore("crash", 2).unwrap();
     let mut worst = Duration::ZERO;
     for run in 0..3 {
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "a_killed_holders_permits_come_back_within_the_lease",
-                "--exact",
-                "--nocapture",
-            ])
-            .env(CHILD_ENV, server.url())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        tokio::task::spawn_blocking(move || {
-            use std::io::BufRead;
-            std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .find(|l| l.starts_with("HELD "))
-        })
-        .await
-        .unwrap()
-        .expect("the child took the permits");
+        let (mut child, _) = support::child_holding(
+            "a_killed_holders_permits_come_back_within_the_lease",
+            CHILD_ENV,
+            &server.url(),
+            "HELD ",
+        )
+        .await;
         let waiter = {
             let sem = sem.clone();
             tokio::spawn(async move {

@@ -516,3 +516,35 @@ pub fn spawn_waiter(client: &relaylock::LockClient, key: &str) -> tokio::task::J
         at
     })
 }
+
+/// Start this test binary again as a child process running only `test`
+/// (`--exact --nocapture`), with `env` set to `value` (the test's child
+/// role reads it), and wait until its standard output has a line starting
+/// with `prefix`: the child holds what it was started to hold. Returns the
+/// child (kill it to kill the holder) and the rest of that line. Panics if
+/// the child ends without such a line.
+pub async fn child_holding(
+    test: &str,
+    env: &str,
+    value: &str,
+    prefix: &'static str,
+) -> (std::process::Child, String) {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture"])
+        .env(env, value)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the child process");
+    let stdout = child.stdout.take().unwrap();
+    let rest = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix(prefix).map(str::to_owned))
+    })
+    .await
+    .unwrap();
+    let rest = rest.unwrap_or_else(|| panic!("the child {test} never printed {prefix:?}"));
+    (child, rest)
+}
