@@ -77,12 +77,7 @@ impl Control {
     /// the channel) is logged at debug level.
     pub(crate) async fn subscribe(&self, subscriber: &SubscriberClient, limit: Duration) {
         let channel = self.channel.as_str();
-        let done = if self.sharded {
-            crate::error::with_timeout(limit, subscriber.ssubscribe(channel)).await
-        } else {
-            crate::error::with_timeout(limit, subscriber.subscribe(channel)).await
-        };
-        if let Err(e) = done {
+        if let Err(e) = observe_channel(subscriber, self.sharded, channel, limit).await {
             tracing::debug!(error = %crate::error::readable(&e), %channel,
                 "relaylock: could not subscribe the control channel; an operator's unlock is noticed at the next renewal");
         }
@@ -108,7 +103,8 @@ impl Control {
     }
 }
 
-/// (S)SUBSCRIBE an observed election's channel, within `limit`.
+/// (S)SUBSCRIBE a channel outside the registry (an observed election's,
+/// the control channel), within `limit`.
 pub(crate) async fn observe_channel(
     subscriber: &SubscriberClient,
     sharded: bool,
