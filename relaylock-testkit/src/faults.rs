@@ -112,31 +112,26 @@ async fn worker(
     while Instant::now() < until {
         let key = &keys[i % keys.len()];
         i += 1;
-        let started = Instant::now();
-        loop {
-            let outcome = lock
-                .with_lock(key, LockOptions::default(), async |g| {
-                    let waited = started.elapsed().as_micros() as u64;
-                    stats.max_wait_us.fetch_max(waited, Ordering::SeqCst);
-                    critical(&ledger, key, g, hold).await
-                })
-                .await;
-            match outcome {
-                Ok(()) => {
-                    stats.acquired.fetch_add(1, Ordering::SeqCst);
-                    break;
-                }
-                Err(Error::LockLost { .. }) => {
-                    stats.lost.fetch_add(1, Ordering::SeqCst);
-                    break;
-                }
-                Err(_) => {
-                    stats.errors.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
+        round(&lock, &ledger, std::slice::from_ref(key), hold, &stats).await;
     }
+}
+
+/// `tasks` workers, `work(i, until, stats)` each, until `run` has passed;
+/// returns once all finished (panics if one is stuck past `run + bound`).
+async fn workers<F, W>(tasks: usize, run: Duration, bound: Duration, work: F) -> Arc<Stats>
+where
+    F: Fn(usize, Instant, Arc<Stats>) -> W,
+    W: std::future::Future<Output = ()> + Send + 'static,
+{
+    let stats = Arc::new(Stats::default());
+    let until = Instant::now() + run;
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| tokio::spawn(work(i, until, Arc::clone(&stats))))
+        .collect();
+    let all = futures::future::join_all(handles);
+    let done = tokio::time::timeout(run + bound, all).await;
+    assert!(done.is_ok(), "a worker is stuck: {}", stats.line());
+    stats
 }
 
 /// `tasks` workers over `keys` until `run` has passed; returns once all
@@ -150,25 +145,18 @@ pub async fn contend(
     hold: Duration,
     bound: Duration,
 ) -> Arc<Stats> {
-    let stats = Arc::new(Stats::default());
-    let until = Instant::now() + run;
-    let handles: Vec<_> = (0..tasks)
-        .map(|i| {
-            tokio::spawn(worker(
-                lock.clone(),
-                Arc::clone(ledger),
-                Arc::clone(keys),
-                i,
-                until,
-                hold,
-                Arc::clone(&stats),
-            ))
-        })
-        .collect();
-    let all = futures::future::join_all(handles);
-    let done = tokio::time::timeout(run + bound, all).await;
-    assert!(done.is_ok(), "a worker is stuck: {}", stats.line());
-    stats
+    workers(tasks, run, bound, |i, until, stats| {
+        worker(
+            lock.clone(),
+            Arc::clone(ledger),
+            Arc::clone(keys),
+            i,
+            until,
+            hold,
+            stats,
+        )
+    })
+    .await
 }
 
 /// The critical section of a multi-key hold: enter every key's section
@@ -203,43 +191,31 @@ pub async fn contend_all(
     hold: Duration,
     bound: Duration,
 ) -> Arc<Stats> {
-    let stats = Arc::new(Stats::default());
-    let until = Instant::now() + run;
-    let handles: Vec<_> = (0..tasks)
-        .map(|i| {
-            let (lock, ledger, keys, stats) = (
-                lock.clone(),
-                Arc::clone(ledger),
-                Arc::clone(keys),
-                Arc::clone(&stats),
-            );
-            tokio::spawn(async move {
-                let mut rng = crate::Lcg(i as u64 * 7919 + 17);
-                let mut n = 0u64;
-                while Instant::now() < until {
-                    n += 1;
-                    let count = if n.is_multiple_of(4) {
-                        1
-                    } else {
-                        2 + rng.below(3) as usize
-                    };
-                    let mine: Vec<String> = (0..count)
-                        .map(|_| keys[rng.below(keys.len() as u64) as usize].clone())
-                        .collect();
-                    multi_round(&lock, &ledger, &mine, hold, &stats).await;
-                }
-            })
-        })
-        .collect();
-    let all = futures::future::join_all(handles);
-    let done = tokio::time::timeout(run + bound, all).await;
-    assert!(done.is_ok(), "a worker is stuck: {}", stats.line());
-    stats
+    workers(tasks, run, bound, |i, until, stats| {
+        let (lock, ledger, keys) = (lock.clone(), Arc::clone(ledger), Arc::clone(keys));
+        async move {
+            let mut rng = crate::Lcg(i as u64 * 7919 + 17);
+            let mut n = 0u64;
+            while Instant::now() < until {
+                n += 1;
+                let count = if n.is_multiple_of(4) {
+                    1
+                } else {
+                    2 + rng.below(3) as usize
+                };
+                let mine: Vec<String> = (0..count)
+                    .map(|_| keys[rng.below(keys.len() as u64) as usize].clone())
+                    .collect();
+                round(&lock, &ledger, &mine, hold, &stats).await;
+            }
+        }
+    })
+    .await
 }
 
-/// One multi-key critical section of `keys` (one key: a single-key lock's),
-/// retried on errors as [`contend`]'s workers retry.
-async fn multi_round(
+/// One critical section of `keys`: a single-key lock's for one key, a
+/// multi-key lock's for more; a call that fails is retried.
+async fn round(
     lock: &LockClient,
     ledger: &Arc<Ledger>,
     keys: &[String],
