@@ -37,6 +37,23 @@ fn run(server: &RedisServer, extra: &[&str], key: &str, script: &str) -> Command
     c
 }
 
+/// The marks `runs` commands left, `start X` then `end X` each: checks
+/// that there are that many and that none interleaves another (every start
+/// is followed by its own end); returns each run's X in order.
+fn marked_runs(text: &str, runs: usize) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 * runs, "{text}");
+    lines
+        .chunks(2)
+        .map(|pair| {
+            let start = pair[0].strip_prefix("start ").expect(text);
+            let end = pair[1].strip_prefix("end ").expect(text);
+            assert_eq!(start, end, "marks interleave:\n{text}");
+            start
+        })
+        .collect()
+}
+
 fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
         .args(["-p", &server.port.to_string()])
@@ -189,13 +206,8 @@ fn runs_on_one_key_never_overlap() {
         l.join().unwrap();
     }
     let text = std::fs::read_to_string(&marks).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 30, "{text}");
     let mut last = 0u64;
-    for pair in lines.chunks(2) {
-        let start = pair[0].strip_prefix("start ").expect(&text);
-        let end = pair[1].strip_prefix("end ").expect(&text);
-        assert_eq!(start, end, "marks interleave:\n{text}");
+    for start in marked_runs(&text, 15) {
         let fence: u64 = start.parse().unwrap();
         assert!(fence > last, "fences do not increase:\n{text}");
         last = fence;
@@ -591,13 +603,8 @@ fn runs_on_several_keys_take_them_together_in_any_order() {
         l.join().unwrap();
     }
     let text = std::fs::read_to_string(&marks).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 24, "{text}");
     // Every pair of runs shares key b: the marks never interleave.
-    for pair in lines.chunks(2) {
-        let start = pair[0].strip_prefix("start ").expect(&text);
-        let end = pair[1].strip_prefix("end ").expect(&text);
-        assert_eq!(start, end, "marks interleave:\n{text}");
+    for start in marked_runs(&text, 12) {
         let pairs: Vec<(&str, u64)> = start
             .split(' ')
             .map(|p| {
@@ -644,16 +651,8 @@ fn elect_runs_the_command_only_while_leading() {
         l.join().unwrap();
     }
     let text = std::fs::read_to_string(&marks).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 12, "{text}");
     let mut last = 0u64;
-    for pair in lines.chunks(2) {
-        let start = pair[0].strip_prefix("start ").expect(&text);
-        assert_eq!(
-            Some(start),
-            pair[1].strip_prefix("end "),
-            "overlap:\n{text}"
-        );
+    for start in marked_runs(&text, 6) {
         let term: u64 = start.parse().unwrap();
         assert!(term > last, "terms do not rise:\n{text}");
         last = term;
