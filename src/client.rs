@@ -11,7 +11,7 @@ use crate::acquire::{self, Want};
 use crate::builder::LockClientBuilder;
 use crate::election::Election;
 use crate::error::{Error, Result};
-use crate::guard::{run_holding, LockGuard};
+use crate::guard::{lost_while_working, run_holding, until_lost, LockGuard};
 use crate::inner::ClientInner;
 use crate::multi::MultiGuard;
 use crate::options::LockOptions;
@@ -419,20 +419,12 @@ impl LockClient {
         F: AsyncFnOnce(&MultiGuard) -> T,
     {
         let held = self.lock_all_with(keys, options).await?;
-        let outcome = {
-            let work = work(&held);
-            tokio::select! {
-                biased;
-                _ = held.lost() => None,
-                value = work => Some(value),
-            }
-        };
-        match outcome {
+        match until_lost(held.lost(), work(&held)).await {
             Some(value) => held.release().await.map(|()| value),
-            None if self.inner.closing.is_cancelled() => Err(Error::Shutdown),
-            None => Err(Error::LockLost {
-                key: held.lost_key().unwrap_or_default(),
-            }),
+            None => {
+                let key = held.lost_key().unwrap_or_default();
+                Err(lost_while_working(&self.inner, &key))
+            }
         }
     }
 

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::acquire::{self, Want};
 use crate::calls::{observe_channel, ELECTION_PREFIX};
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::guard::{lost_while_working, until_lost, LockGuard};
 use crate::inner::ClientInner;
 use crate::observers::{Leader, Observed};
 use crate::options::LockOptions;
@@ -255,20 +255,9 @@ impl Election {
         F: AsyncFnOnce(&Leadership) -> T,
     {
         let leadership = self.campaign_with(value, options).await?;
-        let outcome = {
-            let work = work(&leadership);
-            tokio::select! {
-                biased;
-                _ = leadership.lost() => None,
-                value = work => Some(value),
-            }
-        };
-        match outcome {
+        match until_lost(leadership.lost(), work(&leadership)).await {
             Some(value) => leadership.resign().await.map(|()| value),
-            None if self.inner.closing.is_cancelled() => Err(Error::Shutdown),
-            None => Err(Error::LockLost {
-                key: self.key.clone(),
-            }),
+            None => Err(lost_while_working(&self.inner, &self.key)),
         }
     }
 }
@@ -380,13 +369,18 @@ impl Leadership {
     /// leadership does.
     pub async fn resign(mut self) -> Result<()> {
         let guard = self.guard.take().expect("a leadership is resigned once");
-        let names = self.inner.names(guard.key());
-        let released = guard.release().await;
-        // The observers hear it (a candidate elected next announces itself
-        // too); a failed announcement costs them one lease at most.
-        let _ = self.inner.calls.announce(&names).await;
-        released
+        give_up(&self.inner, guard).await
     }
+}
+
+/// Release a leadership's lock, then tell the election's observers (a
+/// candidate elected next announces itself too; a failed announcement
+/// costs them one lease at most).
+async fn give_up(inner: &ClientInner, guard: LockGuard) -> Result<()> {
+    let names = inner.names(guard.key());
+    let released = guard.release().await;
+    let _ = inner.calls.announce(&names).await;
+    released
 }
 
 impl Drop for Leadership {
@@ -404,9 +398,7 @@ impl Drop for Leadership {
         let background = inner.background.clone();
         background.spawn_on(
             async move {
-                let names = inner.names(guard.key());
-                let _ = guard.release().await;
-                let _ = inner.calls.announce(&names).await;
+                let _ = give_up(&inner, guard).await;
             },
             &handle,
         );

@@ -536,21 +536,40 @@ where
     H: Held,
     F: AsyncFnOnce(&H) -> T,
 {
-    let outcome = {
-        let work = work(&held);
-        tokio::select! {
-            biased;
-            _ = held.lock_guard().lost() => None,
-            value = work => Some(value),
-        }
-    };
+    let outcome = until_lost(held.lock_guard().lost(), work(&held)).await;
     match outcome {
         Some(value) => held.into_lock_guard().release().await.map(|()| value),
-        // The shutdown released the hold: not a loss.
-        None if held.lock_guard().inner.closing.is_cancelled() => Err(Error::Shutdown),
-        None => Err(Error::LockLost {
-            key: held.lock_guard().key().to_owned(),
-        }),
+        None => {
+            let guard = held.lock_guard();
+            Err(lost_while_working(&guard.inner, guard.key()))
+        }
+    }
+}
+
+/// Run `work` until it returns, or until `lost` completes first: then
+/// `None`, and the work's future is dropped at its next await point. What
+/// every `with_*` call (a lock's, a multi-key lock's, a leadership's) runs
+/// its closure in.
+pub(crate) async fn until_lost<T>(
+    lost: impl Future<Output = ()>,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = lost => None,
+        value = work => Some(value),
+    }
+}
+
+/// The error of a `with_*` call whose hold on `key` was found lost while
+/// its closure ran: [`Error::Shutdown`] when the client's shutdown released
+/// it (not a loss), else [`Error::LockLost`].
+pub(crate) fn lost_while_working(inner: &ClientInner, key: &str) -> Error {
+    if inner.closing.is_cancelled() {
+        return Error::Shutdown;
+    }
+    Error::LockLost {
+        key: key.to_owned(),
     }
 }
 
