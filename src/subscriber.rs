@@ -33,6 +33,7 @@ use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInter
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
+use crate::calls::OBSERVED_SUFFIX;
 use crate::observers::Observers;
 use crate::registry::Registry;
 
@@ -97,7 +98,7 @@ impl Control {
     fn or_registry(&self, registry: &Registry, channel: &str, payload: &str) {
         if channel == self.channel {
             (self.on_message)(payload);
-        } else if !self.observers.on_message(channel) {
+        } else if !(channel.ends_with(OBSERVED_SUFFIX) && self.observers.on_message(channel)) {
             registry.on_message(channel, payload);
         }
     }

@@ -74,8 +74,13 @@ impl Calls {
 /// An election's observers' channel: `<value>:obs` (its lock's hash tag,
 /// so it stays in the lock's shard).
 pub(crate) fn observe_channel(names: &Names) -> String {
-    format!("{}:obs", names.lock)
+    format!("{}{OBSERVED_SUFFIX}", names.lock)
 }
+
+/// What an election's observers' channel ends with: the subscriber looks
+/// a message's channel up among the observed ones only then, so a lock's
+/// release message costs no lookup more.
+pub(crate) const OBSERVED_SUFFIX: &str = ":obs";
 
 /// What an election's lock key starts with: the election `n` is the lock
 /// on `election:n`.

@@ -27,7 +27,7 @@ mod replies;
 mod terms;
 mod vanished;
 
-pub(crate) use election::{is_election, observe_channel, ELECTION_PREFIX};
+pub(crate) use election::{is_election, observe_channel, ELECTION_PREFIX, OBSERVED_SUFFIX};
 pub(crate) use multi::TakenRun;
 pub(crate) use replies::{
     acquire_reply, release_reply, sem_release_reply, AcquireReply, Released, SemUsage, TryReply,
